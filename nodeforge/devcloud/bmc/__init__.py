@@ -1,0 +1,253 @@
+"""The local cloud's emulated BMCs: Redfish (sushy-tools) and IPMI (pyghmi).
+
+Both emulators run as standalone scripts under the ``bmc`` virtualenv
+(``<state>/venvs/bmc``) and read a JSON config file this module writes
+(mode 0600: it holds the BMC passwords, which never go on a command line).
+
+* :func:`redfish_service` -> ServiceSpec "redfish-bmc": HTTPS + basic auth on
+  ``127.0.0.1:<port>``, :data:`fleet.DEFAULT_REDFISH_COUNT` systems.
+* :func:`ipmi_service` -> ServiceSpec "ipmi-bmc": one IPMI 2.0 BMC per UDP
+  port from ``base_port`` upwards.
+
+Helpers for tests and later issues: :func:`redfish_endpoint`,
+:func:`redfish_systems`, :func:`ipmi_endpoints`, :func:`credentials`.
+See docs/devcloud-bmc.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import socket
+import subprocess
+from pathlib import Path
+
+from nodeforge.devcloud import pki
+from nodeforge.devcloud.bmc import fleet
+from nodeforge.devcloud.bmc.fleet import (Credential, Credentials, IpmiBmc, RedfishSystem,
+                                          ensure_credentials, load_credentials)
+from nodeforge.devcloud.paths import Paths
+from nodeforge.devcloud.process import ServiceSpec
+from nodeforge.errors import MissingToolError
+from nodeforge.redact import Secret
+
+__all__ = [
+    "REDFISH_PORT", "IPMI_BASE_PORT", "GROUP", "REDFISH_SERVICE", "IPMI_SERVICE",
+    "redfish_service", "ipmi_service", "redfish_endpoint", "redfish_systems",
+    "ipmi_endpoints", "IpmiEndpoint", "credentials", "ca_bundle", "ipmitool",
+    "Credential", "Credentials", "RedfishSystem", "IpmiBmc", "fleet",
+]
+
+REDFISH_PORT = 8000
+IPMI_BASE_PORT = 6230
+GROUP = "baremetal"
+REDFISH_SERVICE = "redfish-bmc"
+IPMI_SERVICE = "ipmi-bmc"
+HOST = "127.0.0.1"
+
+_HERE = Path(__file__).resolve().parent
+REDFISH_SCRIPT = _HERE / "redfish_emulator.py"
+IPMI_SCRIPT = _HERE / "ipmi_sim.py"
+CERT_NAME = "bmc"
+
+
+def _python(paths: Paths) -> str:
+    return str(paths.venv_bin("bmc", "python"))
+
+
+def _bmc_etc(paths: Paths) -> Path:
+    d = paths.etc / "bmc"
+    d.mkdir(parents=True, exist_ok=True)
+    os.chmod(d, 0o700)
+    return d
+
+
+def redfish_config_path(paths: Paths, port: int) -> Path:
+    return paths.etc / "bmc" / f"redfish-{port}.json"
+
+
+def ipmi_config_path(paths: Paths, base_port: int) -> Path:
+    return paths.etc / "bmc" / f"ipmi-{base_port}.json"
+
+
+def credentials(paths: Paths, ipmi_count: int = fleet.DEFAULT_IPMI_COUNT) -> Credentials:
+    """The BMC credentials (created on first use), passwords as Secret."""
+    return ensure_credentials(paths, ipmi_count)
+
+
+def ca_bundle(paths: Paths) -> Path:
+    return pki.ca_bundle(paths)
+
+
+# -- Redfish -------------------------------------------------------------------
+
+def redfish_endpoint(port: int = REDFISH_PORT) -> str:
+    """Base URL of the Redfish emulator (what Ironic's redfish_address takes)."""
+    return f"https://{HOST}:{port}"
+
+
+def redfish_system_url(system: RedfishSystem, port: int = REDFISH_PORT) -> str:
+    return f"{redfish_endpoint(port)}/redfish/v1/Systems/{system.uuid}"
+
+
+def redfish_systems(count: int = fleet.DEFAULT_REDFISH_COUNT) -> list[RedfishSystem]:
+    """The emulated systems: uuid (= Redfish system id), name, MACs, ..."""
+    return fleet.redfish_systems(count)
+
+
+def redfish_service(paths: Paths, port: int = REDFISH_PORT,
+                    count: int = fleet.DEFAULT_REDFISH_COUNT) -> ServiceSpec:
+    """Write the Redfish emulator's config and return its ServiceSpec."""
+    creds = ensure_credentials(paths)
+    cert = pki.server_cert(paths, CERT_NAME)
+    systems = fleet.redfish_systems(count)
+    cfg_path = redfish_config_path(paths, port)
+    _bmc_etc(paths)
+    fleet.write_private_json(cfg_path, {
+        "listen_ip": HOST,
+        "state_dir": str(paths.data / "bmc" / f"redfish-{port}"),
+        "tls": {"cert": str(cert.cert), "key": str(cert.key)},
+        "auth": {"username": creds.redfish.username, "password": creds.redfish.password.reveal()},
+        "systems": [s.to_json() for s in systems],
+    })
+    url = redfish_endpoint(port)
+
+    def health() -> str | None:
+        return _redfish_health(url, creds.redfish, cert.ca, len(systems))
+
+    return ServiceSpec(
+        name=REDFISH_SERVICE,
+        argv=[_python(paths), str(REDFISH_SCRIPT), "--config", str(cfg_path), "--port", str(port)],
+        ports=[port],
+        health=health,
+        env={"PYTHONUNBUFFERED": "1"},
+        group=GROUP,
+        start_timeout=30.0,
+        url=f"{url}/redfish/v1",
+    )
+
+
+def _redfish_health(url: str, cred: Credential, ca: Path, expected: int) -> str | None:
+    import requests
+
+    try:
+        resp = requests.get(f"{url}/redfish/v1/Systems", auth=(cred.username, cred.password.reveal()),
+                            verify=str(ca), timeout=5, headers={"Connection": "close"})
+    except requests.RequestException as exc:
+        return f"GET /redfish/v1/Systems failed: {type(exc).__name__}"
+    if resp.status_code != 200:
+        return f"GET /redfish/v1/Systems answered HTTP {resp.status_code}"
+    try:
+        count = resp.json().get("Members@odata.count")
+    except ValueError:
+        return "GET /redfish/v1/Systems answered non-JSON"
+    if count != expected:
+        return f"expected {expected} systems, emulator lists {count}"
+    return None
+
+
+# -- IPMI ----------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class IpmiEndpoint:
+    bmc: IpmiBmc
+    host: str
+    port: int
+    username: str
+    password: Secret
+
+    @property
+    def address(self) -> str:
+        """``ipmi://host:port`` (the inventory format of issue 7)."""
+        return f"ipmi://{self.host}:{self.port}"
+
+    def driver_info(self) -> dict:
+        """Ironic ``ipmi`` driver_info (password revealed: for API calls only)."""
+        return {"ipmi_address": self.host, "ipmi_port": self.port,
+                "ipmi_username": self.username, "ipmi_password": self.password.reveal(),
+                # pyghmi's BMC offers cipher suite 3 only.
+                "ipmi_cipher_suite": 3}
+
+
+def ipmi_endpoints(paths: Paths, base_port: int = IPMI_BASE_PORT,
+                   count: int = fleet.DEFAULT_IPMI_COUNT) -> list[IpmiEndpoint]:
+    creds = ensure_credentials(paths, count)
+    return [IpmiEndpoint(bmc=b, host=HOST, port=b.port, username=creds.ipmi[b.name].username,
+                         password=creds.ipmi[b.name].password)
+            for b in fleet.ipmi_bmcs(base_port, count)]
+
+
+def ipmi_service(paths: Paths, base_port: int = IPMI_BASE_PORT,
+                 count: int = fleet.DEFAULT_IPMI_COUNT) -> ServiceSpec:
+    """Write the IPMI simulator's config and return its ServiceSpec."""
+    endpoints = ipmi_endpoints(paths, base_port, count)
+    cfg_path = ipmi_config_path(paths, base_port)
+    _bmc_etc(paths)
+    fleet.write_private_json(cfg_path, {
+        "listen_ip": HOST,
+        "bmcs": [{"name": e.bmc.name, "port": e.port, "uuid": e.bmc.uuid, "username": e.username,
+                  "password": e.password.reveal(), "power_state": e.bmc.power_state,
+                  "boot_device": e.bmc.boot_device} for e in endpoints],
+    })
+    ports = [e.port for e in endpoints]
+
+    def health() -> str | None:
+        for port in ports:
+            if not ipmi_probe(HOST, port):
+                return f"no IPMI answer on udp/{port}"
+        return None
+
+    # UDP ports go in `udp_ports` (checked free as UDP by the Supervisor).
+    port_kw = ({"ports": [], "udp_ports": ports}
+               if "udp_ports" in {f.name for f in dataclasses.fields(ServiceSpec)} else {"ports": ports})
+    return ServiceSpec(
+        name=IPMI_SERVICE,
+        argv=[_python(paths), str(IPMI_SCRIPT), "--config", str(cfg_path)],
+        **port_kw,
+        health=health,
+        env={"PYTHONUNBUFFERED": "1"},
+        group=GROUP,
+        start_timeout=30.0,
+        url=f"ipmi://{HOST}:{ports[0]}" + (f"-{ports[-1]}" if len(ports) > 1 else ""),
+    )
+
+
+def _checksum(data: bytes) -> int:
+    return (-sum(data)) & 0xFF
+
+
+def ipmi_probe(host: str, port: int, timeout: float = 1.0) -> bool:
+    """Unauthenticated IPMI "Get Channel Authentication Capabilities" over
+    RMCP; True when a well-formed answer arrives (no credentials needed)."""
+    hdr = bytes([0x20, 0x18])                      # rsAddr=BMC, netFn=App(6)<<2
+    body = bytes([0x81, 0x00, 0x38, 0x8E, 0x04])   # rqAddr, seq, cmd, chan=E|v2, priv=admin
+    msg = hdr + bytes([_checksum(hdr)]) + body + bytes([_checksum(body)])
+    packet = bytes([0x06, 0x00, 0xFF, 0x07,        # RMCP: ver, rsvd, seq, class=IPMI
+                    0x00, 0, 0, 0, 0, 0, 0, 0, 0,   # auth type none, seq, session id
+                    len(msg)]) + msg
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.settimeout(timeout)
+        try:
+            sock.sendto(packet, (host, port))
+            data, _ = sock.recvfrom(512)
+        except OSError:
+            return False
+    # RMCP header echoed and the completion code of a 0x38 response is 0.
+    return len(data) > 21 and data[:4] == packet[:4] and data[19] == 0x38 and data[20] == 0x00
+
+
+def ipmitool(endpoint: IpmiEndpoint, *args: str, password: Secret | None = None,
+             timeout: float = 30.0, cipher_suite: int = 3) -> subprocess.CompletedProcess:
+    """Run ``ipmitool -I lanplus`` against an endpoint; the password travels
+    in the environment (``-E``), never on the command line."""
+    exe = shutil.which("ipmitool")
+    if not exe:
+        raise MissingToolError(tool="ipmitool", package="ipmitool")
+    env = dict(os.environ)
+    env["IPMI_PASSWORD"] = (password or endpoint.password).reveal()
+    argv = [exe, "-I", "lanplus", "-C", str(cipher_suite), "-H", endpoint.host, "-p", str(endpoint.port),
+            "-U", endpoint.username, "-E", "-R", "1", "-N", "2", *args]
+    return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout,
+                          stdin=subprocess.DEVNULL)
+

@@ -1,0 +1,357 @@
+"""The emulated hardware of the local cloud, defined deterministically.
+
+Every value here (UUIDs, names, MACs, serials, CPU, memory, disks) is a pure
+function of the system's index, so tests, the emulators and later issues
+agree on what "rf-node-007" is without sharing state. Only the BMC
+credentials are random: generated once per state directory and kept 0600 in
+``<state>/etc/bmc/credentials.json`` (see :func:`ensure_credentials`).
+
+Two hardware shapes exist so that a later issue can classify nodes into two
+resource classes:
+
+* ``compute``: 2 x Intel Xeon Gold 6338 (32 cores each), 256 GiB RAM,
+  1 x 480 GB NVMe SSD, 2 x 25 GbE, UEFI.
+* ``storage``: 1 x AMD EPYC 7313P (16 cores), 128 GiB RAM, 2 x 960 GB SATA
+  SSD + 4 x 8 TB SAS HDD, 1 x 10 GbE, UEFI (every fourth system).
+
+MACs are locally administered (``02:4e:46:...``, "NF"), so they never clash
+with real hardware: bytes 3-4 are the system index, byte 5 carries the BMC
+kind (high nibble: 0 Redfish, 1 IPMI) and the NIC number (low nibble).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import json
+import os
+import secrets
+import uuid
+from pathlib import Path
+from typing import Any, Iterator
+
+from nodeforge.devcloud.paths import Paths
+from nodeforge.errors import ConfigError
+from nodeforge.redact import Secret
+
+DEFAULT_REDFISH_COUNT = 50
+DEFAULT_IPMI_COUNT = 4
+# Upper bound for the index encoding in MACs (two bytes).
+MAX_SYSTEMS = 0xFFFF
+
+_NAMESPACE = uuid.UUID("6f1c3a52-5a3e-4b8e-9d0e-6e6f6465666f")  # "nodeforge" fleet namespace
+GiB = 1024 ** 3
+GB = 1000 ** 3
+TB = 1000 ** 4
+
+REDFISH_USERNAME = "nf-redfish"
+
+
+@dataclasses.dataclass(frozen=True)
+class Nic:
+    id: str            # Redfish EthernetInterface id
+    mac: str           # lower-case colon form
+    speed_mbps: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Disk:
+    id: str
+    name: str
+    capacity_bytes: int
+    media_type: str    # "SSD" | "HDD"
+    protocol: str      # "NVMe" | "SATA" | "SAS"
+    model: str
+    serial: str
+    manufacturer: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Cpu:
+    vendor: str
+    model: str
+    sockets: int
+    cores: int         # per socket
+    threads: int       # per socket
+    max_speed_mhz: int
+
+    @property
+    def total_cores(self) -> int:
+        return self.sockets * self.cores
+
+    @property
+    def total_threads(self) -> int:
+        return self.sockets * self.threads
+
+
+@dataclasses.dataclass(frozen=True)
+class Dimm:
+    id: str
+    capacity_mib: int
+    speed_mhz: int
+    manufacturer: str
+    part_number: str
+    serial: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Shape:
+    name: str
+    manufacturer: str
+    model: str
+    sku: str
+    cpu: Cpu
+    dimm_count: int
+    dimm_gib: int
+    disks: tuple[tuple[str, int, str, str, str], ...]   # (media, bytes, protocol, model, vendor)
+    nic_count: int
+    nic_speed_mbps: int
+    boot_mode: str = "UEFI"
+
+    @property
+    def memory_gib(self) -> int:
+        return self.dimm_count * self.dimm_gib
+
+
+SHAPES: dict[str, Shape] = {
+    "compute": Shape(
+        name="compute", manufacturer="Contoso", model="CX-1100 Compute", sku="CX1100-2S",
+        cpu=Cpu(vendor="Intel(R) Corporation", model="Intel(R) Xeon(R) Gold 6338 CPU @ 2.00GHz",
+                sockets=2, cores=32, threads=64, max_speed_mhz=3200),
+        dimm_count=16, dimm_gib=16,
+        disks=(("SSD", 480 * GB, "NVMe", "PM983 480GB", "Samsung"),),
+        nic_count=2, nic_speed_mbps=25000,
+    ),
+    "storage": Shape(
+        name="storage", manufacturer="Contoso", model="SX-2400 Storage", sku="SX2400-1S",
+        cpu=Cpu(vendor="Advanced Micro Devices, Inc.", model="AMD EPYC 7313P 16-Core Processor",
+                sockets=1, cores=16, threads=32, max_speed_mhz=3700),
+        dimm_count=8, dimm_gib=16,
+        disks=(("SSD", 960 * GB, "SATA", "MZ7LH960", "Samsung"),
+               ("SSD", 960 * GB, "SATA", "MZ7LH960", "Samsung"),
+               ("HDD", 8 * TB, "SAS", "ST8000NM001A", "Seagate"),
+               ("HDD", 8 * TB, "SAS", "ST8000NM001A", "Seagate"),
+               ("HDD", 8 * TB, "SAS", "ST8000NM001A", "Seagate"),
+               ("HDD", 8 * TB, "SAS", "ST8000NM001A", "Seagate")),
+        nic_count=1, nic_speed_mbps=10000,
+    ),
+}
+
+
+def shape_for(index: int) -> Shape:
+    """Every fourth system (index 4, 8, ...) is a storage box."""
+    return SHAPES["storage"] if index % 4 == 0 else SHAPES["compute"]
+
+
+def mac_for(kind: int, index: int, nic: int) -> str:
+    if not 0 <= index <= MAX_SYSTEMS:
+        raise ValueError(f"system index {index} out of range")
+    octets = [0x02, 0x4E, 0x46, index >> 8, index & 0xFF, (kind << 4) | nic]
+    return ":".join(f"{o:02x}" for o in octets)
+
+
+@dataclasses.dataclass(frozen=True)
+class RedfishSystem:
+    index: int
+    uuid: str
+    name: str
+    shape: str
+    manufacturer: str
+    model: str
+    sku: str
+    serial: str
+    bios_version: str
+    boot_mode: str
+    power_state: str
+    cpu: Cpu
+    memory_gib: int
+    dimms: tuple[Dimm, ...]
+    nics: tuple[Nic, ...]
+    disks: tuple[Disk, ...]
+
+    @property
+    def macs(self) -> list[str]:
+        return [n.mac for n in self.nics]
+
+    @property
+    def root_disk_bytes(self) -> int:
+        return self.disks[0].capacity_bytes
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class IpmiBmc:
+    index: int
+    name: str
+    uuid: str
+    port: int
+    username: str
+    power_state: str       # "on" | "off"
+    boot_device: str       # pyghmi names: "default", "network", "hd", ...
+    macs: tuple[str, ...]
+    shape: str
+
+
+def redfish_system(index: int) -> RedfishSystem:
+    """System number ``index`` (1-based)."""
+    if index < 1:
+        raise ValueError("system indexes start at 1")
+    shape = shape_for(index)
+    sys_uuid = str(uuid.uuid5(_NAMESPACE, f"redfish-system-{index}"))
+    serial_prefix = "CX" if shape.name == "compute" else "SX"
+    nics = tuple(Nic(id=f"NIC{n + 1}", mac=mac_for(0, index, n), speed_mbps=shape.nic_speed_mbps)
+                 for n in range(shape.nic_count))
+    disks = tuple(
+        Disk(id=f"Disk{d + 1}", name=f"{media} {proto} {n // GB} GB" if n < TB else f"{media} {proto} {n // TB} TB",
+             capacity_bytes=n, media_type=media, protocol=proto, model=model,
+             serial=f"{vendor[:2].upper()}{index:05d}D{d + 1}", manufacturer=vendor)
+        for d, (media, n, proto, model, vendor) in enumerate(shape.disks))
+    dimms = tuple(
+        Dimm(id=f"DIMM{m + 1}", capacity_mib=shape.dimm_gib * 1024, speed_mhz=3200,
+             manufacturer="Micron", part_number="MTA18ASF2G72PDZ-3G2",
+             serial=f"MU{index:05d}{m + 1:02d}")
+        for m in range(shape.dimm_count))
+    return RedfishSystem(
+        index=index, uuid=sys_uuid, name=f"rf-node-{index:03d}", shape=shape.name,
+        manufacturer=shape.manufacturer, model=shape.model, sku=shape.sku,
+        serial=f"{serial_prefix}{index:07d}", bios_version=f"2.{index % 3}.1",
+        boot_mode=shape.boot_mode, power_state="Off", cpu=shape.cpu,
+        memory_gib=shape.memory_gib, dimms=dimms, nics=nics, disks=disks,
+    )
+
+
+def redfish_systems(count: int = DEFAULT_REDFISH_COUNT) -> list[RedfishSystem]:
+    return [redfish_system(i) for i in range(1, count + 1)]
+
+
+def ipmi_bmcs(base_port: int = 6230, count: int = DEFAULT_IPMI_COUNT) -> list[IpmiBmc]:
+    result = []
+    for i in range(1, count + 1):
+        shape = shape_for(i)
+        result.append(IpmiBmc(
+            index=i, name=f"ipmi-node-{i:02d}",
+            uuid=str(uuid.uuid5(_NAMESPACE, f"ipmi-bmc-{i}")),
+            port=base_port + i - 1,
+            username=f"ipmi{i:02d}",
+            power_state="on" if i % 2 == 0 else "off",
+            boot_device="default",
+            macs=tuple(mac_for(1, i, n) for n in range(shape.nic_count)),
+            shape=shape.name,
+        ))
+    return result
+
+
+# -- credentials ---------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Credential:
+    username: str
+    password: Secret
+
+    def __repr__(self) -> str:
+        return f"Credential(username={self.username!r}, password=***)"
+
+
+@dataclasses.dataclass(frozen=True)
+class Credentials:
+    redfish: Credential
+    ipmi: dict[str, Credential]     # BMC name -> credential
+
+    def for_ipmi(self, bmc: IpmiBmc) -> Credential:
+        return self.ipmi[bmc.name]
+
+
+def credentials_path(paths: Paths) -> Path:
+    return paths.etc / "bmc" / "credentials.json"
+
+
+def _new_password(nbytes: int) -> str:
+    # URL-safe alphabet: no shell, URL or htpasswd metacharacters.
+    return secrets.token_urlsafe(nbytes)
+
+
+def ensure_credentials(paths: Paths, ipmi_count: int = DEFAULT_IPMI_COUNT) -> Credentials:
+    """Load the BMC credentials, creating any that are missing (0600)."""
+    path = credentials_path(paths)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.chmod(path.parent, 0o700)
+    with _locked(path.parent / ".lock"):
+        return _ensure_credentials_locked(path, ipmi_count)
+
+
+def _ensure_credentials_locked(path: Path, ipmi_count: int) -> Credentials:
+    data: dict[str, Any] = {}
+    if path.exists():
+        data = _read_json(path)
+    changed = False
+    if "redfish" not in data:
+        data["redfish"] = {"username": REDFISH_USERNAME, "password": _new_password(18)}
+        changed = True
+    ipmi = data.setdefault("ipmi", {})
+    for bmc in ipmi_bmcs(count=ipmi_count):
+        if bmc.name not in ipmi:
+            # IPMI 2.0 passwords are at most 20 bytes; 12 bytes -> 16 chars.
+            ipmi[bmc.name] = {"username": bmc.username, "password": _new_password(12)}
+            changed = True
+    if changed:
+        write_private_json(path, data)
+    return _to_credentials(path, data)
+
+
+@contextlib.contextmanager
+def _locked(lockfile: Path) -> Iterator[None]:
+    fd = os.open(lockfile, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def load_credentials(paths: Paths) -> Credentials:
+    """Load existing credentials (raises ConfigError if never generated)."""
+    path = credentials_path(paths)
+    if not path.exists():
+        raise ConfigError(path=str(path), detail="no BMC credentials yet; start the local cloud first",
+                          hint="run 'nodeforge devcloud up'")
+    return _to_credentials(path, _read_json(path))
+
+
+def _to_credentials(path: Path, data: dict[str, Any]) -> Credentials:
+    try:
+        rf = data["redfish"]
+        return Credentials(
+            redfish=Credential(rf["username"], Secret(rf["password"])),
+            ipmi={name: Credential(c["username"], Secret(c["password"]))
+                  for name, c in data.get("ipmi", {}).items()},
+        )
+    except (KeyError, TypeError):
+        raise ConfigError(path=str(path), detail="malformed BMC credentials file") from None
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        # Never echo the content: it holds passwords.
+        raise ConfigError(path=str(path), detail="unreadable or invalid JSON") from None
+    if not isinstance(data, dict):
+        raise ConfigError(path=str(path), detail="expected a JSON object")
+    return data
+
+
+def write_private_json(path: Path, data: Any) -> None:
+    """Write JSON atomically with mode 0600 from the first byte."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        os.write(fd, (json.dumps(data, indent=1, sort_keys=True) + "\n").encode())
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)

@@ -1,0 +1,432 @@
+#!/usr/bin/env python3
+"""Redfish BMC emulator of the nodeforge local cloud.
+
+A standalone launcher for sushy-tools' emulator (``sushy_tools.emulator.main``)
+with its *fake* systems driver, extended so that it behaves like a small rack
+of real servers. It runs under the ``bmc`` virtualenv's python and must not
+import nodeforge.
+
+    .devcloud/venvs/bmc/bin/python redfish_emulator.py --config FILE --port PORT
+
+FILE is a JSON document (mode 0600, written by nodeforge.devcloud.bmc):
+
+    {"listen_ip": "127.0.0.1",
+     "state_dir": "/abs/path",          # wiped at every launch
+     "tls": {"cert": "/abs/server.pem", "key": "/abs/server-key.pem"},
+     "auth": {"username": "...", "password": "..."},
+     "systems": [ { fleet.RedfishSystem as JSON }, ... ]}
+
+What it changes compared to stock sushy-tools 2.2.0 (``--fake``):
+
+* power changes land immediately (stock: after a random 1-11 s delay);
+* Processors, Memory (a collection of DIMMs that stock does not route at
+  all), EthernetInterfaces with the fleet's MACs and link speed,
+  SimpleStorage, Storage with controllers, Drives and Volumes (stock: the
+  Storage link is advertised but answers 500, Volumes 501), BIOS attributes
+  and BIOS version, so Ironic's Redfish out-of-band inspection succeeds;
+* system vendor, model, SKU and serial number, drive media type/model/serial
+  (stock templates hard-code them) are overlaid on the rendered JSON;
+* HTTP basic auth from an htpasswd file this script writes (bcrypt, low cost
+  factor: sushy-tools checks the hash on *every* request);
+* TLS 1.2+ with the local cloud's CA-signed certificate;
+* the SQLite state of the fake driver is wiped at every launch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import logging
+import os
+import shutil
+import signal
+import ssl
+import sys
+import threading
+
+LOG = logging.getLogger("nodeforge.redfish_emulator")
+
+DEFAULT_BIOS = {
+    "BootMode": "Uefi",
+    "EmbeddedSata": "Raid",
+    "L2Cache": "10x256 KB",
+    "NicBoot1": "NetworkBoot",
+    "NumCores": "10",
+    "ProcTurboMode": "Enabled",
+    "QuietBoot": "true",
+    "SecureBootStatus": "Enabled",
+    "SerialNumber": "QPX12345",
+    "SysPassword": "",
+}
+
+BCRYPT_ROUNDS = 5   # ~2 ms per request instead of ~250 ms at the default 12
+
+
+def load_config(path: str) -> dict:
+    with open(path, encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def write_htpasswd(path: str, username: str, password: str) -> None:
+    import bcrypt
+
+    digest = bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds=BCRYPT_ROUNDS)).decode()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(f"{username}:{digest}\n")
+
+
+def deep_merge(target: dict, overlay: dict) -> dict:
+    for key, value in overlay.items():
+        if isinstance(value, dict) and isinstance(target.get(key), dict):
+            deep_merge(target[key], value)
+        else:
+            target[key] = value
+    return target
+
+
+# -- translation of the fleet into sushy-tools configuration ------------------
+
+def storage_id() -> str:
+    return "1"
+
+
+def volumes_for(system: dict) -> list[dict]:
+    disks = system["disks"]
+    if system["shape"] == "storage":
+        ssd = [d for d in disks if d["media_type"] == "SSD"]
+        hdd = [d for d in disks if d["media_type"] == "HDD"]
+        vols = [{"Id": "1", "Name": "os-mirror", "VolumeType": "Mirrored",
+                 "CapacityBytes": ssd[0]["capacity_bytes"]}]
+        if len(hdd) >= 3:
+            vols.append({"Id": "2", "Name": "data-raid6", "VolumeType": "StripedWithParity",
+                         "CapacityBytes": hdd[0]["capacity_bytes"] * (len(hdd) - 2)})
+        return vols
+    return [{"Id": "1", "Name": "boot", "VolumeType": "RawDevice",
+             "CapacityBytes": disks[0]["capacity_bytes"]}]
+
+
+def sushy_config(cfg: dict, port: int) -> dict:
+    systems = cfg["systems"]
+    sid = storage_id()
+    fake_systems, storage, drives, volumes = [], {}, {}, {}
+    for s in systems:
+        fake_systems.append({
+            "uuid": s["uuid"],
+            "name": s["name"],
+            "power_state": s["power_state"],
+            "boot_mode": s["boot_mode"],
+            "external_notifier": False,
+            "nics": [{"id": n["id"], "mac": n["mac"]} for n in s["nics"]],
+        })
+        storage[s["uuid"]] = [{
+            "Id": sid,
+            "Name": "Local Storage Controller",
+            "StorageControllers": [{"MemberId": "0", "Name": "Contoso Integrated RAID",
+                                    "SpeedGbps": 12}],
+            "Drives": [d["id"] for d in s["disks"]],
+        }]
+        drives[(s["uuid"], sid)] = [
+            {"Id": d["id"], "Name": d["name"], "CapacityBytes": d["capacity_bytes"],
+             "Protocol": d["protocol"]} for d in s["disks"]]
+        volumes[(s["uuid"], sid)] = volumes_for(s)
+    result = {
+        "SUSHY_EMULATOR_FAKE_DRIVER": True,
+        "SUSHY_EMULATOR_FAKE_SYSTEMS": fake_systems,
+        "SUSHY_EMULATOR_STORAGE": storage,
+        "SUSHY_EMULATOR_DRIVES": drives,
+        "SUSHY_EMULATOR_VOLUMES": volumes,
+        "SUSHY_EMULATOR_STATE_DIR": cfg["state_dir"],
+        "SUSHY_EMULATOR_LISTEN_IP": cfg.get("listen_ip", "127.0.0.1"),
+        "SUSHY_EMULATOR_LISTEN_PORT": port,
+        "SUSHY_EMULATOR_FEATURE_SET": "full",
+    }
+    if cfg.get("auth"):
+        result["SUSHY_EMULATOR_AUTH_FILE"] = os.path.join(cfg["state_dir"], "htpasswd")
+    return result
+
+
+def overlays_for(systems: list[dict]) -> dict[str, dict]:
+    """JSON fields merged into rendered responses, keyed by resource path."""
+    result: dict[str, dict] = {}
+    sid = storage_id()
+    for s in systems:
+        base = f"/redfish/v1/Systems/{s['uuid']}"
+        cpu = s["cpu"]
+        result[base] = {
+            "Manufacturer": s["manufacturer"],
+            "Model": s["model"],
+            "SKU": s["sku"],
+            "SerialNumber": s["serial"],
+            "PartNumber": s["sku"],
+            "SystemType": "Physical",
+            "HostName": s["name"],
+            "ProcessorSummary": {
+                "Count": cpu["sockets"],
+                "CoreCount": cpu["sockets"] * cpu["cores"],
+                "LogicalProcessorCount": cpu["sockets"] * cpu["threads"],
+                "Model": cpu["model"],
+            },
+        }
+        for sock in range(cpu["sockets"]):
+            result[f"{base}/Processors/CPU{sock}"] = {
+                "TotalCores": cpu["cores"],
+                "TotalThreads": cpu["threads"],
+                "MaxSpeedMHz": cpu["max_speed_mhz"],
+                "@odata.id": f"{base}/Processors/CPU{sock}",
+            }
+        result[f"{base}/Processors"] = {"@odata.id": f"{base}/Processors"}
+        for n in s["nics"]:
+            result[f"{base}/EthernetInterfaces/{n['id']}"] = {
+                "SpeedMbps": n["speed_mbps"],
+                "LinkStatus": "LinkUp",
+                "InterfaceEnabled": True,
+            }
+        for d in s["disks"]:
+            result[f"{base}/Storage/{sid}/Drives/{d['id']}"] = {
+                "MediaType": d["media_type"],
+                "Model": d["model"],
+                "Manufacturer": d["manufacturer"],
+                "SerialNumber": d["serial"],
+                "RotationSpeedRPM": 7200 if d["media_type"] == "HDD" else None,
+            }
+    return result
+
+
+# -- the extended fake driver --------------------------------------------------
+
+def make_driver_class(base_cls, error, systems_by_uuid: dict[str, dict]):
+    class NodeforgeFakeDriver(base_cls):
+        """sushy-tools' FakeDriver with immediate power and full inventory."""
+
+        _lock = threading.RLock()
+
+        def _spec(self, identity):
+            return systems_by_uuid[self.uuid(identity)]
+
+        # Power: apply at once, deterministically.
+        def set_power_state(self, identity, state):
+            with self._lock:
+                system = self._get(identity)
+                current = system["power_state"]
+                if state in ("On", "ForceOn"):
+                    new = "On"
+                elif state in ("ForceOff", "GracefulShutdown"):
+                    new = "Off"
+                elif state in ("GracefulRestart", "ForceRestart", "PowerCycle"):
+                    new = "On"
+                elif state == "PushPowerButton":
+                    new = "Off" if current == "On" else "On"
+                elif state == "Nmi":
+                    return
+                else:
+                    raise error.NotSupportedError(f"Power state {state} is not supported")
+                self._update(system, power_state=new, pending_power=None)
+
+        def set_boot_device(self, identity, boot_source):
+            with self._lock:
+                super().set_boot_device(identity, boot_source)
+
+        def set_boot_mode(self, identity, boot_mode):
+            with self._lock:
+                super().set_boot_mode(identity, boot_mode)
+
+        def get_nics(self, identity):
+            return [{"id": n.get("id") or n["mac"], "mac": n["mac"]}
+                    for n in self._get(identity)["nics"]]
+
+        def get_total_memory(self, identity):
+            return self._spec(identity)["memory_gib"]
+
+        def get_total_cpus(self, identity):
+            return self._spec(identity)["cpu"]["sockets"]
+
+        def get_processors(self, identity):
+            cpu = self._spec(identity)["cpu"]
+            return [{"id": f"CPU{i}", "socket": f"CPU {i}", "vendor": cpu["vendor"],
+                     "model": cpu["model"], "cores": cpu["cores"], "threads": cpu["threads"]}
+                    for i in range(cpu["sockets"])]
+
+        def get_simple_storage_collection(self, identity):
+            spec = self._spec(identity)
+            by_proto: dict[str, dict] = {}
+            for d in spec["disks"]:
+                ctl = by_proto.setdefault(d["protocol"], {"Id": d["protocol"], "Name": d["protocol"],
+                                                          "DeviceList": []})
+                ctl["DeviceList"].append({"Name": d["name"], "CapacityBytes": d["capacity_bytes"]})
+            return by_proto
+
+        def find_or_create_storage_volume(self, data):
+            # Volumes are static (from the fleet); POSTed ones are accepted as is.
+            return data.get("Id")
+
+        def get_bios(self, identity):
+            system = self._get(identity)
+            return copy.deepcopy(system.get("bios") or DEFAULT_BIOS)
+
+        def set_bios(self, identity, attributes):
+            with self._lock:
+                system = self._get(identity)
+                bios = copy.deepcopy(system.get("bios") or DEFAULT_BIOS)
+                bios.update(attributes or {})
+                self._update(system, bios=bios)
+
+        def reset_bios(self, identity):
+            with self._lock:
+                self._update(identity, bios=copy.deepcopy(DEFAULT_BIOS))
+
+        def get_versions(self, identity):
+            system = self._get(identity)
+            return dict(system.get("versions") or {"BiosVersion": self._spec(identity)["bios_version"]})
+
+        def set_versions(self, identity, firmware_versions):
+            with self._lock:
+                versions = self.get_versions(identity)
+                versions.update(firmware_versions or {})
+                self._update(identity, versions=versions)
+
+        def reset_versions(self, identity):
+            with self._lock:
+                self._update(identity, versions=None)
+
+    return NodeforgeFakeDriver
+
+
+def build_app(cfg: dict, port: int):
+    """Configure sushy-tools' Flask app; returns (app, ssl_context)."""
+    import flask
+    from sushy_tools import error
+    from sushy_tools.emulator import api_utils
+    from sushy_tools.emulator import main as sushy_main
+    from sushy_tools.emulator import memoize
+    from sushy_tools.emulator.resources.systems import fakedriver
+
+    systems = cfg["systems"]
+    by_uuid = {s["uuid"]: s for s in systems}
+    driver_cls = make_driver_class(fakedriver.FakeDriver, error, by_uuid)
+
+    class NodeforgeApplication(sushy_main.Application):
+        @property
+        @memoize.memoize()
+        def systems(self):
+            return driver_cls.initialize(self.config, self.logger)()
+
+    app = sushy_main.app
+    # The module-level app already carries every route; swap in the
+    # subclass so its `systems` property builds our driver.
+    app.__class__ = NodeforgeApplication
+    app.configure(extra_config=sushy_config(cfg, port))
+
+    overlays = overlays_for(systems)
+
+    @app.after_request
+    def _overlay(response):
+        if flask.request.method != "GET" or response.status_code != 200:
+            return response
+        extra = overlays.get(flask.request.path.rstrip("/"))
+        if not extra:
+            return response
+        try:
+            body = json.loads(response.get_data())
+        except ValueError:
+            return response
+        deep_merge(body, copy.deepcopy(extra))
+        response.set_data(json.dumps(body, indent=4))
+        return response
+
+    def _memory_collection(identity):
+        uuid = app.systems.uuid(identity)
+        spec = by_uuid[uuid]
+        base = f"/redfish/v1/Systems/{identity}/Memory"
+        return flask.jsonify({
+            "@odata.type": "#MemoryCollection.MemoryCollection",
+            "@odata.id": base,
+            "Name": "Memory Module Collection",
+            "Members@odata.count": len(spec["dimms"]),
+            "Members": [{"@odata.id": f"{base}/{d['id']}"} for d in spec["dimms"]],
+        })
+
+    def _memory(identity, dimm_id):
+        uuid = app.systems.uuid(identity)
+        for d in by_uuid[uuid]["dimms"]:
+            if d["id"] == dimm_id:
+                return flask.jsonify({
+                    "@odata.type": "#Memory.v1_7_0.Memory",
+                    "@odata.id": f"/redfish/v1/Systems/{identity}/Memory/{dimm_id}",
+                    "Id": dimm_id,
+                    "Name": f"DIMM {dimm_id}",
+                    "MemoryType": "DRAM",
+                    "MemoryDeviceType": "DDR4",
+                    "BaseModuleType": "RDIMM",
+                    "CapacityMiB": d["capacity_mib"],
+                    "OperatingSpeedMhz": d["speed_mhz"],
+                    "AllowedSpeedsMHz": [d["speed_mhz"]],
+                    "DataWidthBits": 64,
+                    "BusWidthBits": 72,
+                    "Manufacturer": d["manufacturer"],
+                    "PartNumber": d["part_number"],
+                    "SerialNumber": d["serial"],
+                    "DeviceLocator": dimm_id,
+                    "ErrorCorrection": "MultiBitECC",
+                    "Status": {"State": "Enabled", "Health": "OK"},
+                })
+        raise error.NotFound()
+
+    app.add_url_rule("/redfish/v1/Systems/<identity>/Memory", "nf_memory_collection",
+                     api_utils.ensure_instance_access(api_utils.returns_json(_memory_collection)))
+    app.add_url_rule("/redfish/v1/Systems/<identity>/Memory/<dimm_id>", "nf_memory",
+                     api_utils.ensure_instance_access(api_utils.returns_json(_memory)))
+
+    tls = cfg.get("tls") or {}
+    ssl_context = None
+    if tls.get("cert") and tls.get("key"):
+        ssl_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ssl_context.minimum_version = ssl.TLSVersion.TLSv1_2
+        ssl_context.load_cert_chain(tls["cert"], tls["key"])
+    return app, ssl_context
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", required=True, help="JSON config file (0600)")
+    parser.add_argument("--port", type=int, required=True, help="TCP port on the listen IP")
+    parser.add_argument("--debug", action="store_true", help="log every emulator decision")
+    args = parser.parse_args(argv)
+
+    logging.basicConfig(level=logging.DEBUG if args.debug else logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    cfg = load_config(args.config)
+
+    state_dir = cfg["state_dir"]
+    # Fresh state per launch: power states, BIOS, volumes and indicator LEDs
+    # of the previous run must not leak into this one.
+    shutil.rmtree(state_dir, ignore_errors=True)
+    os.makedirs(state_dir, mode=0o700)
+    auth = cfg.get("auth")
+    if auth:
+        write_htpasswd(os.path.join(state_dir, "htpasswd"), auth["username"], auth["password"])
+
+    app, ssl_context = build_app(cfg, args.port)
+
+    # Create the driver (and its SQLite state) before accepting requests.
+    count = len(app.systems.systems)
+    LOG.info("serving %d systems on %s://%s:%d (auth %s)", count,
+             "https" if ssl_context else "http", cfg.get("listen_ip", "127.0.0.1"), args.port,
+             "on" if auth else "off")
+
+    def _stop(signum, frame):
+        LOG.info("signal %d received, exiting", signum)
+        sys.exit(0)
+
+    signal.signal(signal.SIGTERM, _stop)
+
+    from werkzeug.serving import run_simple
+
+    run_simple(cfg.get("listen_ip", "127.0.0.1"), args.port, app, threaded=True,
+               ssl_context=ssl_context, use_reloader=False, use_debugger=False)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
