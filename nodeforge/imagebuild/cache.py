@@ -1,0 +1,275 @@
+"""Content-addressed download cache and the one downloader every fetch goes through.
+
+Files live at ``<root>/sha256/<ab>/<abcdef...>``, named by their sha256. A
+download streams into ``<root>/tmp/`` while it is hashed, and is renamed to
+its final name only after the digest matched: a file under a final name is
+always complete and verified. Transient failures (connection errors, drops
+mid-body, HTTP 5xx/429) are retried with exponential backoff (tenacity); a
+digest mismatch is never retried -- it is reported with both digests.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+import os
+import re
+import shutil
+import tempfile
+import threading
+from pathlib import Path
+
+import requests
+import tenacity
+import urllib3.exceptions
+
+from nodeforge.errors import ConfigError, NodeforgeError
+
+log = logging.getLogger(__name__)
+
+CHUNK = 1 << 20
+# Errors while reading a response body (urllib3 wraps socket errors in these).
+_NETWORK_ERRORS = (requests.RequestException, urllib3.exceptions.HTTPError)
+ENV_CACHE_DIR = "NODEFORGE_CACHE_DIR"
+
+
+def default_root() -> Path:
+    if os.environ.get(ENV_CACHE_DIR):
+        return Path(os.environ[ENV_CACHE_DIR])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "nodeforge" / "artifacts"
+
+
+class DownloadError(NodeforgeError):
+    message = "{url}: {detail}"
+
+
+class NotFoundError(DownloadError):
+    message = "{url}: not found (HTTP 404)"
+
+
+class UnreachableError(DownloadError):
+    message = "cannot reach {url} after {attempts} attempts: {detail}"
+
+
+class ChecksumMismatch(NodeforgeError):
+    message = ("{artifact}: sha256 mismatch: {expected_from} says {expected}, "
+               "downloaded bytes are {actual} ({url})")
+
+
+class _Transient(Exception):
+    """A failure worth retrying; ``unreachable`` when no server answered."""
+
+    def __init__(self, detail: str, unreachable: bool = False):
+        super().__init__(detail)
+        self.unreachable = unreachable
+
+
+@dataclasses.dataclass(frozen=True)
+class RetryPolicy:
+    attempts: int = 5
+    initial: float = 0.5     # seconds before the 2nd attempt, doubled each time
+    maximum: float = 10.0
+    connect_timeout: float = 10.0
+    read_timeout: float = 60.0
+
+    @classmethod
+    def from_env(cls, env=None) -> "RetryPolicy":
+        """Defaults, overridden by NODEFORGE_DOWNLOAD_RETRIES / NODEFORGE_DOWNLOAD_BACKOFF."""
+        env = os.environ if env is None else env
+        policy = cls()
+        try:
+            if env.get("NODEFORGE_DOWNLOAD_RETRIES"):
+                policy = dataclasses.replace(policy, attempts=max(1, int(env["NODEFORGE_DOWNLOAD_RETRIES"])))
+            if env.get("NODEFORGE_DOWNLOAD_BACKOFF"):
+                policy = dataclasses.replace(policy, initial=float(env["NODEFORGE_DOWNLOAD_BACKOFF"]))
+        except ValueError as exc:
+            raise ConfigError(path="NODEFORGE_DOWNLOAD_RETRIES/BACKOFF", detail=str(exc)) from None
+        return policy
+
+
+@dataclasses.dataclass(frozen=True)
+class Fetched:
+    sha256: str
+    path: Path
+    size: int
+    downloaded: bool  # False when it came from the cache
+
+    def to_dict(self) -> dict:
+        return {"sha256": self.sha256, "path": str(self.path), "size": self.size, "downloaded": self.downloaded}
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+class Cache:
+    def __init__(self, root: Path | str | None = None):
+        self.root = Path(root) if root else default_root()
+
+    def path_for(self, sha256: str) -> Path:
+        return self.root / "sha256" / sha256[:2] / sha256
+
+    def lookup(self, sha256: str, *, verify: bool = True) -> Path | None:
+        """The cached file for ``sha256``; with ``verify``, re-hashed and evicted if damaged."""
+        path = self.path_for(sha256)
+        if not path.is_file():
+            return None
+        if verify and sha256_file(path) != sha256:
+            log.warning("cache entry %s is damaged; removing it", path)
+            path.unlink(missing_ok=True)
+            return None
+        return path
+
+    def tmpfile(self, sha256: str):
+        tmpdir = self.root / "tmp"
+        tmpdir.mkdir(parents=True, exist_ok=True)
+        return tempfile.NamedTemporaryFile(dir=tmpdir, prefix=f"{sha256[:16]}.", suffix=".part", delete=False)
+
+    def commit(self, tmp: Path, sha256: str) -> Path:
+        final = self.path_for(sha256)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(tmp, final)
+        return final
+
+    def export(self, sha256: str, dest: Path) -> None:
+        """Place the cached file at ``dest`` (hard link when possible, else a copy)."""
+        src = self.path_for(sha256)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.unlink(missing_ok=True)
+        try:
+            os.link(src, dest)
+        except OSError:
+            shutil.copyfile(src, dest)
+
+
+class Downloader:
+    """HTTP GETs with retries; artifacts stream into a :class:`Cache`."""
+
+    def __init__(self, cache: Cache | None = None, retry: RetryPolicy = RetryPolicy()):
+        self.cache = cache or Cache()
+        self.retry = retry
+        self._local = threading.local()
+
+    def _session(self) -> requests.Session:
+        session = getattr(self._local, "session", None)
+        if session is None:
+            session = self._local.session = requests.Session()
+            session.headers["Accept-Encoding"] = "identity"  # hash the bytes as published
+        return session
+
+    def _retrying(self, url: str, fn, hint: str | None):
+        retrying = tenacity.Retrying(
+            stop=tenacity.stop_after_attempt(self.retry.attempts),
+            wait=tenacity.wait_exponential(multiplier=self.retry.initial, max=self.retry.maximum),
+            retry=tenacity.retry_if_exception_type(_Transient),
+            before_sleep=lambda rs: log.info("retrying %s (attempt %d): %s", url, rs.attempt_number,
+                                             rs.outcome.exception()),
+            reraise=True,
+        )
+        try:
+            return retrying(fn)
+        except _Transient as exc:
+            cls = UnreachableError if exc.unreachable else DownloadError
+            raise cls(url=url, attempts=self.retry.attempts, hint=hint,
+                      detail=f"{exc} (after {self.retry.attempts} attempts)" if cls is DownloadError else str(exc)) from None
+
+    def _get(self, url: str) -> requests.Response:
+        try:
+            resp = self._session().get(url, stream=True,
+                                       timeout=(self.retry.connect_timeout, self.retry.read_timeout))
+        except requests.ConnectionError as exc:
+            raise _Transient(_reason(exc), unreachable=True) from exc
+        except requests.Timeout as exc:
+            raise _Transient(f"timed out: {_reason(exc)}", unreachable=True) from exc
+        if resp.status_code == 404:
+            resp.close()
+            raise NotFoundError(url=url)
+        if resp.status_code >= 500 or resp.status_code == 429:
+            resp.close()
+            raise _Transient(f"HTTP {resp.status_code} {resp.reason}")
+        if resp.status_code != 200:
+            resp.close()
+            raise DownloadError(url=url, detail=f"HTTP {resp.status_code} {resp.reason}")
+        return resp
+
+    def get_text(self, url: str, *, hint: str | None = None, limit: int = 1 << 20) -> str:
+        """A small text document (marker, checksum file)."""
+
+        def once() -> str:
+            with self._get(url) as resp:
+                data = _read_body(resp, limit)
+            return data.decode("utf-8", errors="replace")
+
+        return self._retrying(url, once, hint)
+
+    def fetch(self, url: str, sha256: str, *, artifact: str, expected_from: str = "the lockfile",
+              hint: str | None = None, verify_cached: bool = True) -> Fetched:
+        """Make sure the file with ``sha256`` is cached, downloading it from ``url`` if needed."""
+        cached = self.cache.lookup(sha256, verify=verify_cached)
+        if cached is not None:
+            return Fetched(sha256, cached, cached.stat().st_size, downloaded=False)
+
+        def once() -> Fetched:
+            with self._get(url) as resp, self.cache.tmpfile(sha256) as out:
+                tmp = Path(out.name)
+                try:
+                    digest, size = _stream(resp, out)
+                except BaseException:
+                    out.close()
+                    tmp.unlink(missing_ok=True)
+                    raise
+            if digest != sha256:
+                tmp.unlink(missing_ok=True)
+                raise ChecksumMismatch(artifact=artifact, expected_from=expected_from, expected=sha256,
+                                       actual=digest, url=url)
+            return Fetched(sha256, self.cache.commit(tmp, sha256), size, downloaded=True)
+
+        return self._retrying(url, once, hint)
+
+
+def _stream(resp: requests.Response, out) -> tuple[str, int]:
+    h = hashlib.sha256()
+    size = 0
+    try:
+        for chunk in resp.raw.stream(CHUNK, decode_content=False):
+            h.update(chunk)
+            out.write(chunk)
+            size += len(chunk)
+    except _NETWORK_ERRORS as exc:  # a local disk error (OSError from write) is not retried
+        raise _Transient(f"connection dropped after {size} bytes: {_reason(exc)}") from exc
+    expected = resp.headers.get("Content-Length")
+    if expected is not None and expected.isdigit() and int(expected) != size:
+        raise _Transient(f"connection dropped after {size} of {expected} bytes")
+    return h.hexdigest(), size
+
+
+def _read_body(resp: requests.Response, limit: int) -> bytes:
+    data = bytearray()
+    try:
+        for chunk in resp.raw.stream(65536, decode_content=False):
+            data += chunk
+            if len(data) > limit:
+                raise DownloadError(url=resp.url, detail=f"larger than {limit} bytes")
+    except _NETWORK_ERRORS as exc:
+        raise _Transient(f"connection dropped: {_reason(exc)}") from exc
+    return bytes(data)
+
+
+def _reason(exc: BaseException) -> str:
+    """A short reason ("Connection refused") instead of urllib3's nested repr."""
+    text = str(exc)
+    m = re.search(r"\[Errno -?\d+\] ([^'\")]+)", text)
+    if m:
+        return m.group(1).strip()
+    for pattern in (r"(Read timed out)", r"(Connection broken: [^'\"(]+)", r"(IncompleteRead\([^)]*\))",
+                    r"(Connection aborted)", r"(Remote end closed connection without response)"):
+        m = re.search(pattern, text)
+        if m:
+            return m.group(1).strip()
+    return text[:200] or type(exc).__name__
