@@ -1,0 +1,103 @@
+"""Fixtures: a local upstream mirror with generated releases, and a lockfile pinning them.
+
+The fixture artifacts are small fake binaries; their digests are not the real
+published ones, so tests that download use the fixture lockfile written here,
+never ``manifests/versions.yaml``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from nodeforge import cli
+from nodeforge.devcloud.upstream_mirror import FixtureUpstream, MirrorServer
+from nodeforge.imagebuild.cache import Cache, Downloader, RetryPolicy
+from nodeforge.imagebuild.lockfile import Arch, Component
+from nodeforge.imagebuild.sources import Sources, SourceName
+
+# What the fixture upstream publishes and the fixture lockfile pins at first.
+KUBERNETES = {"1.34": "1.34.3", "1.35": "1.35.1", "1.36": "1.36.0"}
+COMPANIONS = {Component.CNI_PLUGINS: "1.9.1", Component.CONTAINERD: "2.3.4", Component.RUNC: "1.4.3"}
+FAST_RETRY = RetryPolicy(attempts=3, initial=0.01, maximum=0.05, connect_timeout=2, read_timeout=5)
+
+
+@pytest.fixture
+def upstream(tmp_path) -> FixtureUpstream:
+    up = FixtureUpstream(tmp_path / "upstream")
+    for minor, version in KUBERNETES.items():
+        up.add_kubernetes(version)
+        up.add(Component.CRICTL, f"{minor}.0")
+    for comp, version in COMPANIONS.items():
+        up.add(comp, version)
+    return up
+
+
+@pytest.fixture
+def mirror(upstream):
+    with MirrorServer(upstream.root) as server:
+        yield server
+
+
+@pytest.fixture
+def sources(mirror) -> Sources:
+    return Sources({s: mirror.base_url(s) for s in SourceName})
+
+
+@pytest.fixture
+def downloader(tmp_path) -> Downloader:
+    return Downloader(Cache(tmp_path / "cache"), FAST_RETRY)
+
+
+def lockfile_text(up: FixtureUpstream, kubernetes: dict[str, str] = KUBERNETES) -> str:
+    """A lockfile (with comments) pinning the fixture upstream's digests."""
+
+    def digests(comp, version, indent):
+        return "".join(f"{' ' * indent}{a.value}: {up.digests[(comp, version, a)]}\n" for a in Arch)
+
+    text = ("# fixture lockfile\nschema_version: 1\narchitectures: [amd64, arm64]\n"
+            "base_os:\n  distro: debian\n  release: \"12\"\n"
+            "hardening:\n  profile: cis-debian12-level1-server\n  version: \"1.1.0\"\n"
+            "kubernetes:  # supported minors\n")
+    for minor, version in kubernetes.items():
+        text += f'  "{minor}":\n    version: {version}  # keep me\n    pause_image: registry.k8s.io/pause:3.10.1\n'
+        text += "    binaries:\n"
+        for comp in (Component.KUBELET, Component.KUBEADM, Component.KUBECTL):
+            text += f"      {comp.value}:\n" + digests(comp, version, 8)
+        text += "    components:\n"
+        for comp, cversion in {Component.CRICTL: f"{minor}.0", **COMPANIONS}.items():
+            text += f"      {comp.value}:  # {comp.value} comment\n        version: {cversion}\n        sha256:\n"
+            text += digests(comp, cversion, 10)
+    return text
+
+
+@pytest.fixture
+def fixture_lock(tmp_path, upstream, mirror) -> Path:
+    """``<tmp>/manifests/versions.yaml`` pinning the fixture releases, with a
+    ``sources.yaml`` beside it pointing every source at the local mirror."""
+    d = tmp_path / "manifests"
+    d.mkdir()
+    path = d / "versions.yaml"
+    path.write_text(lockfile_text(upstream))
+    (d / "sources.yaml").write_text(
+        "mirrors:\n" + "".join(f"  {s.value}: {mirror.base_url(s)}\n" for s in SourceName))
+    return path
+
+
+@pytest.fixture
+def run_cli(capsys, monkeypatch, tmp_path):
+    """Run ``nodeforge`` in-process through ``cli.main`` (real exit-code mapping)."""
+    monkeypatch.setenv("NODEFORGE_CACHE_DIR", str(tmp_path / "cli-cache"))
+    monkeypatch.setenv("NODEFORGE_DOWNLOAD_RETRIES", "3")
+    monkeypatch.setenv("NODEFORGE_DOWNLOAD_BACKOFF", "0.01")
+    for s in SourceName:
+        monkeypatch.delenv(s.env_var, raising=False)
+
+    def run(*args: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        code = cli.main(list(args))
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
