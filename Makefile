@@ -28,7 +28,7 @@ venv: $(BIN)/python
 	@want=$$(cat pyproject.toml | sha256sum | cut -c1-16); \
 	if [ "$$(cat $(STAMP) 2>/dev/null)" = "$$want" ]; then echo "venv: up to date"; else \
 	  $(BIN)/python -m pip install -q uv==0.13.9 && \
-	  VIRTUAL_ENV=$(abspath $(VENV)) $(BIN)/uv pip install -q -e '.[dev]' && echo $$want > $(STAMP) && echo "venv: installed"; fi
+	  VIRTUAL_ENV=$(abspath $(VENV)) $(BIN)/uv pip install -q --compile-bytecode -e '.[dev]' && echo $$want > $(STAMP) && echo "venv: installed"; fi
 
 devcloud-install: venv
 	$(BIN)/nodeforge devcloud install

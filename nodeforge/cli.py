@@ -33,6 +33,7 @@ cli.add_command(devcloud_cmds.devcloud)
 
 
 def main(argv: list[str] | None = None) -> int:
+    options.add_common_options(cli)
     try:
         cli.main(args=argv, prog_name="nodeforge", standalone_mode=False)
     except click.exceptions.Exit as exc:

@@ -42,3 +42,46 @@ log_format = click.option(
     help="Log line format on stderr.",
 )
 dry_run = click.option("--dry-run", is_flag=True, help="Show the plan; write nothing.")
+
+
+def _override(field):
+    def callback(ctx: click.Context, param, value):
+        if value is not None and value != () and value != 0:
+            app = ctx.find_object(AppContext)
+            if app is not None:
+                setattr(app, field, value)
+                if field in ("verbose", "log_format"):
+                    from nodeforge import log
+
+                    log.setup(app.verbose, app.log_format)
+        return value
+
+    return callback
+
+
+def _leaf_params() -> list[click.Parameter]:
+    """The global options again, for placing after the subcommand
+    (``nodeforge devcloud status --output json``); unset ones change nothing."""
+    return [
+        click.Option(["--os-cloud"], default=None, expose_value=False, callback=_override("os_cloud"),
+                     help="Cloud name in clouds.yaml (overrides the global option)."),
+        click.Option(["--output", "-o"], type=click.Choice(FORMATS), default=None, expose_value=False,
+                     callback=_override("output"), help="table, json or yaml."),
+        click.Option(["-v", "--verbose"], count=True, expose_value=False, callback=_override("verbose"),
+                     help="More logging."),
+        click.Option(["--log-format"], type=click.Choice(["text", "json"]), default=None, expose_value=False,
+                     callback=_override("log_format"), help="Log line format on stderr."),
+    ]
+
+
+def add_common_options(command: click.Command) -> None:
+    """Give every leaf command the global options, so they work on either side
+    of the subcommand name."""
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            add_common_options(sub)
+        return
+    existing = {opt for p in command.params for opt in getattr(p, "opts", [])}
+    for param in _leaf_params():
+        if not existing.intersection(param.opts):
+            command.params.append(param)

@@ -22,3 +22,56 @@ def install(app, force):
     """Install the service virtualenvs from the committed constraints."""
     results = install_mod.install(Paths.default(), force=force)
     output.emit(results, app.output, columns=["venv", "action", "path"])
+
+
+def _cloud():
+    from nodeforge.devcloud.cloud import DevCloud
+
+    return DevCloud()
+
+
+def _only(value):
+    return [v for v in (value or "").split(",") if v.strip()] or None
+
+
+@devcloud.command()
+@click.option("--only", help="Comma-separated groups or services (image, compute, key-manager, baremetal, ...).")
+@options.pass_app
+def up(app, only):
+    """Start the local cloud (or a subset) and wait until it is healthy."""
+    cloud = _cloud()
+    results = cloud.up(_only(only), progress=lambda msg: click.echo(msg, err=True))
+    output.emit(results, app.output, columns=["service", "action", "seconds"])
+    if app.output == "table":
+        click.echo(f"clouds.yaml: {cloud.paths.clouds_yaml}  (eval \"$(nodeforge devcloud env)\")", err=True)
+
+
+@devcloud.command()
+@options.pass_app
+def down(app):
+    """Stop every local-cloud process this state directory started."""
+    results = _cloud().down()
+    if app.output == "table" and not results:
+        click.echo("nothing running", err=True)
+        return
+    output.emit(results, app.output, columns=["service", "action"])
+
+
+@devcloud.command()
+@options.pass_app
+def status(app):
+    """Each service with its port, PID and health."""
+    rows = _cloud().status()
+    output.emit(rows, app.output, columns=["service", "running", "healthy", "pid", "ports", "url", "detail"])
+
+
+@devcloud.command()
+@options.pass_app
+def env(app):
+    """Print shell exports that point OpenStack clients at the local cloud."""
+    values = _cloud().env()
+    if app.output == "table":
+        for key, value in values.items():
+            click.echo(f"export {key}={value}")
+    else:
+        output.emit(values, app.output)

@@ -3,6 +3,10 @@
 Each virtualenv is separate from nodeforge's own (OpenStack services pin
 library versions nodeforge need not share). ``uv`` installs them in seconds;
 a stamp (hash of the constraints file) makes a second run a no-op.
+
+Bytecode is compiled at install time: machines here export
+PYTHONDONTWRITEBYTECODE=1, and without .pyc files every service start
+re-parses its whole dependency tree (keystone-manage: ~12 s instead of ~2 s).
 """
 
 from __future__ import annotations
@@ -70,12 +74,15 @@ def install(paths: Paths, names=None, force: bool = False) -> list[dict]:
         uv = _uv()
         env = dict(os.environ)
         env.pop("VIRTUAL_ENV", None)
+        if venv.exists():
+            # Rebuild from scratch so nothing outside the constraints lingers.
+            shutil.rmtree(venv)
         try:
             if not (venv / "bin" / "python").exists():
                 subprocess.run([uv, "venv", "-q", "-p", sys.executable, str(venv)], check=True, env=env,
                                capture_output=True, text=True)
             env["VIRTUAL_ENV"] = str(venv)
-            subprocess.run([uv, "pip", "install", "-q", "-r", str(cfile)], check=True, env=env,
+            subprocess.run([uv, "pip", "install", "-q", "--compile-bytecode", "-r", str(cfile)], check=True, env=env,
                            capture_output=True, text=True)
         except subprocess.CalledProcessError as exc:
             tail = "\n".join((exc.stderr or exc.stdout or "").splitlines()[-15:])

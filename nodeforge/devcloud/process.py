@@ -8,9 +8,21 @@ started (found by pidfile, checked against the recorded command line).
 from __future__ import annotations
 
 import dataclasses
+import json
+import logging
 import os
+import re
+import signal
+import socket
+import subprocess
+import time
 from pathlib import Path
 from typing import Callable, Sequence
+
+from nodeforge.errors import NodeforgeError
+from nodeforge.redact import scrub
+
+LOG = logging.getLogger(__name__)
 
 # A health check returns None when healthy, or a short reason when not.
 HealthCheck = Callable[[], "str | None"]
@@ -20,7 +32,7 @@ HealthCheck = Callable[[], "str | None"]
 class ServiceSpec:
     name: str                      # e.g. "keystone"
     argv: Sequence[str]            # full command line (no secrets in it!)
-    ports: Sequence[int]           # loopback ports it binds (checked free before start)
+    ports: Sequence[int]           # loopback TCP ports it binds (checked free before start)
     health: HealthCheck            # polled until None or timeout
     env: dict[str, str] = dataclasses.field(default_factory=dict)
     cwd: Path | None = None
@@ -29,3 +41,189 @@ class ServiceSpec:
     prepare: Callable[[], None] | None = None  # one-off set-up before launch (db sync, ...)
     start_timeout: float = 60.0
     url: str | None = None         # shown by `status`
+    udp_ports: Sequence[int] = ()  # loopback UDP ports it binds
+
+
+
+class PortInUseError(NodeforgeError):
+    message = "cannot start {service}: 127.0.0.1:{port} is already in use by {holder}"
+
+
+class ServiceStartError(NodeforgeError):
+    message = "service '{service}' failed to start: {reason}\n--- last lines of {log} ---\n{tail}"
+
+
+def log_tail(path: Path, lines: int = 25) -> str:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - 16384))
+            text = fh.read().decode("utf-8", "replace")
+    except FileNotFoundError:
+        return "(no log written)"
+    return scrub("\n".join(text.splitlines()[-lines:]))
+
+
+def port_holder(port: int, proto: str = "tcp") -> str | None:
+    """Describe what holds a loopback port, or None if it is free."""
+    kind = socket.SOCK_STREAM if proto == "tcp" else socket.SOCK_DGRAM
+    with socket.socket(socket.AF_INET, kind) as sock:
+        if proto == "tcp":
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+            return None
+        except OSError:
+            pass
+    flag = "-Hltnp" if proto == "tcp" else "-Hlunp"
+    try:
+        out = subprocess.run(["ss", flag, f"sport = :{port}"], capture_output=True, text=True, timeout=5).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        out = ""
+    # users:(("python",pid=123,fd=3))
+    m = re.search(r'users:\(\("([^"]+)",pid=(\d+)', out)
+    if m:
+        return f"process '{m.group(1)}' (pid {m.group(2)})"
+    return "another process (run 'ss -ltnup' to see which)"
+
+
+MARKER_VAR = "NODEFORGE_DEVCLOUD_SERVICE"
+
+
+def _environ_marker(pid: int) -> str | None:
+    """The marker nodeforge put in a process's environment at launch.
+
+    Processes rename themselves (uWSGI, setproctitle), so the command line is
+    no proof of identity; the environment a process was started with is.
+    """
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return None
+    prefix = MARKER_VAR.encode() + b"="
+    for item in raw.split(b"\0"):
+        if item.startswith(prefix):
+            return item[len(prefix):].decode("utf-8", "replace")
+    return None
+
+
+class Supervisor:
+    """Starts and stops the local cloud's processes, tracked by pidfile.
+
+    A pidfile records the pid; a process is ours only if its environment still
+    carries the marker set at launch, so a recycled pid is never killed.
+    """
+
+    def __init__(self, run_dir: Path, log_dir: Path):
+        self.run_dir = run_dir
+        self.log_dir = log_dir
+
+    def pidfile(self, name: str) -> Path:
+        return self.run_dir / f"{name}.pid"
+
+    def logfile(self, name: str) -> Path:
+        return self.log_dir / f"{name}.log"
+
+    def _marker(self, name: str) -> str:
+        return f"{self.run_dir.resolve()}:{name}"
+
+    def running_pid(self, name: str) -> int | None:
+        try:
+            record = json.loads(self.pidfile(name).read_text())
+        except (OSError, ValueError):
+            return None
+        pid = int(record.get("pid", 0))
+        if not pid or _environ_marker(pid) != self._marker(name):
+            return None
+        try:  # zombie check
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return None
+        return None if state == "Z" else pid
+
+    def start(self, spec: ServiceSpec) -> int:
+        if self.running_pid(spec.name):
+            raise ServiceStartError(service=spec.name, reason="already running", log=self.logfile(spec.name),
+                                    tail="")
+        for port, proto in [(p, "tcp") for p in spec.ports] + [(p, "udp") for p in spec.udp_ports]:
+            holder = port_holder(port, proto)
+            if holder:
+                raise PortInUseError(service=spec.name, port=port, holder=holder)
+        if spec.prepare:
+            spec.prepare()
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        logf = open(self.logfile(spec.name), "ab")
+        env = dict(os.environ)
+        for var in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME"):
+            env.pop(var, None)
+        env.update(spec.env)
+        env[MARKER_VAR] = self._marker(spec.name)
+        proc = subprocess.Popen(
+            list(spec.argv), stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            cwd=str(spec.cwd) if spec.cwd else None, env=env, start_new_session=True,
+        )
+        logf.close()
+        self.pidfile(spec.name).write_text(json.dumps({"pid": proc.pid, "argv": list(spec.argv),
+                                                       "started": time.time()}))
+        self._procs = getattr(self, "_procs", {})
+        self._procs[spec.name] = proc
+        return proc.pid
+
+    def wait_healthy(self, spec: ServiceSpec) -> float:
+        """Poll the health check; raise with the log tail if the process dies
+        or the timeout passes."""
+        start = time.monotonic()
+        reason = "not yet checked"
+        delay = 0.2
+        while time.monotonic() - start < spec.start_timeout:
+            proc = getattr(self, "_procs", {}).get(spec.name)
+            if proc is not None and proc.poll() is not None:
+                raise ServiceStartError(service=spec.name, reason=f"process exited with code {proc.returncode}",
+                                        log=self.logfile(spec.name), tail=log_tail(self.logfile(spec.name)))
+            if proc is None and not self.running_pid(spec.name):
+                raise ServiceStartError(service=spec.name, reason="process is not running",
+                                        log=self.logfile(spec.name), tail=log_tail(self.logfile(spec.name)))
+            try:
+                reason = spec.health()
+            except Exception as exc:  # noqa: BLE001 - any failure means not healthy yet
+                reason = f"{type(exc).__name__}: {exc}"
+            if reason is None:
+                return time.monotonic() - start
+            time.sleep(delay)
+            delay = min(delay * 1.5, 1.0)
+        raise ServiceStartError(service=spec.name,
+                                reason=f"not healthy after {spec.start_timeout:.0f}s ({scrub(str(reason))})",
+                                log=self.logfile(spec.name), tail=log_tail(self.logfile(spec.name)))
+
+    def stop(self, name: str, timeout: float = 15.0) -> bool:
+        """Stop a service we started; returns False if it was not running."""
+        pid = self.running_pid(name)
+        pidfile = self.pidfile(name)
+        if pid is None:
+            pidfile.unlink(missing_ok=True)
+            return False
+        try:
+            os.killpg(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.running_pid(name):
+            proc = getattr(self, "_procs", {}).get(name)
+            if proc is not None:
+                proc.poll()
+            time.sleep(0.1)
+        if self.running_pid(name):
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            time.sleep(0.2)
+        proc = getattr(self, "_procs", {}).pop(name, None)
+        if proc is not None:
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+        pidfile.unlink(missing_ok=True)
+        return True

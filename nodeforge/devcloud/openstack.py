@@ -1,0 +1,377 @@
+"""The local cloud's OpenStack services: configuration and launch specs.
+
+Keystone, Glance, Nova API, Placement and Barbican run under uWSGI (the
+``pyuwsgi`` wheel) as WSGI modules; Ironic runs as its all-in-one ``ironic``
+process (API + conductor, required with SQLite). Every service uses SQLite in
+the state directory, binds 127.0.0.1 and authenticates through Keystone.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import os
+import secrets
+import shutil
+import subprocess
+import urllib.error
+import urllib.request
+from importlib import resources
+from pathlib import Path
+
+from nodeforge.devcloud import inifile
+from nodeforge.devcloud.paths import Paths
+from nodeforge.devcloud.process import ServiceSpec
+from nodeforge.errors import NodeforgeError
+from nodeforge.redact import Secret, scrub
+
+HOST = "127.0.0.1"
+REGION = "RegionOne"
+VENV = "openstack"
+
+# service name -> (port, catalog type, URL path suffix of the endpoint)
+PORTS = {
+    "keystone": 5000,
+    "glance": 9292,
+    "placement": 8778,
+    "nova": 8774,
+    "barbican": 9311,
+    "ironic": 6385,
+}
+
+CATALOG = {
+    # service: (catalog type, catalog name, endpoint path)
+    "glance": ("image", "glance", ""),
+    "placement": ("placement", "placement", ""),
+    "nova": ("compute", "nova", "/v2.1"),
+    "barbican": ("key-manager", "barbican", ""),
+    "ironic": ("baremetal", "ironic", ""),
+}
+
+# Groups for `devcloud up --only`: each names the services it needs.
+GROUPS = {
+    "identity": ("keystone",),
+    "image": ("keystone", "barbican", "glance"),
+    "compute": ("keystone", "placement", "nova"),
+    "key-manager": ("keystone", "barbican"),
+    "baremetal": ("keystone", "ironic", "redfish-bmc", "ipmi-bmc"),
+}
+
+
+class PrepareError(NodeforgeError):
+    message = "preparing {service} failed: {detail}"
+
+
+def url(service: str) -> str:
+    return f"http://{HOST}:{PORTS[service]}"
+
+
+def keystone_url() -> str:
+    return url("keystone") + "/v3"
+
+
+def http_health(target: str, ok=(200, 300)) -> "callable":
+    def check():
+        req = urllib.request.Request(target, headers={"Connection": "close"})
+        try:
+            with urllib.request.urlopen(req, timeout=3) as resp:
+                status = resp.status
+        except urllib.error.HTTPError as exc:
+            status = exc.code
+        except (urllib.error.URLError, OSError) as exc:
+            return f"GET {target}: {getattr(exc, 'reason', exc)}"
+        return None if status in ok else f"GET {target}: HTTP {status}"
+
+    return check
+
+
+@dataclasses.dataclass
+class Context:
+    paths: Paths
+    creds: dict[str, Secret]
+
+    def venv_bin(self, exe: str) -> str:
+        return str(self.paths.venv_bin(VENV, exe))
+
+    def site_packages(self) -> Path:
+        lib = self.paths.venv(VENV) / "lib"
+        return next(lib.glob("python3*/site-packages"))
+
+    def venv_etc(self, project: str) -> Path:
+        return self.paths.venv(VENV) / "etc" / project
+
+    def conf_dir(self, service: str) -> Path:
+        d = self.paths.etc / service
+        d.mkdir(parents=True, exist_ok=True)
+        return d
+
+    def db(self, name: str) -> str:
+        return f"sqlite:///{self.paths.data / (name + '.sqlite')}"
+
+    def run(self, service: str, argv: list[str], env: dict | None = None) -> None:
+        """Run a one-off set-up command (db sync, ...); log to the service log."""
+        full_env = dict(os.environ)
+        full_env.pop("VIRTUAL_ENV", None)
+        full_env.update(env or {})
+        log = self.paths.log / f"{service}-setup.log"
+        with open(log, "ab") as fh:
+            proc = subprocess.run(argv, stdout=fh, stderr=subprocess.STDOUT, env=full_env,
+                                  stdin=subprocess.DEVNULL)
+        if proc.returncode != 0:
+            from nodeforge.devcloud.process import log_tail
+
+            raise PrepareError(service=service,
+                               detail=f"{Path(argv[0]).name} exited {proc.returncode}\n{log_tail(log)}")
+
+    def authtoken(self, user: str) -> dict[str, object]:
+        return {
+            "www_authenticate_uri": url("keystone"),
+            "auth_url": url("keystone"),
+            "auth_type": "password",
+            "project_domain_name": "Default",
+            "user_domain_name": "Default",
+            "project_name": "service",
+            "username": user,
+            "password": self.creds[f"{user}_password"],
+            "service_token_roles_required": True,
+            "region_name": REGION,
+        }
+
+    def service_auth(self, user: str) -> dict[str, object]:
+        """A keystoneauth section for calls a service makes to another."""
+        section = self.authtoken(user)
+        for key in ("www_authenticate_uri", "service_token_roles_required"):
+            section.pop(key)
+        return section
+
+    def uwsgi(self, service: str, wsgi_file: Path, env: dict[str, str], threads: int = 4) -> list[str]:
+        return [
+            self.venv_bin("uwsgi"),
+            "--http-socket", f"{HOST}:{PORTS[service]}",
+            "--wsgi-file", str(wsgi_file),
+            "--master", "--processes", "1", "--threads", str(threads),
+            "--die-on-term", "--need-app", "--lazy-apps",
+            "--buffer-size", "65535",
+            "--http-chunked-input", "--http-auto-chunked",
+            "--add-header", "Connection: close",
+            "--disable-logging",
+        ]
+
+
+# --------------------------------------------------------------------------
+# Keystone
+
+def _fernet_repository(path: Path) -> None:
+    """What ``keystone-manage fernet_setup`` writes (a staged key 0 and a
+    primary key 1), without paying for another keystone-manage start-up."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    for index in ("0", "1"):
+        key_file = path / index
+        if not key_file.exists():
+            fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(base64.urlsafe_b64encode(secrets.token_bytes(32)).decode())
+
+def keystone(ctx: Context) -> ServiceSpec:
+    conf_dir = ctx.conf_dir("keystone")
+    fernet = ctx.paths.data / "keystone" / "fernet-keys"
+    receipts = ctx.paths.data / "keystone" / "receipt-keys"
+    credential = ctx.paths.data / "keystone" / "credential-keys"
+    inifile.write(conf_dir / "keystone.conf", {
+        "DEFAULT": {"log_file": str(ctx.paths.log / "keystone-app.log")},
+        "database": {"connection": ctx.db("keystone")},
+        "token": {"provider": "fernet"},
+        "fernet_tokens": {"key_repository": str(fernet)},
+        "fernet_receipts": {"key_repository": str(receipts)},
+        "credential": {"key_repository": str(credential)},
+        "cache": {"enabled": True, "backend": "oslo_cache.dict"},
+        # Few bcrypt rounds: this cloud is disposable, and tokens get 10x faster.
+        "identity": {"password_hash_rounds": 4},
+    })
+    env = {"OS_KEYSTONE_CONFIG_DIR": str(conf_dir)}
+
+    def prepare():
+        if (ctx.paths.data / "keystone.bootstrapped").exists():
+            return
+        for repo in (fernet, receipts, credential):
+            _fernet_repository(repo)
+        manage = [ctx.venv_bin("keystone-manage"), "--config-dir", str(conf_dir)]
+        ctx.run("keystone", manage + ["db_sync"], env)
+        # The admin password goes through the environment, never argv.
+        ctx.run("keystone", manage + [
+            "bootstrap", "--bootstrap-username", "admin", "--bootstrap-project-name", "admin",
+            "--bootstrap-role-name", "admin", "--bootstrap-region-id", REGION,
+            "--bootstrap-admin-url", url("keystone"), "--bootstrap-public-url", url("keystone"),
+            "--bootstrap-internal-url", url("keystone"),
+        ], {**env, "OS_BOOTSTRAP_PASSWORD": ctx.creds["admin_password"].reveal()})
+        (ctx.paths.data / "keystone.bootstrapped").touch()
+
+    return ServiceSpec(
+        name="keystone",
+        argv=ctx.uwsgi("keystone", ctx.site_packages() / "keystone" / "wsgi" / "api.py", env),
+        ports=[PORTS["keystone"]], env=env, prepare=prepare,
+        health=http_health(keystone_url(), ok=(200,)), url=url("keystone"),
+    )
+
+
+# --------------------------------------------------------------------------
+# Glance
+
+def glance(ctx: Context) -> ServiceSpec:
+    conf_dir = ctx.conf_dir("glance")
+    store = ctx.paths.data / "glance" / "images"
+    staging = ctx.paths.data / "glance" / "staging"
+    tasks = ctx.paths.data / "glance" / "tasks"
+    shutil.copy(ctx.venv_etc("glance") / "glance-api-paste.ini", conf_dir / "glance-api-paste.ini")
+    inifile.write(conf_dir / "glance-api.conf", {
+        "DEFAULT": {
+            "log_file": str(ctx.paths.log / "glance-app.log"),
+            "enabled_backends": "file:file",
+            "enabled_import_methods": "[glance-direct,web-download]",
+            "image_size_cap": 64 * 1024**3,
+            "public_endpoint": url("glance"),
+            "worker_self_reference_url": url("glance"),
+        },
+        "database": {"connection": ctx.db("glance")},
+        "glance_store": {"default_backend": "file"},
+        "file": {"filesystem_store_datadir": str(store)},
+        "os_glance_staging_store": {"filesystem_store_datadir": str(staging)},
+        "os_glance_tasks_store": {"filesystem_store_datadir": str(tasks)},
+        "paste_deploy": {"flavor": "keystone", "config_file": str(conf_dir / "glance-api-paste.ini")},
+        "keystone_authtoken": ctx.authtoken("glance"),
+        # web-download from the loopback mirror must be allowed explicitly.
+        "import_filtering_opts": {
+            "allowed_schemes": "[http,https]", "disallowed_hosts": "[]", "allowed_ports": "[]",
+        },
+        # Signature verification: certificates live in Barbican.
+        "key_manager": {"backend": "barbican"},
+        "barbican": {"auth_endpoint": keystone_url(), "barbican_endpoint_type": "public"},
+        "oslo_concurrency": {"lock_path": str(ctx.paths.data / "glance" / "locks")},
+        "taskflow_executor": {"engine_mode": "serial"},
+    })
+    inifile.write(conf_dir / "glance-image-import.conf", {
+        "image_import_opts": {"image_import_plugins": "[]"},
+    })
+    env = {"OS_GLANCE_CONFIG_DIR": str(conf_dir)}
+
+    def prepare():
+        for d in (store, staging, tasks):
+            d.mkdir(parents=True, exist_ok=True)
+        if not (ctx.paths.data / "glance.sqlite").exists():
+            ctx.run("glance", [ctx.venv_bin("glance-manage"), "--config-dir", str(conf_dir), "db_sync"], env)
+
+    return ServiceSpec(
+        name="glance", group="image",
+        argv=ctx.uwsgi("glance", ctx.site_packages() / "glance" / "wsgi" / "api.py", env),
+        ports=[PORTS["glance"]], env=env, prepare=prepare, depends=("keystone",),
+        health=http_health(url("glance") + "/versions", ok=(200, 300)), url=url("glance"),
+    )
+
+
+# --------------------------------------------------------------------------
+# Placement
+
+def placement(ctx: Context) -> ServiceSpec:
+    conf_dir = ctx.conf_dir("placement")
+    inifile.write(conf_dir / "placement.conf", {
+        "DEFAULT": {"log_file": str(ctx.paths.log / "placement-app.log")},
+        "placement_database": {"connection": ctx.db("placement")},
+        "api": {"auth_strategy": "keystone"},
+        "keystone_authtoken": ctx.authtoken("placement"),
+    })
+    env = {"OS_PLACEMENT_CONFIG_DIR": str(conf_dir)}
+
+    def prepare():
+        if not (ctx.paths.data / "placement.sqlite").exists():
+            ctx.run("placement", [ctx.venv_bin("placement-manage"), "--config-dir", str(conf_dir), "db", "sync"],
+                    env)
+
+    return ServiceSpec(
+        name="placement", group="compute",
+        argv=ctx.uwsgi("placement", ctx.site_packages() / "placement" / "wsgi" / "api.py", env),
+        ports=[PORTS["placement"]], env=env, prepare=prepare, depends=("keystone",),
+        health=http_health(url("placement") + "/", ok=(200,)), url=url("placement"),
+    )
+
+
+# --------------------------------------------------------------------------
+# Nova API (flavors and extra specs; no compute service)
+
+def nova(ctx: Context) -> ServiceSpec:
+    conf_dir = ctx.conf_dir("nova")
+    shutil.copy(ctx.venv_etc("nova") / "api-paste.ini", conf_dir / "api-paste.ini")
+    inifile.write(conf_dir / "nova.conf", {
+        "DEFAULT": {
+            "log_file": str(ctx.paths.log / "nova-app.log"),
+            "transport_url": "fake:/",
+            "state_path": str(ctx.paths.data / "nova"),
+        },
+        "api": {"auth_strategy": "keystone"},
+        "wsgi": {"api_paste_config": str(conf_dir / "api-paste.ini")},
+        "api_database": {"connection": ctx.db("nova_api")},
+        "database": {"connection": ctx.db("nova")},
+        "keystone_authtoken": ctx.authtoken("nova"),
+        "placement": ctx.service_auth("nova"),
+        "oslo_concurrency": {"lock_path": str(ctx.paths.data / "nova" / "locks")},
+        "oslo_messaging_notifications": {"driver": "noop"},
+    })
+    env = {"OS_NOVA_CONFIG_DIR": str(conf_dir)}
+
+    def prepare():
+        (ctx.paths.data / "nova" / "locks").mkdir(parents=True, exist_ok=True)
+        if (ctx.paths.data / "nova.synced").exists():
+            return
+        manage = [ctx.venv_bin("nova-manage"), "--config-dir", str(conf_dir)]
+        ctx.run("nova", manage + ["api_db", "sync"], env)
+        ctx.run("nova", manage + ["cell_v2", "map_cell0", "--database_connection", ctx.db("nova_cell0")], env)
+        ctx.run("nova", manage + ["db", "sync"], env)
+        (ctx.paths.data / "nova.synced").touch()
+
+    return ServiceSpec(
+        name="nova", group="compute",
+        argv=ctx.uwsgi("nova", ctx.site_packages() / "nova" / "wsgi" / "osapi_compute.py", env),
+        ports=[PORTS["nova"]], env=env, prepare=prepare, depends=("keystone", "placement"),
+        health=http_health(url("nova") + "/", ok=(200,)), url=url("nova"),
+    )
+
+
+# --------------------------------------------------------------------------
+# Barbican (simple crypto plugin)
+
+def barbican(ctx: Context) -> ServiceSpec:
+    # Barbican reads its config from ~/.barbican/ (oslo.config's search path)
+    # and its paste file from a fixed /etc path; give it a config home and a
+    # WSGI entry of our own instead of touching /etc.
+    home = ctx.conf_dir("barbican")
+    conf_dir = home / ".barbican"
+    conf_dir.mkdir(exist_ok=True)
+    shutil.copy(ctx.venv_etc("barbican") / "barbican-api-paste.ini", conf_dir / "barbican-api-paste.ini")
+    inifile.write(conf_dir / "barbican.conf", {
+        "DEFAULT": {
+            "log_file": str(ctx.paths.log / "barbican-app.log"),
+            "sql_connection": ctx.db("barbican"),
+            "db_auto_create": False,
+            "host_href": url("barbican"),
+            "transport_url": "fake:/",
+        },
+        "database": {"connection": ctx.db("barbican")},
+        "secretstore": {"enabled_secretstore_plugins": "store_crypto"},
+        "crypto": {"enabled_crypto_plugins": "simple_crypto"},
+        "simple_crypto_plugin": {"kek": ctx.creds["barbican_kek"]},
+        "keystone_authtoken": ctx.authtoken("barbican"),
+        "oslo_messaging_notifications": {"driver": "noop"},
+        "queue": {"enable": False},
+    })
+    wsgi = Path(str(resources.files("nodeforge.devcloud") / "wsgi" / "barbican_api.py"))
+    env = {"HOME": str(home), "NODEFORGE_BARBICAN_PASTE": str(conf_dir / "barbican-api-paste.ini")}
+
+    def prepare():
+        if not (ctx.paths.data / "barbican.sqlite").exists():
+            ctx.run("barbican", [ctx.venv_bin("barbican-manage"), "db", "upgrade"], env)
+
+    return ServiceSpec(
+        name="barbican", group="key-manager",
+        argv=ctx.uwsgi("barbican", wsgi, env),
+        ports=[PORTS["barbican"]], env=env, prepare=prepare, depends=("keystone",),
+        health=http_health(url("barbican") + "/", ok=(200, 300)), url=url("barbican"),
+    )

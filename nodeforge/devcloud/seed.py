@@ -1,0 +1,78 @@
+"""Seed a freshly bootstrapped Keystone: projects, users, roles and the
+service catalog the other services and nodeforge rely on. Idempotent."""
+
+from __future__ import annotations
+
+import logging
+
+from nodeforge.devcloud import openstack
+from nodeforge.devcloud.paths import Paths
+
+LOG = logging.getLogger(__name__)
+
+SERVICE_USERS = ("glance", "nova", "placement", "barbican", "ironic")
+
+
+def admin_connection(ctx: openstack.Context):
+    import openstack as sdk
+
+    return sdk.connect(
+        auth_url=openstack.keystone_url(), username="admin", password=ctx.creds["admin_password"].reveal(),
+        project_name="admin", user_domain_name="Default", project_domain_name="Default",
+        region_name=openstack.REGION, identity_api_version="3", interface="public",
+    )
+
+
+def _role(conn, name):
+    return conn.identity.find_role(name) or conn.identity.create_role(name=name)
+
+
+def _project(conn, name, description):
+    return conn.identity.find_project(name, domain_id="default") or conn.identity.create_project(
+        name=name, domain_id="default", description=description)
+
+
+def _user(conn, name, password, project):
+    user = conn.identity.find_user(name, domain_id="default")
+    if user is None:
+        user = conn.identity.create_user(name=name, password=password, domain_id="default",
+                                         default_project_id=project.id)
+    return user
+
+
+def keystone(paths: Paths, ctx: openstack.Context) -> None:
+    marker = paths.data / "keystone.seeded"
+    if marker.exists():
+        return
+    conn = admin_connection(ctx)
+    ident = conn.identity
+    roles = {name: _role(conn, name) for name in ("admin", "member", "reader", "service", "creator")}
+    service_project = _project(conn, "service", "OpenStack service users")
+    member_project = _project(conn, "nodeforge", "nodeforge member project")
+
+    for name in SERVICE_USERS:
+        user = _user(conn, name, ctx.creds[f"{name}_password"].reveal(), service_project)
+        for role in ("admin", "service"):
+            ident.assign_project_role_to_user(service_project, user, roles[role])
+
+    member = _user(conn, "nodeforge-member", ctx.creds["member_password"].reveal(), member_project)
+    for role in ("member", "reader", "creator"):
+        ident.assign_project_role_to_user(member_project, member, roles[role])
+    # The admin user works in the member project too (publishing, catalog).
+    admin = ident.find_user("admin", domain_id="default")
+    ident.assign_project_role_to_user(member_project, admin, roles["admin"])
+    admin_project = ident.find_project("admin", domain_id="default")
+    ident.assign_project_role_to_user(admin_project, admin, roles["creator"])
+
+    region = openstack.REGION
+    for svc, (stype, sname, suffix) in openstack.CATALOG.items():
+        service = next((s for s in ident.services() if s.type == stype), None)
+        if service is None:
+            service = ident.create_service(type=stype, name=sname, enabled=True)
+        existing = {e.interface for e in ident.endpoints(service_id=service.id)}
+        for interface in ("public", "internal", "admin"):
+            if interface not in existing:
+                ident.create_endpoint(service_id=service.id, interface=interface,
+                                      url=openstack.url(svc) + suffix, region_id=region)
+    marker.touch()
+    LOG.info("keystone seeded")
