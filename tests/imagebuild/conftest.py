@@ -96,7 +96,10 @@ def run_cli(capsys, monkeypatch, tmp_path):
 
     def run(*args: str) -> tuple[int, str, str]:
         capsys.readouterr()
-        code = cli.main(list(args))
+        try:
+            code = cli.main(list(args))
+        except SystemExit as exc:  # `release check` exits 10 this way
+            code = exc.code
         out, err = capsys.readouterr()
         return code, out, err
 
