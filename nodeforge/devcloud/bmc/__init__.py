@@ -35,6 +35,7 @@ from nodeforge.redact import Secret
 __all__ = [
     "REDFISH_PORT", "IPMI_BASE_PORT", "GROUP", "REDFISH_SERVICE", "IPMI_SERVICE",
     "redfish_service", "ipmi_service", "redfish_endpoint", "redfish_systems",
+    "redfish_system_url", "redfish_driver_info", "ipmi_probe",
     "ipmi_endpoints", "IpmiEndpoint", "credentials", "ca_bundle", "ipmitool",
     "Credential", "Credentials", "RedfishSystem", "IpmiBmc", "fleet",
 ]
@@ -94,6 +95,17 @@ def redfish_system_url(system: RedfishSystem, port: int = REDFISH_PORT) -> str:
 def redfish_systems(count: int = fleet.DEFAULT_REDFISH_COUNT) -> list[RedfishSystem]:
     """The emulated systems: uuid (= Redfish system id), name, MACs, ..."""
     return fleet.redfish_systems(count)
+
+
+def redfish_driver_info(paths: Paths, system: RedfishSystem, port: int = REDFISH_PORT) -> dict:
+    """Ironic ``redfish`` driver_info for one emulated system (password
+    revealed: for API calls only, never for logs)."""
+    creds = ensure_credentials(paths)
+    return {"redfish_address": redfish_endpoint(port),
+            "redfish_system_id": f"/redfish/v1/Systems/{system.uuid}",
+            "redfish_username": creds.redfish.username,
+            "redfish_password": creds.redfish.password.reveal(),
+            "redfish_verify_ca": str(pki.ca_bundle(paths))}
 
 
 def redfish_service(paths: Paths, port: int = REDFISH_PORT,
