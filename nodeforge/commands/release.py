@@ -14,15 +14,8 @@ from nodeforge.imagebuild.cache import Cache, Downloader, RetryPolicy
 from nodeforge.imagebuild.sources import Sources
 
 
-def _set_output(ctx: click.Context, _param, value):
-    if value:
-        ctx.ensure_object(options.AppContext).output = value
-
-
 def _common(fn):
-    """Options every release command takes (also accepted after the subcommand)."""
-    fn = click.option("--output", "-o", type=click.Choice(output.FORMATS), default=None, expose_value=False,
-                      callback=_set_output, is_eager=True, help="Same as the global --output.")(fn)
+    """Options every release command takes (--output etc. come from options.add_common_options)."""
     fn = click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path), envvar="NODEFORGE_CACHE_DIR",
                       help="Download cache.  [default: $XDG_CACHE_HOME/nodeforge/artifacts]")(fn)
     fn = click.option("--sources", "sources_file", type=click.Path(dir_okay=False, path_type=Path),
