@@ -109,6 +109,31 @@ class FixtureUpstream:
             if latest is None or Version.parse(latest) < v:
                 self.set_marker(None, f"v{v}")
 
+    def lockfile_text(self, kubernetes: dict[str, str], companions: dict[Component, str]) -> str:
+        """A lockfile (with comments) pinning this upstream's digests.
+
+        ``kubernetes`` maps minor to patch version; crictl is ``<minor>.0``;
+        ``companions`` gives the CNI plugins, containerd and runc versions."""
+
+        def digests(comp, version, indent):
+            return "".join(f"{' ' * indent}{a.value}: {self.digests[(comp, version, a)]}\n" for a in self.arches)
+
+        text = ("# fixture lockfile\nschema_version: 1\n"
+                f"architectures: [{', '.join(a.value for a in self.arches)}]\n"
+                "base_os:\n  distro: debian\n  release: \"12\"\n"
+                "hardening:\n  profile: cis-debian12-level1-server\n  version: \"1.1.0\"\n"
+                "kubernetes:  # supported minors\n")
+        for minor, version in kubernetes.items():
+            text += f'  "{minor}":\n    version: {version}  # keep me\n    pause_image: registry.k8s.io/pause:3.10.1\n'
+            text += "    binaries:\n"
+            for comp in KUBERNETES_BINARIES:
+                text += f"      {comp.value}:\n" + digests(comp, version, 8)
+            text += "    components:\n"
+            for comp, cversion in {Component.CRICTL: f"{minor}.0", **companions}.items():
+                text += f"      {comp.value}:  # {comp.value} comment\n        version: {cversion}\n        sha256:\n"
+                text += digests(comp, cversion, 10)
+        return text
+
     # -- markers ------------------------------------------------------------------
     def _marker_path(self, minor: str | None) -> str:
         return f"release/stable-{minor}.txt" if minor else "release/stable.txt"

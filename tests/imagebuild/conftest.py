@@ -14,7 +14,7 @@ import pytest
 from nodeforge import cli
 from nodeforge.devcloud.upstream_mirror import FixtureUpstream, MirrorServer
 from nodeforge.imagebuild.cache import Cache, Downloader, RetryPolicy
-from nodeforge.imagebuild.lockfile import Arch, Component
+from nodeforge.imagebuild.lockfile import Component
 from nodeforge.imagebuild.sources import Sources, SourceName
 
 # What the fixture upstream publishes and the fixture lockfile pins at first.
@@ -50,28 +50,6 @@ def downloader(tmp_path) -> Downloader:
     return Downloader(Cache(tmp_path / "cache"), FAST_RETRY)
 
 
-def lockfile_text(up: FixtureUpstream, kubernetes: dict[str, str] = KUBERNETES) -> str:
-    """A lockfile (with comments) pinning the fixture upstream's digests."""
-
-    def digests(comp, version, indent):
-        return "".join(f"{' ' * indent}{a.value}: {up.digests[(comp, version, a)]}\n" for a in Arch)
-
-    text = ("# fixture lockfile\nschema_version: 1\narchitectures: [amd64, arm64]\n"
-            "base_os:\n  distro: debian\n  release: \"12\"\n"
-            "hardening:\n  profile: cis-debian12-level1-server\n  version: \"1.1.0\"\n"
-            "kubernetes:  # supported minors\n")
-    for minor, version in kubernetes.items():
-        text += f'  "{minor}":\n    version: {version}  # keep me\n    pause_image: registry.k8s.io/pause:3.10.1\n'
-        text += "    binaries:\n"
-        for comp in (Component.KUBELET, Component.KUBEADM, Component.KUBECTL):
-            text += f"      {comp.value}:\n" + digests(comp, version, 8)
-        text += "    components:\n"
-        for comp, cversion in {Component.CRICTL: f"{minor}.0", **COMPANIONS}.items():
-            text += f"      {comp.value}:  # {comp.value} comment\n        version: {cversion}\n        sha256:\n"
-            text += digests(comp, cversion, 10)
-    return text
-
-
 @pytest.fixture
 def fixture_lock(tmp_path, upstream, mirror) -> Path:
     """``<tmp>/manifests/versions.yaml`` pinning the fixture releases, with a
@@ -79,7 +57,7 @@ def fixture_lock(tmp_path, upstream, mirror) -> Path:
     d = tmp_path / "manifests"
     d.mkdir()
     path = d / "versions.yaml"
-    path.write_text(lockfile_text(upstream))
+    path.write_text(upstream.lockfile_text(KUBERNETES, COMPANIONS))
     (d / "sources.yaml").write_text(
         "mirrors:\n" + "".join(f"  {s.value}: {mirror.base_url(s)}\n" for s in SourceName))
     return path
