@@ -111,6 +111,11 @@ class Version:
         return f"{self.major}.{self.minor}.{self.patch}" + (f"-{self.pre}" if self.pre else "")
 
 
+def is_minor(text: str) -> bool:
+    """True for a Kubernetes minor like ``1.36``."""
+    return bool(_MINOR.match(text))
+
+
 def minor_sort_key(minor: str) -> tuple[int, int]:
     major, _, m = minor.partition(".")
     return int(major), int(m)

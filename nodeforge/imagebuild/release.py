@@ -233,7 +233,7 @@ def bump(lock: Lockfile, sources: Sources, dl: Downloader, *, minors: list[str] 
     ``dry_run`` the published checksums are read but nothing is downloaded or
     written."""
     for minor in minors or []:
-        if not lf._MINOR.match(minor):
+        if not lf.is_minor(minor):
             raise ReleaseError(detail=f"not a Kubernetes minor: {minor!r} (expected like 1.36)")
     report = check(lock, sources, dl)
     targets = _targets(lock, report, minors, sources, dl)
@@ -261,11 +261,7 @@ def bump(lock: Lockfile, sources: Sources, dl: Downloader, *, minors: list[str] 
         new = new.with_minor(MinorPins(minor, version, pause, pins))
         versions[minor] = (str(old.version) if old else None, str(version))
     changes = diff(lock, new)
-    # Only download what changed (a re-published identical digest is not re-fetched).
-    changed = {(c.component, c.new_version, c.arch) for c in changes}
-    to_verify = [Pin(p.component, p.version, {a: d for a, d in p.sha256.items() if (p.component, p.version, a) in changed})
-                 for p in to_verify]
-    verified = 0 if dry_run else _verify_pins(sources, dl, [p for p in to_verify if p.sha256], jobs)
+    verified = 0 if dry_run else _verify_pins(sources, dl, to_verify, jobs)
     written = bool(changes) and not dry_run
     if written:
         new.save()
@@ -297,17 +293,19 @@ def diff_markdown(report: BumpReport) -> str:
 @dataclasses.dataclass
 class PrefetchItem:
     artifact: Artifact
-    path: str           # below the source base URL, and below <source>/ in a bundle
+    minors: list[str]   # every pinned minor that uses this file
+    path: str           # <source>/<path below the source's base URL>: its place in a bundle
     url: str
     fetched: Fetched | None = None
-    error: str | None = None
+    error: NodeforgeError | None = None
 
     def to_dict(self) -> dict:
-        d = self.artifact.to_dict() | {"source": SOURCE_OF[self.artifact.component].value, "url": self.url}
+        d = self.artifact.to_dict() | {"minors": self.minors, "source": SOURCE_OF[self.artifact.component].value,
+                                       "path": self.path, "url": self.url}
         if self.fetched:
             d |= {"size": self.fetched.size, "status": "downloaded" if self.fetched.downloaded else "cached"}
         if self.error:
-            d |= {"status": "failed", "error": self.error}
+            d |= {"status": "failed", "error": str(self.error)}
         return d
 
 
@@ -331,13 +329,13 @@ def prefetch(lock: Lockfile, sources: Sources, dl: Downloader, *, minors: list[s
     """Fill the cache with every pinned artifact (verified); optionally write a mirror bundle."""
     start = time.monotonic()
     items: dict[tuple[Component, str, Arch], PrefetchItem] = {}
-    minor_of: dict[tuple[Component, str, Arch], list[str]] = {}
     for a in lock.artifacts(minors, [Arch(x) for x in arches] if arches else None):
         key = (a.component, a.version, a.arch)
-        minor_of.setdefault(key, []).append(a.minor)
-        if key not in items:
-            items[key] = PrefetchItem(a, f"{SOURCE_OF[a.component].value}/{relpath(a.component, a.version, a.arch)}",
-                                      sources.url_for(a))
+        if key in items:  # the same file pinned by several minors
+            items[key].minors.append(a.minor)
+        else:
+            path = f"{SOURCE_OF[a.component].value}/{relpath(a.component, a.version, a.arch)}"
+            items[key] = PrefetchItem(a, [a.minor], path, sources.url_for(a))
     # Kubernetes binaries are the big ones; start them first so the pool drains evenly.
     ordered = sorted(items.values(), key=lambda i: not i.artifact.component.is_kubernetes)
 
@@ -346,24 +344,23 @@ def prefetch(lock: Lockfile, sources: Sources, dl: Downloader, *, minors: list[s
             item.fetched = dl.fetch(item.url, item.artifact.sha256, artifact=item.artifact.name,
                                     hint=sources.hint(SOURCE_OF[item.artifact.component]))
         except NodeforgeError as exc:
-            item.error = str(exc)
+            item.error = exc
 
     _run_all([lambda i=i: fetch(i) for i in ordered], jobs)
     report = PrefetchReport(list(items.values()), None, time.monotonic() - start)
     failed = [i for i in report.items if i.error]
     if failed:
         if len(failed) == 1:
-            raise ReleaseError(detail=failed[0].error)
+            raise failed[0].error
         raise PartialFailure(failed=len(failed), total=len(report.items),
-                             hint="\n".join(i.error for i in failed))
+                             hint="\n".join(str(i.error) for i in failed))
     if bundle is not None:
-        report.bundle = str(write_bundle(lock, dl, report.items, minor_of, Path(bundle)))
+        report.bundle = str(write_bundle(lock, dl, report.items, Path(bundle)))
     report.seconds = time.monotonic() - start
     return report
 
 
-def write_bundle(lock: Lockfile, dl: Downloader, items: list[PrefetchItem],
-                 minor_of: dict, dest: Path) -> Path:
+def write_bundle(lock: Lockfile, dl: Downloader, items: list[PrefetchItem], dest: Path) -> Path:
     """A directory or tarball (.tar, .tar.gz, .tgz) laid out as a mirror of every source.
 
     ``<source>/<upstream path>`` for each artifact, ``index.json`` describing
@@ -373,11 +370,8 @@ def write_bundle(lock: Lockfile, dl: Downloader, items: list[PrefetchItem],
         "created": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "lockfile": "versions.yaml",
         "mirrors": {s.value: s.value for s in SourceName},
-        "artifacts": [
-            i.artifact.to_dict() | {"minors": minor_of[(i.artifact.component, i.artifact.version, i.artifact.arch)],
-                                    "source": SOURCE_OF[i.artifact.component].value, "path": i.path,
-                                    "size": i.fetched.size}
-            for i in items],
+        "artifacts": [{k: v for k, v in i.to_dict().items() if k not in ("minor", "url", "status")}
+                      for i in items],
     }
     meta = {
         "index.json": json.dumps(index, indent=2) + "\n",

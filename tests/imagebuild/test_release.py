@@ -302,6 +302,13 @@ def test_prefetch_of_corrupted_artifact_fails_naming_it(run_cli, fixture_lock, m
     assert code == ExitCode.FAILURE and "runc 1.4.3 arm64: sha256 mismatch" in err
 
 
+def test_prefetch_with_several_failures_is_a_partial_failure(run_cli, fixture_lock, mirror):
+    mirror.inject("*/runc.*", FaultKind.STATUS, times=None, status=404)
+    code, _, err = run_cli("release", "prefetch", "--lockfile", str(fixture_lock))
+    assert code == ExitCode.PARTIAL and "error: 2 of 30 items failed" in err
+    assert "runc.amd64: not found (HTTP 404)" in err and "runc.arm64: not found (HTTP 404)" in err
+
+
 def test_prefetch_bundle_directory_serves_as_a_mirror(run_cli, fixture_lock, tmp_path, monkeypatch):
     bundle = tmp_path / "bundle"
     code, _, _ = run_cli("release", "prefetch", "--lockfile", str(fixture_lock), "--bundle", str(bundle))
@@ -309,6 +316,11 @@ def test_prefetch_bundle_directory_serves_as_a_mirror(run_cli, fixture_lock, tmp
     index = json.loads((bundle / "index.json").read_text())
     assert index["format"] == "nodeforge-bundle/1" and len(index["artifacts"]) == 30
     assert (bundle / "versions.yaml").read_text() == fixture_lock.read_text()
+    containerd = [a for a in index["artifacts"] if a["component"] == "containerd" and a["arch"] == "amd64"]
+    assert containerd == [{
+        "component": "containerd", "version": "2.3.4", "arch": "amd64", "sha256": containerd[0]["sha256"],
+        "minors": ["1.34", "1.35", "1.36"], "source": "containerd",
+        "path": "containerd/v2.3.4/containerd-2.3.4-linux-amd64.tar.gz", "size": 4096}]
     check = subprocess.run(["sha256sum", "--quiet", "-c", "SHA256SUMS"], cwd=bundle, capture_output=True, text=True)
     assert check.returncode == 0, check.stdout + check.stderr
     assert len((bundle / "SHA256SUMS").read_text().splitlines()) == 30
