@@ -115,12 +115,12 @@ class Cache:
     def path_for(self, sha256: str) -> Path:
         return self.root / "sha256" / sha256[:2] / sha256
 
-    def lookup(self, sha256: str, *, verify: bool = True) -> Path | None:
-        """The cached file for ``sha256``; with ``verify``, re-hashed and evicted if damaged."""
+    def lookup(self, sha256: str) -> Path | None:
+        """The cached file for ``sha256``, re-hashed first; a damaged one is evicted."""
         path = self.path_for(sha256)
         if not path.is_file():
             return None
-        if verify and sha256_file(path) != sha256:
+        if sha256_file(path) != sha256:
             log.warning("cache entry %s is damaged; removing it", path)
             path.unlink(missing_ok=True)
             return None
@@ -209,9 +209,9 @@ class Downloader:
         return self._retrying(url, once, hint)
 
     def fetch(self, url: str, sha256: str, *, artifact: str, expected_from: str = "the lockfile",
-              hint: str | None = None, verify_cached: bool = True) -> Fetched:
-        """Make sure the file with ``sha256`` is cached, downloading it from ``url`` if needed."""
-        cached = self.cache.lookup(sha256, verify=verify_cached)
+              hint: str | None = None) -> Fetched:
+        """Make sure the file with ``sha256`` is cached (re-hashed), downloading it from ``url`` if needed."""
+        cached = self.cache.lookup(sha256)
         if cached is not None:
             return Fetched(sha256, cached, cached.stat().st_size, downloaded=False)
 

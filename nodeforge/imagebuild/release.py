@@ -187,7 +187,7 @@ def _verify_pins(sources: Sources, dl: Downloader, pins: list[Pin], jobs: int) -
             name = f"{pin.component.value} {pin.version} {arch.value}"
             work.append(lambda url=url, digest=digest, name=name, cu=checksum_url: dl.fetch(
                 url, digest, artifact=name, expected_from=f"the published checksum ({cu})",
-                hint=sources.hint(SOURCE_OF[pin.component]), verify_cached=True))
+                hint=sources.hint(SOURCE_OF[pin.component])))
     _run_all(work, jobs)
     return len(work)
 
