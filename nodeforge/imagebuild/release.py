@@ -114,7 +114,8 @@ def check(lock: Lockfile, sources: Sources, dl: Downloader) -> CheckReport:
                 statuses.append(MinorStatus(minor, None, str(version), Status.NEW_MINOR, ignored=ignored))
         for s in statuses:
             s.maintained = s.minor in maintained
-    left = [s.minor for s in statuses if s.maintained is False and s.pinned is not None]
+    oldest = lf.minor_sort_key(maintained[-1]) if maintained else None
+    left = [s.minor for s in statuses if s.pinned and oldest and lf.minor_sort_key(s.minor) < oldest]
     return CheckReport(str(latest) if latest else None, maintained, statuses, left)
 
 

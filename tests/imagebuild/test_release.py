@@ -78,6 +78,12 @@ def test_check_reports_new_minor_and_minor_leaving_maintenance(run_cli, fixture_
     assert report["left_maintained"] == ["1.34"] and minors["1.34"]["maintained"] is False
 
 
+def test_check_with_stale_latest_marker_reports_no_minor_as_left(run_cli, fixture_lock, upstream):
+    upstream.set_marker(None, "v1.35.1")  # a mirror whose stable.txt lags behind
+    code, report, _ = _check(run_cli, fixture_lock)
+    assert code == ExitCode.OK and report["left_maintained"] == []
+
+
 def test_check_table_output_for_humans(run_cli, fixture_lock, upstream):
     upstream.add_kubernetes("1.37.0")
     code, out, err = run_cli("release", "check", "--lockfile", str(fixture_lock))
