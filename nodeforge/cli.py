@@ -37,7 +37,7 @@ cli.add_command(release_cmds.release)
 def main(argv: list[str] | None = None) -> int:
     options.add_common_options(cli)
     try:
-        cli.main(args=argv, prog_name="nodeforge", standalone_mode=False)
+        rv = cli.main(args=argv, prog_name="nodeforge", standalone_mode=False)
     except click.exceptions.Exit as exc:
         return exc.exit_code
     except click.exceptions.Abort:
@@ -54,7 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
         return 130
-    return ExitCode.OK
+    # With standalone_mode=False click returns ctx.exit(code) as the value.
+    return rv if isinstance(rv, int) else ExitCode.OK
 
 
 if __name__ == "__main__":

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import click
@@ -54,9 +53,7 @@ def check(app, lockfile_path, sources_file, cache_dir):
     if app.output == "table" and report.left_maintained:
         click.echo(f"no longer maintained upstream: {', '.join(report.left_maintained)}", err=True)
     if report.new_release:
-        # Not ctx.exit(): nodeforge.cli.main runs click with standalone_mode=False,
-        # which turns click's Exit into a return value that main() drops.
-        sys.exit(ExitCode.NEW_RELEASE)
+        click.get_current_context().exit(ExitCode.NEW_RELEASE)
 
 
 @release.command()

@@ -123,6 +123,18 @@ class Context:
             raise PrepareError(service=service,
                                detail=f"{Path(argv[0]).name} exited {proc.returncode}\n{log_tail(log)}")
 
+    def once(self, marker: str, fn, databases: tuple[str, ...] = ()) -> None:
+        """Run one-off set-up ``fn`` unless it already completed. The marker
+        file is written only after success; a retry first removes the named
+        databases, so no half-created schema is ever built upon."""
+        done = self.paths.data / f"{marker}.done"
+        if done.exists():
+            return
+        for name in databases:
+            (self.paths.data / f"{name}.sqlite").unlink(missing_ok=True)
+        fn()
+        done.touch()
+
     def authtoken(self, user: str) -> dict[str, object]:
         return {
             "www_authenticate_uri": url("keystone"),
@@ -191,8 +203,9 @@ def keystone(ctx: Context) -> ServiceSpec:
     env = {"OS_KEYSTONE_CONFIG_DIR": str(conf_dir)}
 
     def prepare():
-        if (ctx.paths.data / "keystone.bootstrapped").exists():
-            return
+        ctx.once("keystone-bootstrap", bootstrap, ("keystone",))
+
+    def bootstrap():
         for repo in (fernet, receipts, credential):
             _fernet_repository(repo)
         manage = [ctx.venv_bin("keystone-manage"), "--config-dir", str(conf_dir)]
@@ -204,7 +217,6 @@ def keystone(ctx: Context) -> ServiceSpec:
             "--bootstrap-admin-url", url("keystone"), "--bootstrap-public-url", url("keystone"),
             "--bootstrap-internal-url", url("keystone"),
         ], {**env, "OS_BOOTSTRAP_PASSWORD": ctx.creds["admin_password"].reveal()})
-        (ctx.paths.data / "keystone.bootstrapped").touch()
 
     return ServiceSpec(
         name="keystone",
@@ -257,8 +269,8 @@ def glance(ctx: Context) -> ServiceSpec:
     def prepare():
         for d in (store, staging, tasks):
             d.mkdir(parents=True, exist_ok=True)
-        if not (ctx.paths.data / "glance.sqlite").exists():
-            ctx.run("glance", [ctx.venv_bin("glance-manage"), "--config-dir", str(conf_dir), "db_sync"], env)
+        ctx.once("glance-db", lambda: ctx.run(
+            "glance", [ctx.venv_bin("glance-manage"), "--config-dir", str(conf_dir), "db_sync"], env), ("glance",))
 
     return ServiceSpec(
         name="glance", group="image",
@@ -282,9 +294,9 @@ def placement(ctx: Context) -> ServiceSpec:
     env = {"OS_PLACEMENT_CONFIG_DIR": str(conf_dir)}
 
     def prepare():
-        if not (ctx.paths.data / "placement.sqlite").exists():
-            ctx.run("placement", [ctx.venv_bin("placement-manage"), "--config-dir", str(conf_dir), "db", "sync"],
-                    env)
+        ctx.once("placement-db", lambda: ctx.run(
+            "placement", [ctx.venv_bin("placement-manage"), "--config-dir", str(conf_dir), "db", "sync"], env),
+            ("placement",))
 
     return ServiceSpec(
         name="placement", group="compute",
@@ -319,13 +331,13 @@ def nova(ctx: Context) -> ServiceSpec:
 
     def prepare():
         (ctx.paths.data / "nova" / "locks").mkdir(parents=True, exist_ok=True)
-        if (ctx.paths.data / "nova.synced").exists():
-            return
+        ctx.once("nova-db", sync, ("nova_api", "nova_cell0", "nova"))
+
+    def sync():
         manage = [ctx.venv_bin("nova-manage"), "--config-dir", str(conf_dir)]
         ctx.run("nova", manage + ["api_db", "sync"], env)
         ctx.run("nova", manage + ["cell_v2", "map_cell0", "--database_connection", ctx.db("nova_cell0")], env)
         ctx.run("nova", manage + ["db", "sync"], env)
-        (ctx.paths.data / "nova.synced").touch()
 
     return ServiceSpec(
         name="nova", group="compute",
@@ -366,12 +378,92 @@ def barbican(ctx: Context) -> ServiceSpec:
     env = {"HOME": str(home), "NODEFORGE_BARBICAN_PASTE": str(conf_dir / "barbican-api-paste.ini")}
 
     def prepare():
-        if not (ctx.paths.data / "barbican.sqlite").exists():
-            ctx.run("barbican", [ctx.venv_bin("barbican-manage"), "db", "upgrade"], env)
+        ctx.once("barbican-db", lambda: ctx.run("barbican", [ctx.venv_bin("barbican-manage"), "db", "upgrade"], env),
+                 ("barbican",))
 
     return ServiceSpec(
         name="barbican", group="key-manager",
         argv=ctx.uwsgi("barbican", wsgi, env),
         ports=[PORTS["barbican"]], env=env, prepare=prepare, depends=("keystone",),
         health=http_health(url("barbican") + "/", ok=(200, 300)), url=url("barbican"),
+    )
+
+
+# --------------------------------------------------------------------------
+# Ironic (all-in-one process: API + conductor)
+
+IRONIC_INTERFACES = {
+    "hardware_types": "fake-hardware,ipmi,redfish",
+    "bios_interfaces": "no-bios,fake,redfish",
+    "boot_interfaces": "fake,ipxe,pxe,redfish-virtual-media",
+    "console_interfaces": "no-console,fake",
+    "deploy_interfaces": "fake,direct,ramdisk",
+    "firmware_interfaces": "no-firmware,fake,redfish",
+    "inspect_interfaces": "no-inspect,fake,redfish",
+    "management_interfaces": "fake,ipmitool,redfish",
+    "network_interfaces": "noop",
+    "power_interfaces": "fake,ipmitool,redfish",
+    "raid_interfaces": "no-raid,fake,redfish",
+    "rescue_interfaces": "no-rescue,fake",
+    "storage_interfaces": "noop",
+    "vendor_interfaces": "no-vendor,fake,ipmitool,redfish",
+}
+
+
+def ironic(ctx: Context) -> ServiceSpec:
+    conf_dir = ctx.conf_dir("ironic")
+    state = ctx.paths.data / "ironic"
+    conf = conf_dir / "ironic.conf"
+    from nodeforge.devcloud import pki
+
+    ca_bundle = pki.ca_bundle(ctx.paths)
+    inifile.write(conf, {
+        "DEFAULT": {
+            "log_file": str(ctx.paths.log / "ironic-app.log"),
+            "auth_strategy": "keystone",
+            "rpc_transport": "none",
+            "host": "nodeforge-devcloud",
+            "state_path": str(state),
+            "default_network_interface": "noop",
+            **{f"enabled_{k}": v for k, v in IRONIC_INTERFACES.items()},
+        },
+        "api": {"host_ip": HOST, "port": PORTS["ironic"], "public_endpoint": url("ironic")},
+        "conductor": {
+            "automated_clean": True,
+            "heartbeat_interval": 5,
+            "sync_power_state_interval": 60,
+            "check_provision_state_interval": 5,
+        },
+        "database": {"connection": ctx.db("ironic")},
+        # pxe/ipxe boot interfaces refuse to load without these roots.
+        "deploy": {"http_root": str(state / "httpboot"), "http_url": f"http://{HOST}:8089"},
+        "pxe": {"tftp_root": str(state / "tftpboot")},
+        # Power operations take ~3 s instead of ~15 s.
+        "ipmi": {"min_command_interval": 1, "command_retry_timeout": 10},
+        "redfish": {"connection_attempts": 3, "connection_retry_interval": 1},
+        "dhcp": {"dhcp_provider": "none"},
+        "keystone_authtoken": ctx.authtoken("ironic"),
+        "service_catalog": ctx.service_auth("ironic"),
+        "glance": ctx.service_auth("ironic"),
+        "oslo_concurrency": {"lock_path": str(state / "locks")},
+        "oslo_messaging_notifications": {"driver": "noop"},
+        "webserver": {"webserver_verify_ca": str(ca_bundle)},
+    })
+    args = ["--config-file", str(conf)]
+
+    def prepare():
+        for d in (state / "httpboot", state / "tftpboot", state / "locks"):
+            d.mkdir(parents=True, exist_ok=True)
+        # `upgrade` fails on a fresh SQLite database; create the schema.
+        ctx.once("ironic-db", lambda: ctx.run("ironic", [ctx.venv_bin("ironic-dbsync")] + args + ["create_schema"]),
+                 ("ironic",))
+
+    # ipmitool must be on PATH: the ipmitool power interface refuses to load.
+    env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+    return ServiceSpec(
+        name="ironic", group="baremetal",
+        argv=[ctx.venv_bin("ironic")] + args,
+        ports=[PORTS["ironic"]], env=env, prepare=prepare, depends=("keystone",),
+        health=http_health(url("ironic") + "/", ok=(200,)), url=url("ironic"),
+        start_timeout=90,
     )

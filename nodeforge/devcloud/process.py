@@ -87,31 +87,25 @@ def port_holder(port: int, proto: str = "tcp") -> str | None:
     return "another process (run 'ss -ltnup' to see which)"
 
 
-MARKER_VAR = "NODEFORGE_DEVCLOUD_SERVICE"
-
-
-def _environ_marker(pid: int) -> str | None:
-    """The marker nodeforge put in a process's environment at launch.
-
-    Processes rename themselves (uWSGI, setproctitle), so the command line is
-    no proof of identity; the environment a process was started with is.
-    """
+def _start_time(pid: int) -> int | None:
+    """A process's start time in clock ticks since boot (``/proc/PID/stat``
+    field 22), or None if it is gone or a zombie. With the pid, this names
+    one process for good: processes rename themselves (uWSGI, setproctitle
+    overwrites even the environment block), but never change this."""
     try:
-        raw = Path(f"/proc/{pid}/environ").read_bytes()
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
         return None
-    prefix = MARKER_VAR.encode() + b"="
-    for item in raw.split(b"\0"):
-        if item.startswith(prefix):
-            return item[len(prefix):].decode("utf-8", "replace")
-    return None
+    if fields[0] == "Z":
+        return None
+    return int(fields[19])
 
 
 class Supervisor:
     """Starts and stops the local cloud's processes, tracked by pidfile.
 
-    A pidfile records the pid; a process is ours only if its environment still
-    carries the marker set at launch, so a recycled pid is never killed.
+    A pidfile records the pid and the process's start time; a process is ours
+    only if both still match, so a recycled pid is never killed.
     """
 
     def __init__(self, run_dir: Path, log_dir: Path):
@@ -124,22 +118,15 @@ class Supervisor:
     def logfile(self, name: str) -> Path:
         return self.log_dir / f"{name}.log"
 
-    def _marker(self, name: str) -> str:
-        return f"{self.run_dir.resolve()}:{name}"
-
     def running_pid(self, name: str) -> int | None:
         try:
             record = json.loads(self.pidfile(name).read_text())
         except (OSError, ValueError):
             return None
         pid = int(record.get("pid", 0))
-        if not pid or _environ_marker(pid) != self._marker(name):
+        if not pid or _start_time(pid) != record.get("start_time"):
             return None
-        try:  # zombie check
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            return None
-        return None if state == "Z" else pid
+        return pid
 
     def start(self, spec: ServiceSpec) -> int:
         if self.running_pid(spec.name):
@@ -158,14 +145,14 @@ class Supervisor:
         for var in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME"):
             env.pop(var, None)
         env.update(spec.env)
-        env[MARKER_VAR] = self._marker(spec.name)
         proc = subprocess.Popen(
             list(spec.argv), stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             cwd=str(spec.cwd) if spec.cwd else None, env=env, start_new_session=True,
         )
         logf.close()
-        self.pidfile(spec.name).write_text(json.dumps({"pid": proc.pid, "argv": list(spec.argv),
-                                                       "started": time.time()}))
+        self.pidfile(spec.name).write_text(json.dumps({
+            "pid": proc.pid, "start_time": _start_time(proc.pid), "argv": list(spec.argv), "started": time.time(),
+        }))
         self._procs = getattr(self, "_procs", {})
         self._procs[spec.name] = proc
         return proc.pid
@@ -197,33 +184,60 @@ class Supervisor:
                                 log=self.logfile(spec.name), tail=log_tail(self.logfile(spec.name)))
 
     def stop(self, name: str, timeout: float = 15.0) -> bool:
-        """Stop a service we started; returns False if it was not running."""
+        """Stop a service we started (its whole process group: uWSGI workers,
+        Ironic's forked service); returns False if it was not running."""
         pid = self.running_pid(name)
         pidfile = self.pidfile(name)
         if pid is None:
             pidfile.unlink(missing_ok=True)
             return False
-        try:
-            os.killpg(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
+        _signal_group(pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and self.running_pid(name):
-            proc = getattr(self, "_procs", {}).get(name)
-            if proc is not None:
-                proc.poll()
+        while time.monotonic() < deadline and _group_members(pid):
+            self._reap(name)
             time.sleep(0.1)
-        if self.running_pid(name):
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            time.sleep(0.2)
-        proc = getattr(self, "_procs", {}).pop(name, None)
-        if proc is not None:
+        if _group_members(pid):
+            _signal_group(pid, signal.SIGKILL)
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline and _group_members(pid):
+                self._reap(name)
+                time.sleep(0.05)
+        self._reap(name, wait=True)
+        pidfile.unlink(missing_ok=True)
+        return True
+
+    def _reap(self, name: str, wait: bool = False) -> None:
+        proc = getattr(self, "_procs", {}).get(name)
+        if proc is None:
+            return
+        if wait:
             try:
                 proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
-                pass
-        pidfile.unlink(missing_ok=True)
-        return True
+                return
+            self._procs.pop(name, None)
+        else:
+            proc.poll()
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes in a process group."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        # fields: state ppid pgrp ...
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            members.append(int(entry.name))
+    return members

@@ -41,7 +41,7 @@ def _user(conn, name, password, project):
 
 
 def keystone(paths: Paths, ctx: openstack.Context) -> None:
-    marker = paths.data / "keystone.seeded"
+    marker = paths.data / "keystone-seed.done"
     if marker.exists():
         return
     conn = admin_connection(ctx)
