@@ -11,6 +11,7 @@ from typing import Iterable
 
 import yaml
 
+from nodeforge import hosttools
 from nodeforge.devcloud import credentials, openstack
 from nodeforge.devcloud.paths import Paths
 from nodeforge.devcloud.process import ServiceSpec, Supervisor
@@ -71,8 +72,8 @@ class DevCloud:
             from nodeforge.devcloud import bmc
 
             if name == "redfish-bmc":
-                return bmc.redfish_service(self.paths, bmc.REDFISH_PORT)
-            return bmc.ipmi_service(self.paths, bmc.IPMI_BASE_PORT)
+                return bmc.redfish_service(self.paths, bmc.REDFISH_PORT + openstack.port_offset())
+            return bmc.ipmi_service(self.paths, bmc.IPMI_BASE_PORT + openstack.port_offset())
         return getattr(openstack, name)(ctx)
 
     # -- lifecycle ---------------------------------------------------------
@@ -85,6 +86,8 @@ class DevCloud:
         fails, every process started by this call is stopped again.
         """
         names = select(only)
+        tools = ["ss"] + (["ipmitool"] if {"ironic", "ipmi-bmc"} & set(names) else [])
+        hosttools.require(*tools)
         ctx = self._context()
         started: list[str] = []
         results: dict[str, dict] = {}

@@ -62,8 +62,18 @@ class PrepareError(NodeforgeError):
     message = "preparing {service} failed: {detail}"
 
 
+def port_offset() -> int:
+    """Shift every port (``NODEFORGE_DEVCLOUD_PORT_OFFSET``), so a second
+    local cloud can run beside the first, e.g. in tests."""
+    return int(os.environ.get("NODEFORGE_DEVCLOUD_PORT_OFFSET", "0") or 0)
+
+
+def port(service: str) -> int:
+    return PORTS[service] + port_offset()
+
+
 def url(service: str) -> str:
-    return f"http://{HOST}:{PORTS[service]}"
+    return f"http://{HOST}:{port(service)}"
 
 
 def keystone_url() -> str:
@@ -159,7 +169,7 @@ class Context:
     def uwsgi(self, service: str, wsgi_file: Path, env: dict[str, str], threads: int = 4) -> list[str]:
         return [
             self.venv_bin("uwsgi"),
-            "--http-socket", f"{HOST}:{PORTS[service]}",
+            "--http-socket", f"{HOST}:{port(service)}",
             "--wsgi-file", str(wsgi_file),
             "--master", "--processes", "1", "--threads", str(threads),
             "--die-on-term", "--need-app", "--lazy-apps",
@@ -221,7 +231,7 @@ def keystone(ctx: Context) -> ServiceSpec:
     return ServiceSpec(
         name="keystone",
         argv=ctx.uwsgi("keystone", ctx.site_packages() / "keystone" / "wsgi" / "api.py", env),
-        ports=[PORTS["keystone"]], env=env, prepare=prepare,
+        ports=[port("keystone")], env=env, prepare=prepare,
         health=http_health(keystone_url(), ok=(200,)), url=url("keystone"),
     )
 
@@ -275,7 +285,7 @@ def glance(ctx: Context) -> ServiceSpec:
     return ServiceSpec(
         name="glance", group="image",
         argv=ctx.uwsgi("glance", ctx.site_packages() / "glance" / "wsgi" / "api.py", env),
-        ports=[PORTS["glance"]], env=env, prepare=prepare, depends=("keystone",),
+        ports=[port("glance")], env=env, prepare=prepare, depends=("keystone",),
         health=http_health(url("glance") + "/versions", ok=(200, 300)), url=url("glance"),
     )
 
@@ -301,7 +311,7 @@ def placement(ctx: Context) -> ServiceSpec:
     return ServiceSpec(
         name="placement", group="compute",
         argv=ctx.uwsgi("placement", ctx.site_packages() / "placement" / "wsgi" / "api.py", env),
-        ports=[PORTS["placement"]], env=env, prepare=prepare, depends=("keystone",),
+        ports=[port("placement")], env=env, prepare=prepare, depends=("keystone",),
         health=http_health(url("placement") + "/", ok=(200,)), url=url("placement"),
     )
 
@@ -342,7 +352,7 @@ def nova(ctx: Context) -> ServiceSpec:
     return ServiceSpec(
         name="nova", group="compute",
         argv=ctx.uwsgi("nova", ctx.site_packages() / "nova" / "wsgi" / "osapi_compute.py", env),
-        ports=[PORTS["nova"]], env=env, prepare=prepare, depends=("keystone", "placement"),
+        ports=[port("nova")], env=env, prepare=prepare, depends=("keystone", "placement"),
         health=http_health(url("nova") + "/", ok=(200,)), url=url("nova"),
     )
 
@@ -384,7 +394,7 @@ def barbican(ctx: Context) -> ServiceSpec:
     return ServiceSpec(
         name="barbican", group="key-manager",
         argv=ctx.uwsgi("barbican", wsgi, env),
-        ports=[PORTS["barbican"]], env=env, prepare=prepare, depends=("keystone",),
+        ports=[port("barbican")], env=env, prepare=prepare, depends=("keystone",),
         health=http_health(url("barbican") + "/", ok=(200, 300)), url=url("barbican"),
     )
 
@@ -427,7 +437,7 @@ def ironic(ctx: Context) -> ServiceSpec:
             "default_network_interface": "noop",
             **{f"enabled_{k}": v for k, v in IRONIC_INTERFACES.items()},
         },
-        "api": {"host_ip": HOST, "port": PORTS["ironic"], "public_endpoint": url("ironic")},
+        "api": {"host_ip": HOST, "port": port("ironic"), "public_endpoint": url("ironic")},
         "conductor": {
             "automated_clean": True,
             "heartbeat_interval": 5,
@@ -463,7 +473,7 @@ def ironic(ctx: Context) -> ServiceSpec:
     return ServiceSpec(
         name="ironic", group="baremetal",
         argv=[ctx.venv_bin("ironic")] + args,
-        ports=[PORTS["ironic"]], env=env, prepare=prepare, depends=("keystone",),
+        ports=[port("ironic")], env=env, prepare=prepare, depends=("keystone",),
         health=http_health(url("ironic") + "/", ok=(200,)), url=url("ironic"),
         start_timeout=90,
     )

@@ -1,0 +1,207 @@
+"""The local cloud's own lifecycle: up / status / env / down, and its faults.
+
+These run a *second* local cloud (a temporary state directory, ports shifted
+by NODEFORGE_DEVCLOUD_PORT_OFFSET) so they never disturb the session's cloud.
+The service virtualenvs are shared by symlink.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nodeforge.devcloud import credentials, openstack
+from nodeforge.devcloud.cloud import DevCloud
+from nodeforge.devcloud.paths import Paths
+from nodeforge.devcloud.process import PortInUseError, ServiceSpec, ServiceStartError, Supervisor, _start_time
+from nodeforge.errors import MissingToolError
+
+OFFSET = 20000
+MAIN = Paths.default()
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+@pytest.fixture
+def second_cloud(tmp_path, monkeypatch):
+    root = tmp_path / "devcloud"
+    (root).mkdir()
+    (root / "venvs").symlink_to(MAIN.venvs.resolve())
+    env = dict(os.environ, NODEFORGE_DEVCLOUD_DIR=str(root), NODEFORGE_DEVCLOUD_PORT_OFFSET=str(OFFSET))
+    monkeypatch.setenv("NODEFORGE_DEVCLOUD_DIR", str(root))
+    monkeypatch.setenv("NODEFORGE_DEVCLOUD_PORT_OFFSET", str(OFFSET))
+    cloud = DevCloud(Paths(root))
+    yield cloud, env
+    cloud.down()
+
+
+def nodeforge(*args, env, check=True):
+    proc = subprocess.run([sys.executable, "-m", "nodeforge.cli", *args], env=env, capture_output=True,
+                          text=True, timeout=300)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"nodeforge {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+@pytest.mark.devcloud
+@pytest.mark.slow
+def test_up_status_env_down(second_cloud, monkeypatch):
+    cloud, env = second_cloud
+    up = nodeforge("devcloud", "up", "--only", "identity", "--output", "json", env=env)
+    assert [r["service"] for r in json.loads(up.stdout)] == ["keystone"]
+
+    status = json.loads(nodeforge("devcloud", "status", "--output", "json", env=env).stdout)
+    keystone = next(r for r in status if r["service"] == "keystone")
+    assert keystone["running"] and keystone["healthy"], keystone
+    assert keystone["ports"] == [openstack.PORTS["keystone"] + OFFSET]
+    assert not next(r for r in status if r["service"] == "glance")["running"]
+
+    exports = nodeforge("devcloud", "env", env=env).stdout
+    assert f"OS_CLIENT_CONFIG_FILE={cloud.paths.clouds_yaml}" in exports
+
+    # A real token from the second Keystone through clouds.yaml.
+    import openstack as sdk
+
+    monkeypatch.setenv("OS_CLIENT_CONFIG_FILE", str(cloud.paths.clouds_yaml))
+    conn = sdk.connect(cloud="nodeforge-dev-member")
+    assert conn.auth_token
+    assert conn.identity.get_project(conn.current_project_id).name == "nodeforge"
+
+    # No credential of the local cloud on any process's command line or in
+    # what the commands printed.
+    secrets = [s.reveal() for s in credentials.load(cloud.paths.etc).values()]
+    for proc_dir in Path("/proc").iterdir():
+        if proc_dir.name.isdigit():
+            try:
+                cmdline = (proc_dir / "cmdline").read_bytes().decode("utf-8", "replace")
+            except OSError:
+                continue
+            assert not any(s in cmdline for s in secrets), f"secret on the command line of pid {proc_dir.name}"
+    for text in (up.stdout, up.stderr, exports):
+        assert not any(s in text for s in secrets)
+
+    pid = keystone["pid"]
+    down = nodeforge("devcloud", "down", "--output", "json", env=env)
+    assert json.loads(down.stdout) == [{"service": "keystone", "action": "stopped"}]
+    assert _start_time(pid) is None  # gone (or a zombie awaiting its reaper)
+    assert _free(openstack.PORTS["keystone"] + OFFSET)
+
+    # down with nothing running: a no-op that says so.
+    again = nodeforge("devcloud", "down", env=env)
+    assert again.returncode == 0 and "nothing running" in again.stderr
+
+
+@pytest.mark.devcloud
+def test_port_taken_names_port_and_holder(second_cloud):
+    cloud, env = second_cloud
+    port = openstack.PORTS["keystone"] + OFFSET
+    holder = subprocess.Popen([sys.executable, "-m", "http.server", "--bind", "127.0.0.1", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(50):
+            if not _free(port):
+                break
+            import time
+
+            time.sleep(0.1)
+        proc = nodeforge("devcloud", "up", "--only", "identity", env=env, check=False)
+        assert proc.returncode == 1
+        assert f"127.0.0.1:{port} is already in use" in proc.stderr
+        assert f"pid {holder.pid}" in proc.stderr
+        assert not cloud.supervisor.running_pid("keystone")
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+@pytest.mark.devcloud
+@pytest.mark.slow
+def test_service_dying_during_up_is_reported_and_the_rest_stopped(second_cloud):
+    cloud, _ = second_cloud
+
+    class Broken(DevCloud):
+        """The real cloud, except that Glance is replaced by a process that
+        writes an error and exits, as a misconfigured service does."""
+
+        def spec(self, name, ctx):
+            real = super().spec(name, ctx)
+            if name != "glance":
+                return real
+            code = "import sys; print('glance: ERROR cannot open store: no such backend'); sys.exit(3)"
+            return ServiceSpec(name="glance", argv=[sys.executable, "-c", code], ports=real.ports,
+                               health=real.health, group="image")
+
+    broken = Broken(cloud.paths)
+    with pytest.raises(ServiceStartError) as err:
+        broken.up(["image"])
+    message = str(err.value)
+    assert "service 'glance' failed to start: process exited with code 3" in message
+    assert "cannot open store: no such backend" in message  # the log tail
+    for name in ("keystone", "barbican", "glance"):
+        assert not cloud.supervisor.running_pid(name), f"{name} left running"
+        assert _free(openstack.PORTS[name] + OFFSET), f"{name}'s port still bound"
+
+
+def test_missing_tool_names_package_and_make_target(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(MissingToolError) as err:
+        DevCloud(Paths(tmp_path)).up(["baremetal"])
+    text = str(err.value)
+    assert "'ss'" in text and "Debian package 'iproute2'" in text and "make setup" in text
+
+
+def test_supervisor_stop_of_unknown_or_recycled_pid_is_a_noop(tmp_path):
+    sup = Supervisor(tmp_path / "run", tmp_path / "log")
+    assert sup.stop("nothing") is False
+    # A pidfile naming a live process that we did not start (pid 1) is ignored.
+    (tmp_path / "run").mkdir()
+    sup.pidfile("ghost").write_text(json.dumps({"pid": 1, "start_time": 0}))
+    assert sup.running_pid("ghost") is None
+    assert sup.stop("ghost") is False
+    assert Path("/proc/1").exists()
+
+
+def test_supervisor_health_timeout_includes_log_tail(tmp_path):
+    sup = Supervisor(tmp_path / "run", tmp_path / "log")
+    spec = ServiceSpec(name="sleepy", argv=[sys.executable, "-c",
+                                            "import time; print('still warming up', flush=True); time.sleep(60)"],
+                       ports=[], health=lambda: "not listening", start_timeout=1.5)
+    sup.start(spec)
+    try:
+        with pytest.raises(ServiceStartError) as err:
+            sup.wait_healthy(spec)
+        assert "not healthy after 2s (not listening)" in str(err.value)
+        assert "still warming up" in str(err.value)
+    finally:
+        assert sup.stop("sleepy") is True
+    assert sup.running_pid("sleepy") is None
+
+
+def test_port_holder_reports_pid(tmp_path):
+    from nodeforge.devcloud.process import port_holder
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        holder = port_holder(port)
+        assert holder is not None and f"pid {os.getpid()}" in holder
+        sup = Supervisor(tmp_path / "run", tmp_path / "log")
+        with pytest.raises(PortInUseError) as err:
+            sup.start(ServiceSpec(name="x", argv=["true"], ports=[port], health=lambda: None))
+        assert f"127.0.0.1:{port}" in str(err.value)
+    assert port_holder(port) is None
