@@ -7,7 +7,7 @@ STAMP := $(VENV)/.nodeforge-setup
 PKGS := $(shell sed -e 's/\#.*//' manifests/host-packages.txt | awk 'NF{print $$1}')
 PYTEST_ARGS ?=
 
-.PHONY: setup apt venv devcloud-install test test-fast demo bench lint clean
+.PHONY: setup apt venv devcloud-install test test-fast demo demo-down bench clean
 
 ## setup: install host packages (apt), the project virtualenv and the local cloud's virtualenvs (idempotent)
 setup: apt venv devcloud-install
@@ -45,6 +45,11 @@ test-fast: venv
 demo: setup
 	$(BIN)/nodeforge devcloud up
 	$(BIN)/nodeforge devcloud status
+	$(BIN)/nodeforge devcloud check
+	@echo "local cloud is up: eval \"\$$($(BIN)/nodeforge devcloud env)\" then use 'openstack'; 'make demo-down' stops it"
+
+demo-down:
+	$(BIN)/nodeforge devcloud down
 
 bench: setup
 	@for b in bench/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done

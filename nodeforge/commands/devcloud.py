@@ -75,3 +75,17 @@ def env(app):
             click.echo(f"export {key}={value}")
     else:
         output.emit(values, app.output)
+
+
+@devcloud.command()
+@options.pass_app
+def check(app):
+    """One real, authenticated call per running service."""
+    from nodeforge.devcloud import smoke
+    from nodeforge.errors import NodeforgeError
+
+    rows = smoke.run(_cloud())
+    output.emit(rows, app.output, columns=["service", "check", "ok", "detail", "seconds"])
+    failed = [r["service"] for r in rows if r["ok"] is False]
+    if failed:
+        raise NodeforgeError("check failed for: {services}", services=", ".join(failed))
