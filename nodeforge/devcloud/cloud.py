@@ -72,8 +72,8 @@ class DevCloud:
             from nodeforge.devcloud import bmc
 
             if name == "redfish-bmc":
-                return bmc.redfish_service(self.paths, bmc.REDFISH_PORT + openstack.port_offset())
-            return bmc.ipmi_service(self.paths, bmc.IPMI_BASE_PORT + openstack.port_offset())
+                return bmc.redfish_service(self.paths)
+            return bmc.ipmi_service(self.paths)
         return getattr(openstack, name)(ctx)
 
     # -- lifecycle ---------------------------------------------------------

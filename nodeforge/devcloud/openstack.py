@@ -20,7 +20,7 @@ from importlib import resources
 from pathlib import Path
 
 from nodeforge.devcloud import inifile
-from nodeforge.devcloud.paths import Paths
+from nodeforge.devcloud.paths import Paths, port_offset
 from nodeforge.devcloud.process import ServiceSpec
 from nodeforge.errors import NodeforgeError
 from nodeforge.redact import Secret, scrub
@@ -60,12 +60,6 @@ GROUPS = {
 
 class PrepareError(NodeforgeError):
     message = "preparing {service} failed: {detail}"
-
-
-def port_offset() -> int:
-    """Shift every port (``NODEFORGE_DEVCLOUD_PORT_OFFSET``), so a second
-    local cloud can run beside the first, e.g. in tests."""
-    return int(os.environ.get("NODEFORGE_DEVCLOUD_PORT_OFFSET", "0") or 0)
 
 
 def port(service: str) -> int:

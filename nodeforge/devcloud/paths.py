@@ -19,6 +19,12 @@ def default_root() -> Path:
     return base / ".devcloud"
 
 
+def port_offset() -> int:
+    """Shift every port of the local cloud (``NODEFORGE_DEVCLOUD_PORT_OFFSET``),
+    so a second cloud can run beside the first, e.g. in tests."""
+    return int(os.environ.get("NODEFORGE_DEVCLOUD_PORT_OFFSET", "0") or 0)
+
+
 @dataclasses.dataclass(frozen=True)
 class Paths:
     root: Path

@@ -52,15 +52,14 @@ def _checks(cloud: DevCloud) -> list[tuple[str, str, Callable[[], str]]]:
         from sushy import auth
 
         cred = bmc.credentials(cloud.paths).redfish
-        port = bmc.REDFISH_PORT + _offset()
-        root = sushy.Sushy(bmc.redfish_endpoint(port) + "/redfish/v1",
+        root = sushy.Sushy(bmc.redfish_endpoint() + "/redfish/v1",
                            auth=auth.BasicAuth(cred.username, cred.password.reveal()),
                            verify=str(bmc.ca_bundle(cloud.paths)))
         systems = root.get_system_collection().get_members()
         return f"{len(systems)} systems over HTTPS with basic auth"
 
     def ipmi():
-        endpoints = bmc.ipmi_endpoints(cloud.paths, bmc.IPMI_BASE_PORT + _offset())
+        endpoints = bmc.ipmi_endpoints(cloud.paths)
         out = bmc.ipmitool(endpoints[0], "power", "status")
         if out.returncode != 0:
             raise RuntimeError(out.stderr.strip() or f"ipmitool exited {out.returncode}")
@@ -76,12 +75,6 @@ def _checks(cloud: DevCloud) -> list[tuple[str, str, Callable[[], str]]]:
         ("redfish-bmc", "redfish", redfish),
         ("ipmi-bmc", "ipmi", ipmi),
     ]
-
-
-def _offset() -> int:
-    from nodeforge.devcloud.openstack import port_offset
-
-    return port_offset()
 
 
 def run(cloud: DevCloud | None = None) -> list[dict]:

@@ -27,7 +27,7 @@ from nodeforge.devcloud import pki
 from nodeforge.devcloud.bmc import fleet
 from nodeforge.devcloud.bmc.fleet import (Credential, Credentials, IpmiBmc, RedfishSystem,
                                           ensure_credentials, load_credentials)
-from nodeforge.devcloud.paths import Paths
+from nodeforge.devcloud.paths import Paths, port_offset
 from nodeforge.devcloud.process import ServiceSpec
 from nodeforge.errors import MissingToolError
 from nodeforge.redact import Secret
@@ -81,14 +81,24 @@ def ca_bundle(paths: Paths) -> Path:
     return pki.ca_bundle(paths)
 
 
+def redfish_port(port: int | None = None) -> int:
+    """The Redfish emulator's port: given, or the default shifted by the
+    local cloud's port offset."""
+    return REDFISH_PORT + port_offset() if port is None else port
+
+
+def ipmi_base_port(base_port: int | None = None) -> int:
+    return IPMI_BASE_PORT + port_offset() if base_port is None else base_port
+
+
 # -- Redfish -------------------------------------------------------------------
 
-def redfish_endpoint(port: int = REDFISH_PORT) -> str:
+def redfish_endpoint(port: int | None = None) -> str:
     """Base URL of the Redfish emulator (what Ironic's redfish_address takes)."""
-    return f"https://{HOST}:{port}"
+    return f"https://{HOST}:{redfish_port(port)}"
 
 
-def redfish_system_url(system: RedfishSystem, port: int = REDFISH_PORT) -> str:
+def redfish_system_url(system: RedfishSystem, port: int | None = None) -> str:
     return f"{redfish_endpoint(port)}/redfish/v1/Systems/{system.uuid}"
 
 
@@ -97,7 +107,7 @@ def redfish_systems(count: int = fleet.DEFAULT_REDFISH_COUNT) -> list[RedfishSys
     return fleet.redfish_systems(count)
 
 
-def redfish_driver_info(paths: Paths, system: RedfishSystem, port: int = REDFISH_PORT) -> dict:
+def redfish_driver_info(paths: Paths, system: RedfishSystem, port: int | None = None) -> dict:
     """Ironic ``redfish`` driver_info for one emulated system (password
     revealed: for API calls only, never for logs)."""
     creds = ensure_credentials(paths)
@@ -108,9 +118,10 @@ def redfish_driver_info(paths: Paths, system: RedfishSystem, port: int = REDFISH
             "redfish_verify_ca": str(pki.ca_bundle(paths))}
 
 
-def redfish_service(paths: Paths, port: int = REDFISH_PORT,
+def redfish_service(paths: Paths, port: int | None = None,
                     count: int = fleet.DEFAULT_REDFISH_COUNT) -> ServiceSpec:
     """Write the Redfish emulator's config and return its ServiceSpec."""
+    port = redfish_port(port)
     creds = ensure_credentials(paths)
     cert = pki.server_cert(paths, CERT_NAME)
     systems = fleet.redfish_systems(count)
@@ -182,17 +193,19 @@ class IpmiEndpoint:
                 "ipmi_cipher_suite": 3}
 
 
-def ipmi_endpoints(paths: Paths, base_port: int = IPMI_BASE_PORT,
+def ipmi_endpoints(paths: Paths, base_port: int | None = None,
                    count: int = fleet.DEFAULT_IPMI_COUNT) -> list[IpmiEndpoint]:
     creds = ensure_credentials(paths, count)
+    base_port = ipmi_base_port(base_port)
     return [IpmiEndpoint(bmc=b, host=HOST, port=b.port, username=creds.ipmi[b.name].username,
                          password=creds.ipmi[b.name].password)
             for b in fleet.ipmi_bmcs(base_port, count)]
 
 
-def ipmi_service(paths: Paths, base_port: int = IPMI_BASE_PORT,
+def ipmi_service(paths: Paths, base_port: int | None = None,
                  count: int = fleet.DEFAULT_IPMI_COUNT) -> ServiceSpec:
     """Write the IPMI simulator's config and return its ServiceSpec."""
+    base_port = ipmi_base_port(base_port)
     endpoints = ipmi_endpoints(paths, base_port, count)
     cfg_path = ipmi_config_path(paths, base_port)
     _bmc_etc(paths)
