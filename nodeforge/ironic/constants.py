@@ -1,0 +1,88 @@
+"""Ironic facts in one table: API version, states, verbs, retriable errors.
+
+Everything nodeforge knows about Ironic's behaviour lives here, so the
+lifecycle and the provisioner never compare raw strings scattered around.
+"""
+
+from __future__ import annotations
+
+import enum
+
+# 1.70: manual cleaning with ``disable_ramdisk`` (cleaning without an agent).
+# 1.47 brought ``automated_clean`` per node; 1.37 traits; 1.50 owner.
+API_VERSION = "1.70"
+
+# Ironic lists at most this many items per page (``[api] max_limit``).
+PAGE_LIMIT = 1000
+
+
+class ProvisionState(str, enum.Enum):
+    ENROLL = "enroll"
+    VERIFYING = "verifying"
+    MANAGEABLE = "manageable"
+    INSPECTING = "inspecting"
+    INSPECT_WAIT = "inspect wait"
+    INSPECT_FAILED = "inspect failed"
+    CLEANING = "cleaning"
+    CLEAN_WAIT = "clean wait"
+    CLEAN_FAILED = "clean failed"
+    AVAILABLE = "available"
+    ACTIVE = "active"
+    DEPLOYING = "deploying"
+    DEPLOY_WAIT = "wait call-back"
+    DEPLOY_FAILED = "deploy failed"
+    ERROR = "error"
+
+    @classmethod
+    def parse(cls, value: str | None) -> "ProvisionState | None":
+        try:
+            return cls(value) if value is not None else None
+        except ValueError:
+            return None
+
+
+class Verb(str, enum.Enum):
+    MANAGE = "manage"
+    INSPECT = "inspect"
+    CLEAN = "clean"
+    PROVIDE = "provide"
+    ABORT = "abort"
+
+
+# The stable state each verb ends in (openstacksdk's EXPECTED_STATES).
+EXPECTED_STATE = {
+    Verb.MANAGE: ProvisionState.MANAGEABLE,
+    Verb.INSPECT: ProvisionState.MANAGEABLE,
+    Verb.CLEAN: ProvisionState.MANAGEABLE,
+    Verb.PROVIDE: ProvisionState.AVAILABLE,
+}
+
+# Transient states: the conductor is working; poll again later.
+TRANSIENT_STATES = frozenset({
+    ProvisionState.VERIFYING, ProvisionState.INSPECTING, ProvisionState.INSPECT_WAIT,
+    ProvisionState.CLEANING, ProvisionState.CLEAN_WAIT, ProvisionState.DEPLOYING,
+    ProvisionState.DEPLOY_WAIT,
+})
+
+# A node in one of these belongs to a workload: enrollment never touches it.
+IN_USE_STATES = frozenset({ProvisionState.ACTIVE, ProvisionState.DEPLOYING,
+                           ProvisionState.DEPLOY_WAIT, ProvisionState.DEPLOY_FAILED})
+
+# HTTP statuses worth retrying (409 only when the body says "locked").
+RETRIABLE_STATUS = frozenset({409, 503})
+
+# 409 bodies that are *not* transient: retrying cannot help.
+DUPLICATE_MARKERS = ("already exists",)
+# 409 bodies that are transient (NodeLocked; "node is busy" from some versions).
+LOCKED_MARKERS = ("is locked by host", "please retry after the current operation",
+                  "locked")
+
+# Ironic masks these driver_info keys as "******" when reading a node back.
+SECRET_DRIVER_INFO_KEYS = frozenset({"ipmi_password", "redfish_password", "drac_password",
+                                     "ilo_password", "irmc_password", "snmp_auth_key",
+                                     "snmp_priv_key", "ipmi_kg_key"})
+
+# Where nodeforge keeps its own bookkeeping on the node (``extra``).
+EXTRA_FINGERPRINT = "nodeforge_credential_fp"
+EXTRA_CHECKPOINT = "nodeforge_stage"
+EXTRA_RETRIES = "nodeforge_retries"

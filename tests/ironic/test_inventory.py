@@ -1,0 +1,175 @@
+"""Inventory parsing and whole-batch validation, on the data files of every format."""
+
+from __future__ import annotations
+
+import pytest
+
+from nodeforge.ironic import inventory as inv
+from nodeforge.ironic.inventory import BmcKind, CleanMode, Format
+
+
+def test_nodeforge_yaml_normalised(data_dir, bmc_password):
+    i = inv.load(data_dir / "nodeforge.yaml")
+    assert i.format is Format.NODEFORGE
+    nodes = i.by_name()
+    rf = nodes["rf-node-001"]
+    assert rf.driver == "redfish"
+    assert rf.resource_class == "baremetal-compute"  # from defaults
+    assert rf.macs == ["02:4e:46:00:01:00", "02:4e:46:00:01:01"]  # normalised
+    assert rf.traits == ["CUSTOM_GPU", "CUSTOM_RACK_A1"]
+    assert rf.cleaning.mode is CleanMode.NONE
+    info = rf.driver_info(reveal=True)
+    assert info == {"redfish_address": "https://127.0.0.1:8000",
+                    "redfish_system_id": "/redfish/v1/Systems/749adaee-0a9e-5c5f-b8e4-fe28c0380191",
+                    "redfish_username": "nf-redfish", "redfish_password": bmc_password,
+                    "redfish_verify_ca": False}
+    assert rf.driver_info()["redfish_password"] == "***"
+    vm = nodes["rf-node-002"]
+    assert vm.bmc.kind is BmcKind.REDFISH_VIRTUALMEDIA
+    assert vm.all_interfaces()["boot_interface"] == "redfish-virtual-media"
+    assert vm.bmc.password.reveal() == "file-secret-pw-42"  # file: relative to the inventory
+    assert vm.inspect is True
+    ipmi = nodes["ipmi-node-01"]
+    assert ipmi.driver == "ipmi"
+    assert ipmi.driver_info(reveal=True)["ipmi_port"] == 6230
+    assert ipmi.all_interfaces() == {"management_interface": "ipmitool", "power_interface": "ipmitool"}
+    assert ipmi.cleaning.mode is CleanMode.MANUAL and ipmi.cleaning.disable_ramdisk
+    assert ipmi.cleaning.steps[0].step == "clear_job_queue"
+    fake = nodes["fake-0001"]
+    assert fake.driver == "fake-hardware" and fake.bmc.password is None
+    assert fake.driver_info() == {}
+
+
+def test_csv(data_dir, bmc_password):
+    i = inv.load(data_dir / "nodes.csv")
+    assert i.format is Format.CSV
+    rf, ipmi = i.nodes
+    assert rf.location.row == 1 and rf.location.line == 3
+    assert rf.properties == {"cpu_arch": "x86_64", "memory_mb": 262144}
+    assert rf.bmc.verify_ca is False
+    assert rf.traits == ["CUSTOM_A"]
+    assert ipmi.cleaning.mode is CleanMode.NONE
+    assert ipmi.bmc.port == 6231
+
+
+def test_ironicclient_format(data_dir, bmc_password):
+    i = inv.load(data_dir / "ironicclient.yaml")
+    assert i.format is Format.IRONICCLIENT
+    a, b = i.nodes
+    assert a.bmc.address == "ipmi://10.1.0.1:6230"
+    assert a.driver_info(reveal=True)["ipmi_password"] == bmc_password
+    assert a.driver_info()["deploy_kernel"] == "http://images/ipa.kernel"
+    assert a.macs == ["52:54:00:aa:00:01"]
+    assert b.bmc.kind is BmcKind.REDFISH_VIRTUALMEDIA
+    assert b.driver_info()["redfish_system_id"] == "/redfish/v1/Systems/abc"
+    assert b.bmc.verify_ca is False
+
+
+def test_bifrost_format(data_dir, bmc_password):
+    i = inv.load(data_dir / "bifrost.json")
+    assert i.format is Format.BIFROST
+    a, b = i.nodes
+    assert a.name == "bf-node-1" and a.driver == "ipmi"
+    assert a.properties == {"cpu_arch": "x86_64", "memory_mb": 8192, "local_gb": 100, "cpus": 4}
+    assert a.driver_info(reveal=True)["ipmi_password"] == bmc_password
+    assert b.bmc.kind is BmcKind.REDFISH and b.macs == ["52:54:00:bb:00:02"]
+    assert a.location.line == 2 and b.location.line == 18
+
+
+def test_whole_batch_errors_name_line_node_and_field(data_dir, bmc_password):
+    with pytest.raises(inv.InventoryError) as err:
+        inv.load(data_dir / "invalid.yaml")
+    got = {(i.location.line, i.node, i.field) for i in err.value.issues}
+    assert got == {
+        (6, "bad mac", "name"),
+        (10, "bad mac", "bmc.password"),       # plaintext refused
+        (11, "bad mac", "macs"),               # malformed MAC
+        (14, "dup-bmc", "bmc.address"),        # same BMC as good-1 (ipmi default port 623)
+        (16, "dup-bmc", "bmc.password"),       # env var not set
+        (17, "dup-bmc", "macs"),               # duplicate MAC
+        (18, "dup-bmc", "colour"),             # unknown field
+        (19, "good-1", "name"),                # duplicate name
+        (21, "good-1", "bmc.address"),         # unknown scheme
+    }
+    text = str(err.value)
+    assert "hunter2-plaintext" not in text
+    assert "invalid.yaml:10: node 'bad mac': field 'bmc.password': plaintext password refused" in text
+
+
+def test_plaintext_allowed_explicitly(tmp_path):
+    p = tmp_path / "inv.yaml"
+    p.write_text("version: 1\nnodes:\n  - name: n1\n    bmc: {address: 'ipmi://10.0.0.1', username: u, "
+                 "password: plain-pass-1}\n")
+    with pytest.raises(inv.InventoryError):
+        inv.load(p)
+    node = inv.load(p, allow_plaintext=True).nodes[0]
+    assert node.bmc.password.reveal() == "plain-pass-1"
+
+
+def test_csv_errors_name_row(tmp_path, bmc_password):
+    p = tmp_path / "inv.csv"
+    p.write_text("name,bmc_address,bmc_username,bmc_password,macs,colour\n"
+                 "n1,ipmi://10.0.0.1,u,env:NF_TEST_BMC_PASSWORD,52:54:00:00:00:01,red\n"
+                 "n2,ipmi://10.0.0.2,u,,52:54:00:00:00:02,\n")
+    with pytest.raises(inv.InventoryError) as err:
+        inv.load(p)
+    got = {(i.location.row, i.field) for i in err.value.issues}
+    assert (None, "colour") in got  # header
+    assert (2, "bmc.password") in got
+    assert "row 2" in str(err.value)
+
+
+@pytest.mark.parametrize("url,kind,host,port,system", [
+    ("ipmi://10.0.0.1", BmcKind.IPMI, "10.0.0.1", None, None),
+    ("ipmi://[fd00::1]:6230", BmcKind.IPMI, "fd00::1", 6230, None),
+    ("redfish://bmc.example.org/redfish/v1/Systems/1", BmcKind.REDFISH, "bmc.example.org", None,
+     "/redfish/v1/Systems/1"),
+    ("redfish+http://10.0.0.1:8000", BmcKind.REDFISH, "10.0.0.1", 8000, None),
+    ("idrac-redfish://10.0.0.1", BmcKind.IDRAC_REDFISH, "10.0.0.1", None, None),
+    ("redfish-virtualmedia://10.0.0.1", BmcKind.REDFISH_VIRTUALMEDIA, "10.0.0.1", None, None),
+])
+def test_bmc_urls(url, kind, host, port, system):
+    k, h, p, _, s = inv.parse_bmc_url(url)
+    assert (k, h, p, s) == (kind, host, port, system)
+
+
+@pytest.mark.parametrize("url,message", [
+    ("10.0.0.1", "not a BMC URL"),
+    ("ssh://10.0.0.1", "unknown BMC scheme"),
+    ("ipmi://", "missing host"),
+    ("ipmi://10.0.0.1:99999", "invalid port"),
+    ("ipmi://10.0.0.1/x", "no path"),
+    ("redfish://10.0.0.1/v1/Systems/1", "must be /redfish/v1/Systems/<id>"),
+    ("redfish://admin:s3cret-in-url@10.0.0.1", "credentials in the BMC URL"),
+    ("ipmi://bad_host!", "invalid host"),
+])
+def test_bad_bmc_urls(url, message):
+    with pytest.raises(ValueError) as err:
+        inv.parse_bmc_url(url)
+    assert message in str(err.value)
+    assert "s3cret-in-url" not in str(err.value)
+
+
+def test_bmc_key_matches_ironic_driver_info(data_dir, bmc_password):
+    nodes = inv.load(data_dir / "nodeforge.yaml").by_name()
+    key = inv.bmc_key(nodes["rf-node-001"].bmc)
+    # what Ironic returns for the same node (password masked, trailing slash)
+    ironic = {"redfish_address": "https://127.0.0.1:8000/", "redfish_password": "******",
+              "redfish_system_id": "/redfish/v1/Systems/749adaee-0a9e-5c5f-b8e4-fe28c0380191"}
+    assert inv.bmc_key_from_driver_info("redfish", ironic) == key
+    assert inv.bmc_key(nodes["ipmi-node-01"].bmc) == "ipmi://127.0.0.1:6230"
+    assert inv.bmc_key(nodes["fake-0001"].bmc) is None
+
+
+def test_mac_normalisation():
+    assert inv.normalize_mac("AA-BB-CC-DD-EE-FF") == "aa:bb:cc:dd:ee:ff"
+    assert inv.normalize_mac("aabbccddeeff") == "aa:bb:cc:dd:ee:ff"
+    assert inv.normalize_mac("aa:bb-cc:dd:ee:ff") is None
+    assert inv.normalize_mac("aa:bb:cc:dd:ee") is None
+
+
+def test_undetectable_format(tmp_path):
+    p = tmp_path / "x.yaml"
+    p.write_text("- a\n- b\n")
+    with pytest.raises(inv.ConfigError, match="cannot tell the inventory format"):
+        inv.load(p)
