@@ -1,0 +1,368 @@
+"""Ironic behind one interface: :class:`Provisioner` (a Protocol), with the
+openstacksdk implementation :class:`SdkProvisioner` and the in-memory
+:class:`FakeProvisioner` for state-machine unit tests.
+
+Nodes and ports travel as plain dicts in Ironic's JSON shape. Every write
+goes through :meth:`_write`, which counts it (``writes``) so tests and the
+benchmark can prove that a no-change run makes zero writes.
+
+Errors: one :class:`IronicError` with a :class:`ErrorKind` read from the
+status *and the body*: Ironic answers 409 both for NodeLocked (transient:
+retried with capped, jittered backoff) and for duplicates (permanent: never
+retried). Messages are scrubbed; request bodies are never put in errors.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import logging
+import random
+import threading
+import time
+import uuid as uuidlib
+from typing import Any, Protocol
+
+from nodeforge.errors import NodeforgeError
+from nodeforge.ironic import constants as C
+from nodeforge.ironic.constants import ProvisionState as PS, Verb
+from nodeforge.redact import scrub
+
+log = logging.getLogger(__name__)
+
+NODE_FIELDS = ["uuid", "name", "driver", "driver_info", "properties", "resource_class", "traits", "owner",
+               "extra", "provision_state", "target_provision_state", "last_error", "maintenance",
+               "maintenance_reason", "automated_clean", "power_state", "description",
+               *(f"{i}_interface" for i in ("bios", "boot", "console", "deploy", "firmware", "inspect",
+                                            "management", "network", "power", "raid", "rescue", "storage",
+                                            "vendor"))]
+
+
+class ErrorKind(str, enum.Enum):
+    LOCKED = "locked"            # 409 NodeLocked: retry
+    UNAVAILABLE = "unavailable"  # 503 no free conductor: retry
+    DUPLICATE = "duplicate"      # 409 already exists: never retry
+    CONFLICT = "conflict"        # other 409 (invalid state transition)
+    NOT_FOUND = "not_found"
+    INVALID = "invalid"          # 400
+    AUTH = "auth"                # 401/403
+    NETWORK = "network"
+    OTHER = "other"
+
+    @property
+    def retriable(self) -> bool:
+        return self in (ErrorKind.LOCKED, ErrorKind.UNAVAILABLE, ErrorKind.NETWORK)
+
+
+class IronicError(NodeforgeError):
+    message = "Ironic {operation} failed ({status}): {detail}"
+
+    def __init__(self, *, operation: str, status: int | None, kind: ErrorKind, detail: str):
+        self.status = status
+        self.kind = kind
+        self.detail = scrub(detail)
+        super().__init__(operation=operation, status=status or kind.value, detail=self.detail)
+
+
+def classify(status: int, body: str) -> tuple[ErrorKind, str]:
+    """ErrorKind and the human message (``faultstring``) of an Ironic error answer."""
+    detail = body
+    try:
+        data = json.loads(body)
+        inner = data.get("error_message", data)
+        if isinstance(inner, str):
+            inner = json.loads(inner)
+        detail = inner.get("faultstring") or body
+    except (ValueError, AttributeError, TypeError):
+        pass
+    low = detail.lower()
+    if status == 409:
+        if any(m in low for m in C.DUPLICATE_MARKERS):
+            return ErrorKind.DUPLICATE, detail
+        if any(m in low for m in C.LOCKED_MARKERS):
+            return ErrorKind.LOCKED, detail
+        return ErrorKind.CONFLICT, detail
+    if status == 503:
+        return ErrorKind.UNAVAILABLE, detail
+    if status == 404:
+        return ErrorKind.NOT_FOUND, detail
+    if status in (401, 403):
+        return ErrorKind.AUTH, detail
+    if status == 400:
+        return ErrorKind.INVALID, detail
+    return ErrorKind.OTHER, detail
+
+
+class RetryPolicy:
+    """Capped exponential backoff with jitter for LOCKED/UNAVAILABLE answers."""
+
+    def __init__(self, attempts: int = 6, base: float = 0.25, cap: float = 4.0):
+        self.attempts, self.base, self.cap = attempts, base, cap
+
+    def delay(self, attempt: int) -> float:
+        return min(self.cap, self.base * 2 ** attempt) * (0.5 + random.random() / 2)
+
+
+class Provisioner(Protocol):
+    writes: int
+    retries: int
+
+    def list_nodes(self) -> list[dict]: ...
+    def list_ports(self) -> list[dict]: ...
+    def get_node(self, ident: str) -> dict: ...
+    def create_node(self, body: dict) -> dict: ...
+    def patch_node(self, ident: str, patch: list[dict]) -> dict: ...
+    def set_traits(self, ident: str, traits: list[str]) -> None: ...
+    def create_port(self, node_uuid: str, mac: str) -> dict: ...
+    def set_provision_state(self, ident: str, verb: Verb, *, clean_steps: list[dict] | None = None,
+                            disable_ramdisk: bool | None = None) -> None: ...
+    def set_maintenance(self, ident: str, reason: str | None) -> None: ...
+    def delete_node(self, ident: str) -> None: ...
+
+
+class SdkProvisioner:
+    """Ironic's REST API through an openstacksdk connection (its baremetal
+    adapter: auth, endpoint, TLS from clouds.yaml); nodeforge's own retries."""
+
+    def __init__(self, conn, *, retry: RetryPolicy | None = None, api_version: str = C.API_VERSION):
+        self.conn = conn
+        self.adapter = conn.baremetal
+        self.retry = retry or RetryPolicy()
+        self.version = api_version
+        self.writes = 0
+        self.retries = 0
+        self._lock = threading.Lock()
+
+    # -- transport
+    def _call(self, method: str, url: str, operation: str, *, json_body: Any = None, write: bool = False):
+        from keystoneauth1 import exceptions as ks_exc
+
+        attempt = 0
+        while True:
+            if write:
+                with self._lock:
+                    self.writes += 1
+            try:
+                resp = self.adapter.request(url, method, json=json_body, microversion=self.version,
+                                            raise_exc=False, status_code_retries=0, connect_retries=2)
+            except ks_exc.ConnectionError as exc:
+                kind, detail, status = ErrorKind.NETWORK, type(exc).__name__, None
+            else:
+                if resp.status_code < 400:
+                    return resp.json() if resp.content else None
+                status = resp.status_code
+                kind, detail = classify(status, resp.text)
+            if kind.retriable and attempt + 1 < self.retry.attempts:
+                delay = self.retry.delay(attempt)
+                log.info("%s: %s (%s); retrying in %.1fs", operation, kind.value, scrub(detail), delay)
+                with self._lock:
+                    self.retries += 1
+                time.sleep(delay)
+                attempt += 1
+                continue
+            raise IronicError(operation=operation, status=status, kind=kind, detail=detail)
+
+    def _paged(self, url: str, key: str) -> list[dict]:
+        out: list[dict] = []
+        while url:
+            data = self._call("GET", url, f"list {key}")
+            out.extend(data.get(key, []))
+            nxt = data.get("next")
+            url = nxt.split("/v1", 1)[1] if nxt else None
+        return out
+
+    # -- reads
+    def list_nodes(self) -> list[dict]:
+        return self._paged(f"/nodes/detail?limit={C.PAGE_LIMIT}", "nodes")
+
+    def list_ports(self) -> list[dict]:
+        return self._paged(f"/ports/detail?limit={C.PAGE_LIMIT}", "ports")
+
+    def get_node(self, ident: str) -> dict:
+        return self._call("GET", f"/nodes/{ident}", "get node")
+
+    # -- writes
+    def create_node(self, body: dict) -> dict:
+        return self._call("POST", "/nodes", f"create node {body.get('name')}", json_body=body, write=True)
+
+    def patch_node(self, ident: str, patch: list[dict]) -> dict:
+        return self._call("PATCH", f"/nodes/{ident}", f"update node {ident}", json_body=patch, write=True)
+
+    def set_traits(self, ident: str, traits: list[str]) -> None:
+        self._call("PUT", f"/nodes/{ident}/traits", f"set traits of {ident}", json_body={"traits": traits},
+                   write=True)
+
+    def create_port(self, node_uuid: str, mac: str) -> dict:
+        return self._call("POST", "/ports", f"create port {mac}", json_body={"node_uuid": node_uuid, "address": mac},
+                          write=True)
+
+    def set_provision_state(self, ident: str, verb: Verb, *, clean_steps=None, disable_ramdisk=None) -> None:
+        body: dict[str, Any] = {"target": verb.value}
+        if clean_steps is not None:
+            body["clean_steps"] = clean_steps
+        if disable_ramdisk is not None:
+            body["disable_ramdisk"] = disable_ramdisk
+        self._call("PUT", f"/nodes/{ident}/states/provision", f"{verb.value} {ident}", json_body=body, write=True)
+
+    def set_maintenance(self, ident: str, reason: str | None) -> None:
+        if reason is None:
+            self._call("DELETE", f"/nodes/{ident}/maintenance", f"unset maintenance {ident}", write=True)
+        else:
+            self._call("PUT", f"/nodes/{ident}/maintenance", f"set maintenance {ident}",
+                       json_body={"reason": scrub(reason)}, write=True)
+
+    def delete_node(self, ident: str) -> None:
+        self._call("DELETE", f"/nodes/{ident}", f"delete node {ident}", write=True)
+
+
+# ------------------------------------------------------------------------------ fake
+
+class FakeProvisioner:
+    """In-memory Ironic for state-machine unit tests.
+
+    ``behaviour[name][verb]`` scripts what a verb does: ``"ok"`` (default),
+    ``"fail:<message>"`` (ends in the verb's failure state), ``"hang"`` (stays
+    transient), ``"locked:N"`` (the first N calls answer LOCKED). A verb moves
+    the node to its transient state; the next read lands it."""
+
+    TRANSIENT = {Verb.MANAGE: PS.VERIFYING, Verb.INSPECT: PS.INSPECTING, Verb.CLEAN: PS.CLEANING,
+                 Verb.PROVIDE: PS.CLEANING}
+    FAILED = {Verb.MANAGE: PS.ENROLL, Verb.INSPECT: PS.INSPECT_FAILED, Verb.CLEAN: PS.CLEAN_FAILED,
+              Verb.PROVIDE: PS.CLEAN_FAILED}
+
+    def __init__(self, behaviour: dict | None = None):
+        self.behaviour = behaviour or {}
+        self.nodes: dict[str, dict] = {}
+        self.ports: dict[str, dict] = {}
+        self.pending: dict[str, Verb] = {}
+        self.calls: list[tuple[str, str]] = []
+        self.writes = 0
+        self.retries = 0
+        self._locked: dict[tuple[str, Verb], int] = {}
+
+    def _node(self, ident: str) -> dict:
+        for n in self.nodes.values():
+            if ident in (n["uuid"], n["name"]):
+                return n
+        raise IronicError(operation="get node", status=404, kind=ErrorKind.NOT_FOUND, detail=f"node {ident} not found")
+
+    def _land(self, n: dict) -> None:
+        verb = self.pending.get(n["uuid"])
+        if verb is None:
+            return
+        mode = self.behaviour.get(n["name"], {}).get(verb.value, "ok")
+        if mode == "hang":
+            return
+        del self.pending[n["uuid"]]
+        n["target_provision_state"] = None
+        if mode.startswith("fail:"):
+            n["provision_state"] = self.FAILED[verb].value
+            n["last_error"] = mode[5:]
+        else:
+            n["provision_state"] = C.EXPECTED_STATE[verb].value
+            n["last_error"] = None
+
+    def list_nodes(self) -> list[dict]:
+        for n in self.nodes.values():
+            self._land(n)
+        return [json.loads(json.dumps(n)) for n in self.nodes.values()]
+
+    def list_ports(self) -> list[dict]:
+        return [dict(p) for p in self.ports.values()]
+
+    def get_node(self, ident: str) -> dict:
+        n = self._node(ident)
+        self._land(n)
+        return json.loads(json.dumps(n))
+
+    def _write(self, what: str, ident: str) -> None:
+        self.writes += 1
+        self.calls.append((what, ident))
+
+    def create_node(self, body: dict) -> dict:
+        self._write("create_node", body.get("name"))
+        if any(n["name"] == body.get("name") for n in self.nodes.values()):
+            raise IronicError(operation="create node", status=409, kind=ErrorKind.DUPLICATE,
+                              detail=f"A node with name {body.get('name')} already exists.")
+        n = {f: None for f in NODE_FIELDS}
+        n.update({"extra": {}, "properties": {}, "driver_info": {}, "traits": [], "maintenance": False})
+        n.update(json.loads(json.dumps(body)))
+        n["uuid"] = str(uuidlib.uuid4())
+        n["provision_state"] = PS.ENROLL.value
+        for k in n["driver_info"]:
+            if k in C.SECRET_DRIVER_INFO_KEYS:
+                n["driver_info"][k] = "******"
+        self.nodes[n["uuid"]] = n
+        return dict(n)
+
+    def patch_node(self, ident: str, patch: list[dict]) -> dict:
+        self._write("patch_node", ident)
+        n = self._node(ident)
+        for op in patch:
+            parts = op["path"].strip("/").split("/")
+            target = n
+            for p in parts[:-1]:
+                target = target.setdefault(p, {})
+            if op["op"] == "remove":
+                target.pop(parts[-1], None)
+            else:
+                value = op["value"]
+                if parts[0] == "driver_info" and parts[-1] in C.SECRET_DRIVER_INFO_KEYS:
+                    value = "******"
+                target[parts[-1]] = value
+        return dict(n)
+
+    def set_traits(self, ident: str, traits: list[str]) -> None:
+        self._write("set_traits", ident)
+        self._node(ident)["traits"] = list(traits)
+
+    def create_port(self, node_uuid: str, mac: str) -> dict:
+        self._write("create_port", mac)
+        if any(p["address"] == mac for p in self.ports.values()):
+            raise IronicError(operation="create port", status=409, kind=ErrorKind.DUPLICATE,
+                              detail=f"A port with MAC address {mac} already exists.")
+        p = {"uuid": str(uuidlib.uuid4()), "address": mac, "node_uuid": node_uuid}
+        self.ports[p["uuid"]] = p
+        return dict(p)
+
+    def set_provision_state(self, ident: str, verb: Verb, *, clean_steps=None, disable_ramdisk=None) -> None:
+        n = self._node(ident)
+        self._write(f"provision:{verb.value}", n["name"])
+        mode = self.behaviour.get(n["name"], {}).get(verb.value, "ok")
+        if mode.startswith("locked:"):
+            left = self._locked.setdefault((n["uuid"], verb), int(mode.split(":")[1]))
+            if left > 0:
+                self._locked[(n["uuid"], verb)] = left - 1
+                raise IronicError(operation=verb.value, status=409, kind=ErrorKind.LOCKED,
+                                  detail=f"Node {n['uuid']} is locked by host fake, please retry after the "
+                                         "current operation is completed.")
+        if verb is Verb.ABORT:
+            self.pending.pop(n["uuid"], None)
+            n["provision_state"] = {PS.CLEAN_WAIT.value: PS.CLEAN_FAILED.value,
+                                    PS.CLEANING.value: PS.CLEAN_FAILED.value,
+                                    PS.INSPECT_WAIT.value: PS.INSPECT_FAILED.value,
+                                    PS.INSPECTING.value: PS.INSPECT_FAILED.value}.get(n["provision_state"],
+                                                                                       n["provision_state"])
+            return
+        if verb is Verb.MANAGE and n["provision_state"] in (PS.CLEAN_FAILED.value, PS.INSPECT_FAILED.value):
+            n["provision_state"] = PS.MANAGEABLE.value
+            return
+        if verb is Verb.PROVIDE and n.get("automated_clean") is False:
+            n["provision_state"] = PS.AVAILABLE.value
+            return
+        n["provision_state"] = self.TRANSIENT[verb].value
+        n["target_provision_state"] = C.EXPECTED_STATE[verb].value
+        self.pending[n["uuid"]] = verb
+
+    def set_maintenance(self, ident: str, reason: str | None) -> None:
+        self._write("maintenance", ident)
+        n = self._node(ident)
+        n["maintenance"] = reason is not None
+        n["maintenance_reason"] = reason
+
+    def delete_node(self, ident: str) -> None:
+        self._write("delete_node", ident)
+        n = self._node(ident)
+        del self.nodes[n["uuid"]]
+        for k in [k for k, p in self.ports.items() if p["node_uuid"] == n["uuid"]]:
+            del self.ports[k]
