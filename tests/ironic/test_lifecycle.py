@@ -1,0 +1,101 @@
+"""State-machine table tests on the in-memory fake (real Ironic: test_enroll_devcloud.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from nodeforge.ironic import constants as C
+from nodeforge.ironic import lifecycle as lc
+from nodeforge.ironic.inventory import Bmc, BmcKind, Cleaning, CleanMode, CleanStep, Location, NodeSpec
+from nodeforge.ironic.provisioner import FakeProvisioner
+
+
+def spec(name, *, inspect=False, cleaning=Cleaning()):
+    bmc = Bmc(BmcKind.FAKE, f"fake://{name}", name, None, None, None)
+    return NodeSpec(name=name, bmc=bmc, location=Location("t.yaml", 1), inspect=inspect, cleaning=cleaning)
+
+
+class Clock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+    def sleep(self, s):
+        self.t += s
+
+
+def drive(fake, specs, policy=None, start_state="enroll", automated_clean=True):
+    works = []
+    for s in specs:
+        n = fake.create_node({"name": s.name, "driver": "fake-hardware", "automated_clean": automated_clean})
+        fake.nodes[n["uuid"]]["provision_state"] = start_state
+        works.append(lc.Work(spec=s, uuid=n["uuid"]))
+    clock = Clock()
+    lc.run(fake, works, policy or lc.Policy(poll_interval=1), clock=clock, sleep=clock.sleep)
+    return {w.spec.name: w for w in works}
+
+
+MANUAL = Cleaning(CleanMode.MANUAL, (CleanStep("deploy", "erase_devices_metadata"),), disable_ramdisk=True)
+
+
+@pytest.mark.parametrize("name,kw,behaviour,result,error_type,verbs", [
+    ("plain", {}, {}, "available", None, ["manage", "provide"]),
+    ("inspected", {"inspect": True}, {}, "available", None, ["manage", "inspect", "provide"]),
+    ("manual", {"cleaning": MANUAL}, {}, "available", None, ["manage", "clean", "provide"]),
+    ("badcreds", {}, {"manage": "fail:Failed to get power state: 401"}, None, "power-credentials", ["manage"]),
+    # clean fails once, the recovery policy re-manages and provides again
+    ("cleanfail", {}, {"provide": "fail:clean step failed"}, None, "clean-failed",
+     ["manage", "provide", "manage", "provide", "manage"]),
+    ("inspectfail", {"inspect": True}, {"inspect": "fail:no BMC answer"}, None, "inspect-failed",
+     ["manage", "inspect", "manage", "inspect", "manage"]),
+    ("hang", {}, {"provide": "hang"}, None, "provide-timeout", ["manage", "provide"]),
+    ("locked", {}, {"manage": "locked:2"}, "available", None, ["manage", "manage", "manage", "provide"]),
+])
+def test_state_table(name, kw, behaviour, result, error_type, verbs):
+    fake = FakeProvisioner({name: behaviour})
+    policy = lc.Policy(poll_interval=1)
+    policy.timeouts[lc.Stage.PROVIDE] = 30
+    w = drive(fake, [spec(name, **kw)], policy)[name]
+    assert (w.result.value if w.result else None) == result
+    assert w.error_type == error_type
+    assert [c[0].split(":")[1] for c in fake.calls if c[0].startswith("provision:")] == verbs
+    node = next(iter(fake.nodes.values()))
+    if error_type in ("clean-failed", "inspect-failed"):
+        # parked: manageable, in maintenance, with the reason
+        assert node["maintenance"] and error_type in node["maintenance_reason"]
+    if kw.get("inspect") and result:
+        assert node["extra"][C.EXTRA_CHECKPOINT] == "inspected"
+
+
+def test_resume_from_checkpoint_skips_done_stages():
+    fake = FakeProvisioner()
+    s = spec("resumed", inspect=True, cleaning=MANUAL)
+    n = fake.create_node({"name": "resumed", "driver": "fake-hardware", "extra": {C.EXTRA_CHECKPOINT: "cleaned"}})
+    fake.nodes[n["uuid"]]["provision_state"] = "manageable"
+    clock = Clock()
+    w = lc.run(fake, [lc.Work(spec=s, uuid=n["uuid"])], lc.Policy(), clock=clock, sleep=clock.sleep)[0]
+    assert w.result is lc.NodeState.AVAILABLE
+    assert [c[0] for c in fake.calls if c[0].startswith("provision:")] == ["provision:provide"]
+
+
+def test_concurrency_limit_per_stage():
+    fake = FakeProvisioner({f"n{i}": {"provide": "hang"} for i in range(5)})
+    policy = lc.Policy(poll_interval=1)
+    policy.concurrency[lc.Stage.PROVIDE] = 2
+    policy.timeouts[lc.Stage.PROVIDE] = 5
+    policy.overall_timeout = 100
+    drive(fake, [spec(f"n{i}") for i in range(5)], policy)
+    # Never more than 2 nodes cleaning at once: provides are issued in waves.
+    provides = [c for c in fake.calls if c[0] == "provision:provide"]
+    assert len(provides) == 5
+    first_wave = fake.calls.index(provides[2])
+    assert sum(1 for c in fake.calls[:first_wave] if c[0] == "provision:provide") == 2
+
+
+def test_in_use_nodes_untouched():
+    fake = FakeProvisioner()
+    w = drive(fake, [spec("busy")], start_state="active")["busy"]
+    assert w.result is lc.NodeState.IN_USE
+    assert not [c for c in fake.calls if c[0].startswith("provision:")]
