@@ -108,6 +108,7 @@ def test_sdk_lists_baremetal_nodes(admin, system, cleanup):
 # -- the openstack CLI (acceptance) --------------------------------------------
 
 
+@pytest.mark.slow  # ~10 s idle, 55 s seen with the machine busy (CLI start-up is CPU-bound)
 def test_openstack_cli_lists_images_flavors_and_nodes(devcloud, admin, system, cleanup):
     """`openstack --os-cloud nodeforge-dev image list | flavor list |
     baremetal node list` work and show what exists in the cloud."""
