@@ -12,6 +12,7 @@ import click
 
 from nodeforge import __version__, log, options
 from nodeforge.commands import devcloud as devcloud_cmds
+from nodeforge.commands import image as image_cmds
 from nodeforge.commands import release as release_cmds
 from nodeforge.errors import ExitCode, NodeforgeError
 from nodeforge.redact import scrub
@@ -32,6 +33,7 @@ def cli(ctx: click.Context, os_cloud, output, verbose, log_format):
 
 cli.add_command(devcloud_cmds.devcloud)
 cli.add_command(release_cmds.release)
+cli.add_command(image_cmds.image)
 
 
 def main(argv: list[str] | None = None) -> int:

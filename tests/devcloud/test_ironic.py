@@ -159,6 +159,7 @@ def ipmi_power(endpoint) -> str:
 # -- enroll -> manageable, power read for real ------------------------------------
 
 
+@pytest.mark.slow  # 9 s idle, 25 s seen on a busy machine (PBKDF2 per Redfish call)
 def test_redfish_node_enroll_to_manageable(conn, devcloud, nodes, claimed):
     system = claim_redfish(conn, claimed)
     node = nodes(name="redfish", driver="redfish", driver_info=bmc.redfish_driver_info(devcloud.paths, system))

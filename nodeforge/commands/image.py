@@ -1,0 +1,16 @@
+"""``nodeforge image``: node images, from build to the approved catalog."""
+
+from __future__ import annotations
+
+import click
+
+from nodeforge.commands import image_publish
+
+
+@click.group()
+def image():
+    """Node images: publish to Glance, sign, promote, list."""
+
+
+for _command in image_publish.COMMANDS:
+    image.add_command(_command)

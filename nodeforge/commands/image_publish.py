@@ -1,0 +1,139 @@
+"""``nodeforge image publish|manifest|promote|list|show|signing-cert``: Glance
+publishing and the approved-image catalog (docs/publishing.md).
+
+Thin commands: each parses options and calls nodeforge.imagebuild.glance,
+.signing or .catalog. They are attached to the ``image`` group in
+nodeforge/commands/image.py.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from nodeforge import options, output
+from nodeforge.imagebuild import builddir, catalog, glance, retention, signing
+
+VARIANTS = click.Choice(sorted(builddir.VARIANT_FORMATS))
+
+
+def _retention_option(fn):
+    return click.option("--retention", "retention_path", type=click.Path(dir_okay=False, path_type=Path),
+                        default=retention.DEFAULT_PATH, show_default=True, envvar="NODEFORGE_IMAGE_RETENTION",
+                        help="Retention policy and image metadata defaults.")(fn)
+
+
+@click.command()
+@click.argument("build_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--variant", "variants", multiple=True, type=VARIANTS,
+              help="Only this variant (repeatable).  [default: every image in the build]")
+@click.option("--sign-key", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Private key (PEM/DER, RSA or EC P-384/P-521) to sign the image data with.")
+@click.option("--sign-key-passphrase", "passphrase_ref", metavar="REF",
+              help="Where the key's passphrase is: env:VAR or file:PATH (never the passphrase itself).")
+@click.option("--sign-cert-id", metavar="ID", help="Barbican secret ID of the key's certificate "
+                                                   "(from 'nodeforge image signing-cert upload').")
+@click.option("--sign-hash", type=click.Choice(list(signing.HASH_METHODS)), default="SHA-256", show_default=True,
+              help="Hash the signature covers.")
+@_retention_option
+@options.dry_run
+@options.pass_app
+def publish(app, build_dir, variants, sign_key, passphrase_ref, sign_cert_id, sign_hash, retention_path, dry_run):
+    """Upload a build's images to Glance as candidates, with their properties and manifest.
+
+    Streams each image from disk, then checks Glance's os_hash_value against
+    SHA512SUMS (deletes the image on a mismatch). Publishing the same build
+    again uploads nothing; images left in flight by an interrupted run are
+    removed first."""
+    if bool(sign_key) != bool(sign_cert_id):
+        raise click.UsageError("--sign-key and --sign-cert-id go together")
+    if passphrase_ref and not sign_key:
+        raise click.UsageError("--sign-key-passphrase needs --sign-key")
+    build = builddir.load(build_dir)
+    policy = retention.load(retention_path)
+    conn = app.connect()
+    sign = None
+    if sign_key:
+        signer = signing.load_signer(sign_key, passphrase_ref, hash_method=sign_hash)
+        signing.check_key_matches(signer, signing.fetch_certificate(conn, sign_cert_id), sign_cert_id)
+        sign = glance.SignOptions(signer, sign_cert_id)
+    results = glance.Publisher(conn, policy, sign=sign).publish(build, variants or None, dry_run=dry_run)
+    output.emit([r.to_dict() for r in results], app.output,
+                columns=["variant", "action", "image_id", "verify", "signed", "size", "seconds", "hash_value"])
+    if app.output == "table":
+        for r in results:
+            if r.verify != "passed":
+                click.echo(f"note: {r.variant} verify is '{r.verify}': candidate only, promote refuses it", err=True)
+
+
+@click.command("manifest")
+@click.argument("image")
+@options.pass_app
+def manifest_cmd(app, image):
+    """Print an image's package manifest (verified against its recorded sha256)."""
+    conn = app.connect()
+    data = glance.download_manifest(conn, glance.find_image(conn, image))
+    sys.stdout.buffer.write(data if data.endswith(b"\n") else data + b"\n")
+
+
+@click.command()
+@click.argument("image")
+@_retention_option
+@options.dry_run
+@options.pass_app
+def promote(app, image, retention_path, dry_run):
+    """Approve a verified image and retire older approved ones of its group.
+
+    Older approved images of the same Kubernetes minor, variant and OS are kept
+    listed, hidden, deactivated or deleted per the retention policy."""
+    steps = catalog.promote(app.connect(), image, retention.load(retention_path), dry_run=dry_run)
+    output.emit([s.to_dict() for s in steps], app.output, columns=["action", "image_id", "name", "reason"],
+                title="plan (dry run)" if dry_run else None)
+
+
+@click.command("list")
+@click.option("--approved", is_flag=True, help="Only approved images.")
+@click.option("--k8s", metavar="1.NN[.P]", help="Only this Kubernetes minor (or exact version).")
+@click.option("--variant", type=VARIANTS, help="Only this variant.")
+@click.option("--all", "include_hidden", is_flag=True, help="Include hidden (superseded) images.")
+@options.pass_app
+def list_cmd(app, approved, k8s, variant, include_hidden):
+    """nodeforge images in Glance: IDs for templates and the facts behind them."""
+    rows = catalog.list_catalog(app.connect(), approved=approved, k8s=k8s, variant=variant,
+                                include_hidden=include_hidden)
+    output.emit(rows, app.output, columns=["id", "k8s", "variant", "os", "build_date", "state", "verify", "signed",
+                                           "visibility"])
+
+
+@click.command()
+@click.argument("image")
+@options.pass_app
+def show(app, image):
+    """Everything nodeforge knows about one image (ID or unique name)."""
+    facts = catalog.show(app.connect(), image)
+    if app.output == "table":
+        rows = [{"field": k, "value": v} for k, v in facts.items() if k != "properties"]
+        output.emit(facts, app.output, rows=rows, columns=["field", "value"])
+    else:
+        output.emit(facts, app.output)
+
+
+@click.group("signing-cert")
+def signing_cert():
+    """Image-signing certificates in Barbican (what Glance verifies against)."""
+
+
+@signing_cert.command("upload")
+@click.argument("cert", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--name", help="Secret name.  [default: nodeforge-image-signing-<fingerprint>]")
+@options.pass_app
+def signing_cert_upload(app, cert, name):
+    """Store a PEM certificate in Barbican; prints the ID for --sign-cert-id."""
+    info = signing.upload_certificate(app.connect(), cert, name)
+    output.emit(info.to_dict(), app.output, rows=[{"field": k, "value": v} for k, v in info.to_dict().items()],
+                columns=["field", "value"])
+
+
+COMMANDS = (publish, manifest_cmd, promote, list_cmd, show, signing_cert)

@@ -1,0 +1,281 @@
+"""Read a finished build directory: what `image publish` needs to know about it.
+
+A build directory (written by `nodeforge image build`, checked by
+`nodeforge image verify`) holds::
+
+    <image files>        one per variant: qcow2 for ``vm``, raw for ``baremetal``
+    SHA256SUMS           ``<hex>  <file name>`` lines (sha256sum format)
+    SHA512SUMS           the same with sha512 (Glance's default os_hash_algo)
+    manifest.json        packages, artifacts, lockfile digest, versions, build time
+    sbom.cdx.json        CycloneDX SBOM (optional here)
+    build.log            (optional here)
+    verify.json          boot verification report (absent until verified)
+
+This reader is deliberately tolerant: the keys it reads from ``manifest.json``
+have fallbacks (listed on :func:`load`), optional files may be missing, and a
+variant is found either in the manifest's ``images`` map or by the image file
+extension in the SUMS files. What it never tolerates is an image without both
+digests: publishing compares Glance's digest with ``SHA512SUMS`` (or
+``SHA256SUMS``, whichever algorithm the cloud hashes with).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import enum
+import hashlib
+import json
+import logging
+import re
+from pathlib import Path
+
+from nodeforge.errors import NodeforgeError
+
+log = logging.getLogger(__name__)
+
+MANIFEST = "manifest.json"
+VERIFY = "verify.json"
+SUMS = {"sha256": "SHA256SUMS", "sha512": "SHA512SUMS"}
+SBOM = "sbom.cdx.json"
+
+# Variant -> (disk format, file extensions that mean it).
+VARIANT_FORMATS = {"vm": "qcow2", "baremetal": "raw"}
+_EXT_VARIANT = {".qcow2": "vm", ".raw": "baremetal", ".img": "baremetal"}
+_SUMS_LINE = re.compile(r"^(?P<hex>[0-9a-fA-F]+) [ *](?P<name>.+)$")
+_DEB_ARCH = {"amd64": "x86_64", "arm64": "aarch64", "x86_64": "x86_64", "aarch64": "aarch64"}
+
+
+class BuildDirError(NodeforgeError):
+    message = "{path}: {detail}"
+
+
+class VerifyStatus(str, enum.Enum):
+    PASSED = "passed"
+    FAILED = "failed"
+    ABSENT = "absent"
+
+
+@dataclasses.dataclass(frozen=True)
+class VariantImage:
+    variant: str
+    path: Path
+    disk_format: str
+    sha256: str
+    sha512: str
+    size: int
+    verify: VerifyStatus
+    firmware: str  # bios | uefi
+
+    def digest(self, algo: str) -> str:
+        if algo not in ("sha256", "sha512"):
+            raise BuildDirError(path=self.path, detail=f"no local {algo} digest (only sha256, sha512)")
+        return getattr(self, algo)
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["path"] = str(self.path)
+        d["verify"] = self.verify.value
+        return d
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildDir:
+    path: Path
+    build_id: str
+    k8s_version: str          # "1.36.0" (no leading v)
+    os_distro: str            # "debian"
+    os_version: str           # "12"
+    architecture: str         # Glance/Nova spelling: x86_64, aarch64
+    build_time: datetime.datetime
+    lockfile_sha256: str | None
+    manifest_path: Path
+    manifest_sha256: str
+    variants: dict[str, VariantImage]
+    verify_present: bool
+    image_source: str | None = None
+    original_user: str | None = None
+
+    @property
+    def k8s_minor(self) -> str:
+        return ".".join(self.k8s_version.split(".")[:2])
+
+    def variant(self, name: str) -> VariantImage:
+        if name not in self.variants:
+            raise BuildDirError(path=self.path, detail=f"no '{name}' image in this build "
+                                                      f"(has: {', '.join(sorted(self.variants)) or 'none'})")
+        return self.variants[name]
+
+    def to_dict(self) -> dict:
+        return {
+            "path": str(self.path), "build_id": self.build_id, "k8s_version": self.k8s_version,
+            "k8s_minor": self.k8s_minor, "os_distro": self.os_distro, "os_version": self.os_version,
+            "architecture": self.architecture, "build_time": self.build_time.isoformat(),
+            "lockfile_sha256": self.lockfile_sha256, "manifest": str(self.manifest_path),
+            "manifest_sha256": self.manifest_sha256,
+            "variants": {k: v.to_dict() for k, v in sorted(self.variants.items())},
+        }
+
+
+def read_sums(path: Path) -> dict[str, str]:
+    """``{file name: lower-case hex}`` from a sha*sum file; {} if it is missing."""
+    if not path.is_file():
+        return {}
+    sums: dict[str, str] = {}
+    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        m = _SUMS_LINE.match(line.strip())
+        if not m:
+            raise BuildDirError(path=path, detail=f"line {lineno} is not '<hex>  <file>'")
+        sums[Path(m["name"]).name] = m["hex"].lower()
+    return sums
+
+
+def write_sums(directory: Path, files: dict[str, dict[str, str]]) -> None:
+    """Write SHA256SUMS/SHA512SUMS from ``{name: {"sha256": .., "sha512": ..}}`` (tests, tooling)."""
+    for algo, fname in SUMS.items():
+        (directory / fname).write_text("".join(f"{d[algo]}  {n}\n" for n, d in sorted(files.items())))
+
+
+def load(path: Path | str) -> BuildDir:
+    """Read ``path``. ``manifest.json`` keys used (first found wins):
+
+    * build id: ``build_id``, ``build.id``; else the directory name;
+    * Kubernetes: ``kubernetes.version``, ``k8s_version``, ``kubernetes_version``;
+    * OS: ``os.distro``/``os.version``, ``base_os.distro``/``base_os.release``; default debian 12;
+    * architecture: ``architecture``, ``arch`` (Debian names mapped); default x86_64;
+    * build time: ``build_time``, ``build.time`` (ISO 8601); else the manifest's mtime;
+    * lockfile digest: ``lockfile_digest``, ``lockfile.sha256``, ``lockfile_sha256``;
+    * images: ``images: {variant: {file, format, firmware}}``; else by file extension.
+    """
+    root = Path(path)
+    if not root.is_dir():
+        raise BuildDirError(path=root, detail="not a directory")
+    manifest_path = root / MANIFEST
+    if not manifest_path.is_file():
+        raise BuildDirError(path=root, detail=f"no {MANIFEST}: not a finished build directory")
+    raw = manifest_path.read_bytes()
+    try:
+        manifest = json.loads(raw)
+    except ValueError as exc:
+        raise BuildDirError(path=manifest_path, detail=f"not JSON: {exc}") from None
+    if not isinstance(manifest, dict):
+        raise BuildDirError(path=manifest_path, detail="not a JSON object")
+
+    k8s = _first(manifest, "kubernetes.version", "k8s_version", "kubernetes_version")
+    if not k8s:
+        raise BuildDirError(path=manifest_path, detail="no Kubernetes version (kubernetes.version)")
+    k8s = str(k8s).lstrip("v")
+    build_id = str(_first(manifest, "build_id", "build.id") or root.name)
+    os_distro = str(_first(manifest, "os.distro", "base_os.distro") or "debian")
+    os_version = str(_first(manifest, "os.version", "base_os.release", "base_os.version") or "12")
+    arch = str(_first(manifest, "architecture", "arch") or "x86_64")
+    arch = _DEB_ARCH.get(arch, arch)
+    build_time = _parse_time(_first(manifest, "build_time", "build.time"), manifest_path)
+    lock = _first(manifest, "lockfile_digest", "lockfile.sha256", "lockfile_sha256")
+    if isinstance(lock, str) and lock.startswith("sha256:"):
+        lock = lock.split(":", 1)[1]
+
+    verify_doc = _read_verify(root / VERIFY)
+    sums = {algo: read_sums(root / fname) for algo, fname in SUMS.items()}
+    variants: dict[str, VariantImage] = {}
+    declared = manifest.get("images") if isinstance(manifest.get("images"), dict) else None
+    if declared:
+        entries = [(v, str(e.get("file") or e.get("path") or ""), e) for v, e in declared.items() if isinstance(e, dict)]
+    else:
+        names = sorted(set(sums["sha256"]) | set(sums["sha512"]))
+        entries = [(_EXT_VARIANT[Path(n).suffix], n, {}) for n in names if Path(n).suffix in _EXT_VARIANT]
+    for variant, fname, entry in entries:
+        if variant in variants:
+            raise BuildDirError(path=root, detail=f"two images for variant '{variant}'")
+        file = root / Path(fname).name
+        if not file.is_file():
+            raise BuildDirError(path=file, detail="image listed but missing")
+        digests = {}
+        for algo, fname_sums in SUMS.items():
+            if file.name not in sums[algo]:
+                raise BuildDirError(path=root / fname_sums, detail=f"no entry for {file.name}")
+            digests[algo] = sums[algo][file.name]
+        fmt = str(entry.get("format") or VARIANT_FORMATS.get(variant) or "raw")
+        firmware = str(entry.get("firmware") or ("uefi" if variant == "baremetal" else "bios"))
+        variants[variant] = VariantImage(variant, file, fmt, digests["sha256"], digests["sha512"],
+                                         file.stat().st_size, _verify_status(verify_doc, variant), firmware)
+    if not variants:
+        raise BuildDirError(path=root, detail="no images found (no manifest 'images' and no .qcow2/.raw in SHA*SUMS)")
+    return BuildDir(
+        path=root, build_id=build_id, k8s_version=k8s, os_distro=os_distro.lower(), os_version=os_version,
+        architecture=arch, build_time=build_time, lockfile_sha256=lock if isinstance(lock, str) else None,
+        manifest_path=manifest_path, manifest_sha256=hashlib.sha256(raw).hexdigest(), variants=variants,
+        verify_present=verify_doc is not None,
+        image_source=_first(manifest, "image_source", "source.url", "source_url"),
+        original_user=_first(manifest, "image_original_user", "original_user"),
+    )
+
+
+def _first(doc: dict, *keys: str):
+    for key in keys:
+        node = doc
+        for part in key.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        if node not in (None, ""):
+            return node
+    return None
+
+
+def _parse_time(value, path: Path) -> datetime.datetime:
+    if value:
+        try:
+            t = datetime.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+        except ValueError:
+            raise BuildDirError(path=path, detail=f"build_time '{value}' is not ISO 8601") from None
+        return t if t.tzinfo else t.replace(tzinfo=datetime.timezone.utc)
+    return datetime.datetime.fromtimestamp(path.stat().st_mtime, datetime.timezone.utc)
+
+
+def _read_verify(path: Path) -> dict | None:
+    if not path.is_file():
+        return None
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError:
+        # A damaged report proves nothing: treat as failed, not absent.
+        log.warning("%s is not valid JSON; treating the build as failed verification", path)
+        return {"result": "failed"}
+    return doc if isinstance(doc, dict) else {"result": "failed"}
+
+
+def _verdict(node) -> VerifyStatus | None:
+    """passed/failed from ``{"result": "pass"|..}``, ``{"passed": bool}``,
+    ``{"status": ..}`` or a list of checks each with such a verdict."""
+    if isinstance(node, bool):
+        return VerifyStatus.PASSED if node else VerifyStatus.FAILED
+    if isinstance(node, str):
+        return VerifyStatus.PASSED if node.lower() in ("pass", "passed", "ok", "success") else VerifyStatus.FAILED
+    if isinstance(node, dict):
+        for key in ("passed", "result", "status", "verdict"):
+            if key in node:
+                return _verdict(node[key])
+        if isinstance(node.get("checks"), list):
+            return _verdict(node["checks"])
+        return None
+    if isinstance(node, list):
+        verdicts = [_verdict(c) for c in node]
+        if not verdicts or None in verdicts:
+            return VerifyStatus.FAILED
+        return VerifyStatus.PASSED if all(v is VerifyStatus.PASSED for v in verdicts) else VerifyStatus.FAILED
+    return None
+
+
+def _verify_status(doc: dict | None, variant: str) -> VerifyStatus:
+    """A variant passed only if its own section (``variants.<v>`` or ``<v>``)
+    says so; a top-level failure fails every variant."""
+    if doc is None:
+        return VerifyStatus.ABSENT
+    section = _first(doc, f"variants.{variant}") or doc.get(variant)
+    top = _verdict({k: v for k, v in doc.items() if k in ("passed", "result", "status", "verdict")})
+    if top is VerifyStatus.FAILED:
+        return VerifyStatus.FAILED
+    if section is None:
+        return top or VerifyStatus.ABSENT
+    return _verdict(section) or VerifyStatus.FAILED

@@ -1,0 +1,232 @@
+"""The approved-image catalog: promote, list and show nodeforge images.
+
+An image published by ``image publish`` is a *candidate* (private, tag
+``nodeforge-candidate``). ``promote`` makes a verified candidate *approved*
+(public, tag ``nodeforge-approved``) and applies the retention policy to the
+older approved images of its group (Kubernetes minor, variant, OS). Promote
+is a plan (:func:`plan_promote`, pure: Glance records in, actions out) and an
+apply (:func:`apply_promote`), so ``--dry-run`` shows exactly what would change.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import enum
+import logging
+
+from nodeforge.errors import NodeforgeError
+from nodeforge.imagebuild import glance as g
+from nodeforge.imagebuild.retention import Expire, RetentionPolicy
+
+log = logging.getLogger(__name__)
+P = g.P
+
+
+class PromoteRefused(NodeforgeError):
+    message = "cannot promote {image}: {detail}"
+
+
+class Action(str, enum.Enum):
+    APPROVE = "approve"
+    KEEP = "keep"              # stays approved and listed
+    HIDE = "hide"              # approved, bootable by ID, unlisted
+    DEACTIVATE = "deactivate"
+    DELETE = "delete"
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    image_id: str
+    name: str
+    action: Action
+    reason: str
+
+    def to_dict(self) -> dict:
+        return {"image_id": self.image_id, "name": self.name, "action": self.action.value, "reason": self.reason}
+
+
+def state(image: dict) -> str:
+    tags = set(image.get("tags") or [])
+    if g.TAG_APPROVED in tags:
+        return "superseded" if image.get("os_hidden") or g.TAG_SUPERSEDED in tags else "approved"
+    return "candidate" if g.TAG_CANDIDATE in tags else "unknown"
+
+
+def in_use(image: dict) -> bool:
+    return str(image.get(f"{P}in_use", "")).lower() in ("true", "yes", "1") or g.TAG_IN_USE in (image.get("tags") or [])
+
+
+def _promoted_key(image: dict) -> str:
+    return image.get(f"{P}promoted_at") or image.get("created_at") or ""
+
+
+def check_promotable(image: dict) -> None:
+    name = image.get("name") or image["id"]
+    if g.TAG not in (image.get("tags") or []) or image.get(f"{P}role") != "image":
+        raise PromoteRefused(image=name, detail="not a nodeforge node image (published by 'nodeforge image publish')")
+    if image.get("status") != g.ACTIVE:
+        raise PromoteRefused(image=name, detail=f"its status is '{image.get('status')}', not active")
+    verify = image.get(f"{P}verify")
+    if verify != "passed":
+        raise PromoteRefused(image=name, detail=f"its build's boot verification is '{verify or 'absent'}'; "
+                                                "only builds that passed 'nodeforge image verify' are approved")
+
+
+def group_filters(image: dict) -> dict:
+    return {"tag": [g.TAG, g.TAG_APPROVED, g.tag_k8s(image[f"{P}k8s_minor"]), g.tag_variant(image[f"{P}variant"])],
+            "os_distro": image.get("os_distro"), "os_version": image.get("os_version")}
+
+
+def plan_promote(image: dict, approved: list[dict], policy: RetentionPolicy) -> list[Step]:
+    """Steps for promoting ``image`` given the approved images of its group."""
+    check_promotable(image)
+    others = sorted((i for i in approved if i["id"] != image["id"] and i.get("status") != g.DEACTIVATED),
+                    key=_promoted_key, reverse=True)
+    steps = [Step(image["id"], image.get("name", ""), Action.APPROVE, "promoted")]
+    for pos, other in enumerate(others, start=2):
+        name = other.get("name", "")
+        if pos <= policy.visible:
+            steps.append(Step(other["id"], name, Action.KEEP, f"newest {policy.visible} stay listed"))
+        elif pos <= policy.keep:
+            steps.append(Step(other["id"], name, Action.HIDE, f"beyond visible={policy.visible}, within keep={policy.keep}"))
+        elif in_use(other):
+            steps.append(Step(other["id"], name, Action.HIDE, f"beyond keep={policy.keep} but marked in use"))
+        else:
+            action = Action.DELETE if policy.expire is Expire.DELETE else Action.DEACTIVATE
+            steps.append(Step(other["id"], name, action, f"beyond keep={policy.keep}"))
+    return steps
+
+
+def _tags_op(image: dict, add: set[str], remove: set[str]) -> dict:
+    tags = (set(image.get("tags") or []) - remove) | add
+    return {"op": "replace", "path": "/tags", "value": sorted(tags)}
+
+
+def apply_promote(conn, steps: list[Step], images: dict[str, dict]) -> None:
+    """Carry out ``steps``; the promotion itself first, so a refusal (a member
+    may not publicize) changes nothing else."""
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    for step in steps:
+        img = images[step.image_id]
+        what = f"{step.action.value} of {step.name or step.image_id}"
+        if step.action is Action.APPROVE:
+            try:
+                g.patch_image(conn, img["id"], [
+                    {"op": "replace", "path": "/visibility", "value": "public"},
+                    {"op": "replace", "path": "/os_hidden", "value": False},
+                    _tags_op(img, {g.TAG_APPROVED}, {g.TAG_CANDIDATE, g.TAG_SUPERSEDED}),
+                    *g.set_ops(img, {f"{P}promoted_at": now}),
+                ], what)
+            except g.ForbiddenError as exc:
+                raise PromoteRefused(image=step.name or step.image_id,
+                                     detail=f"{exc} (making an image public is an admin action in Glance's "
+                                            "default policy; promote with an admin cloud)") from None
+            _manifest_public(conn, img)
+        elif step.action is Action.KEEP:
+            continue
+        elif step.action in (Action.HIDE, Action.DEACTIVATE):
+            g.patch_image(conn, img["id"], [{"op": "replace", "path": "/os_hidden", "value": True},
+                                             _tags_op(img, {g.TAG_SUPERSEDED}, set())], what)
+            if step.action is Action.DEACTIVATE:
+                g.deactivate_image(conn, img["id"])
+        elif step.action is Action.DELETE:
+            g.delete_image(conn, img["id"])
+            if img.get(f"{P}manifest_image"):
+                g.delete_image(conn, img[f"{P}manifest_image"])
+        log.info("%s: %s (%s)", step.image_id, step.action.value, step.reason)
+
+
+def _manifest_public(conn, image: dict) -> None:
+    manifest_id = image.get(f"{P}manifest_image")
+    if not manifest_id:
+        return
+    try:
+        m = g.get_image(conn, manifest_id)
+    except g.PublishError:
+        log.warning("manifest image %s of %s is missing", manifest_id, image["id"])
+        return
+    if m.get("visibility") != "public":
+        g.patch_image(conn, manifest_id, [{"op": "replace", "path": "/visibility", "value": "public"}],
+                      f"publicizing manifest {manifest_id}")
+
+
+def promote(conn, ref: str, policy: RetentionPolicy, *, dry_run: bool = False) -> list[Step]:
+    image = g.find_image(conn, ref)
+    check_promotable(image)
+    approved = g.list_images(conn, **group_filters(image))
+    steps = plan_promote(image, approved, policy)
+    if not dry_run:
+        apply_promote(conn, steps, {i["id"]: i for i in [image, *approved]})
+    return steps
+
+
+# --------------------------------------------------------------------------
+# Listing and facts
+
+def summary(image: dict) -> dict:
+    return {
+        "id": image["id"],
+        "name": image.get("name"),
+        "k8s": (image.get("kube_version") or "").lstrip("v"),
+        "variant": image.get(f"{P}variant"),
+        "os": f"{image.get('os_distro', '')} {image.get('os_version', '')}".strip(),
+        "build_date": image.get("image_build_date"),
+        "state": state(image),
+        "verify": image.get(f"{P}verify", "absent"),
+        "signed": "img_signature" in image,
+        "visibility": image.get("visibility"),
+        "status": image.get("status"),
+    }
+
+
+def list_catalog(conn, *, approved: bool = False, k8s: str | None = None, variant: str | None = None,
+                 include_hidden: bool = False) -> list[dict]:
+    tags = [g.TAG]
+    if approved:
+        tags.append(g.TAG_APPROVED)
+    if k8s:
+        tags.append(g.tag_k8s(".".join(k8s.lstrip("v").split(".")[:2])))
+    if variant:
+        tags.append(g.tag_variant(variant))
+    images = [i for i in g.list_images(conn, tag=tags) if i.get(f"{P}role") == "image"]
+    if k8s and k8s.count(".") == 2:
+        images = [i for i in images if (i.get("kube_version") or "").lstrip("v") == k8s.lstrip("v")]
+    if not include_hidden:
+        images = [i for i in images if not i.get("os_hidden")]
+    rows = [summary(i) for i in images]
+    rows.sort(key=lambda r: (r["k8s"], r["variant"] or "", r["build_date"] or ""), reverse=True)
+    return rows
+
+
+_CORE = {"id", "name", "status", "visibility", "os_hidden", "tags", "size", "virtual_size", "disk_format",
+         "container_format", "checksum", "os_hash_algo", "os_hash_value", "min_disk", "min_ram", "owner",
+         "protected", "created_at", "updated_at", "file", "schema", "self", "direct_url", "locations", "stores"}
+
+
+def show(conn, ref: str) -> dict:
+    image = g.find_image(conn, ref)
+    facts = summary(image)
+    facts.update({
+        "build_id": image.get(f"{P}build_id"),
+        "k8s_minor": image.get(f"{P}k8s_minor"),
+        "architecture": image.get("architecture"),
+        "hidden": bool(image.get("os_hidden")),
+        "promoted_at": image.get(f"{P}promoted_at"),
+        "signature": ({"key_type": image.get("img_signature_key_type"),
+                       "hash_method": image.get("img_signature_hash_method"),
+                       "certificate_id": image.get("img_signature_certificate_uuid")}
+                      if "img_signature" in image else None),
+        "manifest_image": image.get(f"{P}manifest_image"),
+        "manifest_sha256": image.get(f"{P}manifest_sha256"),
+        "lockfile_sha256": image.get(f"{P}lockfile_sha256"),
+        "hash": f"{image.get('os_hash_algo')}:{image.get('os_hash_value')}",
+        "size": image.get("size"),
+        "disk_format": image.get("disk_format"),
+        "min_disk": image.get("min_disk"),
+        "min_ram": image.get("min_ram"),
+        "tags": sorted(image.get("tags") or []),
+        "in_use": in_use(image),
+        "properties": {k: v for k, v in sorted(image.items()) if k not in _CORE and k != "img_signature"},
+    })
+    return facts

@@ -1,0 +1,574 @@
+"""Publish a build's images to Glance: properties, streaming upload, digest
+check, the manifest beside the image, idempotency and clean-up.
+
+One variant is published as two Glance images (see docs/publishing.md):
+
+* the **node image**: the variant's disk, tagged ``nodeforge``, with the
+  Magnum/SCS properties and nodeforge's ``nodeforge_*`` ones;
+* the **manifest image**: the build's ``manifest.json`` byte for byte
+  (``disk_format=raw``, ``os_hidden=true``, tag ``nodeforge-manifest``), named
+  by the node image's ``nodeforge_manifest_image`` and checked against its
+  ``nodeforge_manifest_sha256``. Image properties stay small (Nova copies
+  each one onto every instance, truncated to 255 characters; listings return
+  all of them; MySQL caps a value at 64 KiB).
+
+All calls are plain Glance v2 REST through the openstacksdk session (the
+SDK's ``create_image`` adds its own ``owner_specified.*`` properties, reads
+the file for checksums first, and its list call ignores property filters).
+The upload is a ``PUT /v2/images/{id}/file`` whose body is a reader yielding
+1 MiB chunks from disk while hashing them, so client memory stays flat.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import math
+import os
+import shutil
+import socket
+import subprocess
+import time
+import uuid
+from pathlib import Path
+from typing import Iterable
+
+from nodeforge.errors import NodeforgeError
+from nodeforge.imagebuild.builddir import BuildDir, VariantImage, VerifyStatus
+from nodeforge.imagebuild.retention import RetentionPolicy
+
+log = logging.getLogger(__name__)
+
+CHUNK = 1 << 20
+# Glance image statuses: in flight (an upload or import that may have died),
+# failed, and the resting ones.
+TRANSIENT = frozenset({"queued", "saving", "importing", "uploading"})
+FAILED = frozenset({"killed"})
+ACTIVE = "active"
+DEACTIVATED = "deactivated"
+
+# Limits a production Glance enforces or a MySQL/MariaDB schema implies; the
+# local SQLite-backed Glance enforces none of them, so nodeforge checks here.
+MAX_KEY_CHARS = 255          # image_properties.name VARCHAR(255)
+MAX_VALUE_BYTES = 65535      # image_properties.value TEXT
+MAX_PROPERTIES = 128         # [DEFAULT] image_property_quota
+NOVA_COPY_CHARS = 255        # Nova copies properties onto instances truncated to this
+# Properties allowed beyond 255 characters (Nova verifies signatures from
+# Glance's record, never from its truncated copy).
+LONG_OK = frozenset({"img_signature"})
+
+TAG = "nodeforge"
+TAG_MANIFEST = "nodeforge-manifest"
+TAG_CANDIDATE = "nodeforge-candidate"
+TAG_APPROVED = "nodeforge-approved"
+TAG_SUPERSEDED = "nodeforge-superseded"
+TAG_IN_USE = "nodeforge-in-use"
+P = "nodeforge_"  # namespace of nodeforge's own properties
+
+
+def tag_k8s(minor: str) -> str:
+    return f"nodeforge-k8s-{minor}"
+
+
+def tag_variant(variant: str) -> str:
+    return f"nodeforge-{variant}"
+
+
+# --------------------------------------------------------------------------
+# Errors
+
+class GlanceError(NodeforgeError):
+    message = "Glance {what} failed (HTTP {status}): {detail}"
+
+
+class ForbiddenError(GlanceError):
+    message = "Glance refused {what} (HTTP 403): {detail}"
+
+
+class PublishError(NodeforgeError):
+    message = "{detail}"
+
+
+class DigestMismatch(PublishError):
+    message = ("{image}: Glance stored {algo} {glance} but {source} says {expected}; "
+               "the image was deleted")
+
+
+class SignatureRejected(PublishError):
+    message = ("{image}: Glance rejected the signature (HTTP {status}: {detail}); the image was deleted. "
+               "Is certificate {cert_id} the one for this key, and is the image unchanged since signing?")
+
+
+class UploadInterrupted(PublishError):
+    message = ("{image}: upload interrupted after {sent} bytes ({detail}); the partial image was removed "
+               "where possible. Run publish again: it cleans up and uploads from the start")
+
+
+class PropertyLimitError(PublishError):
+    message = "{image}: image properties exceed what a production Glance stores: {detail}"
+
+
+class UploadInProgress(PublishError):
+    message = ("{image}: image {image_id} is being uploaded right now by process {pid} on this host; "
+               "wait for it or stop it, then publish again")
+
+
+# --------------------------------------------------------------------------
+# REST helpers
+
+def _raise_for(resp, what: str) -> None:
+    if resp.status_code < 400:
+        return
+    try:
+        body = resp.json()
+        detail = body.get("message") or body.get("error", {}).get("message") or resp.text
+    except ValueError:
+        detail = resp.text
+    detail = " ".join(str(detail).split())[:300]
+    cls = ForbiddenError if resp.status_code == 403 else GlanceError
+    raise cls(what=what, status=resp.status_code, detail=detail)
+
+
+def list_images(conn, **filters) -> list[dict]:
+    """Every image matching ``filters`` (Glance v2 query parameters, including
+    custom properties and repeated ``tag``), hidden ones included, any visibility."""
+    out, seen = [], set()
+    for hidden in ("false", "true"):
+        params = dict(filters, os_hidden=hidden, limit=200)
+        params.setdefault("visibility", "all")
+        url, query = "/images", params
+        while url:
+            resp = conn.image.get(url, params=query)
+            _raise_for(resp, "image list")
+            body = resp.json()
+            for img in body.get("images", []):
+                if img["id"] not in seen:
+                    seen.add(img["id"])
+                    out.append(img)
+            nxt = body.get("next")
+            url, query = (nxt.replace("/v2", "", 1), None) if nxt else (None, None)
+    return out
+
+
+def get_image(conn, image_id: str) -> dict:
+    resp = conn.image.get(f"/images/{image_id}")
+    if resp.status_code == 404:
+        raise PublishError(detail=f"no image {image_id} (or it is not visible to this project)")
+    _raise_for(resp, f"reading image {image_id}")
+    return resp.json()
+
+
+def find_image(conn, ref: str) -> dict:
+    """An image by ID, or by exact name when the name is unique."""
+    try:
+        uuid.UUID(ref)
+    except ValueError:
+        matches = [i for i in list_images(conn, name=ref)]
+        if len(matches) != 1:
+            raise PublishError(detail=f"{len(matches)} images are named '{ref}'; give the image ID")
+        return matches[0]
+    return get_image(conn, ref)
+
+
+def create_image(conn, body: dict) -> dict:
+    resp = conn.image.post("/images", json=body)
+    _raise_for(resp, f"creating image {body.get('name')}")
+    return resp.json()
+
+
+def patch_image(conn, image_id: str, ops: list[dict], what: str) -> dict:
+    resp = conn.image.patch(f"/images/{image_id}", json=ops,
+                            headers={"Content-Type": "application/openstack-images-v2.1-json-patch"})
+    _raise_for(resp, what)
+    return resp.json()
+
+
+def set_ops(image: dict, props: dict) -> list[dict]:
+    """JSON-patch ops setting ``props`` on ``image`` (add or replace)."""
+    return [{"op": "replace" if k in image else "add", "path": f"/{k}", "value": v} for k, v in props.items()]
+
+
+def delete_image(conn, image_id: str) -> bool:
+    resp = conn.image.delete(f"/images/{image_id}")
+    if resp.status_code == 404:
+        return False
+    _raise_for(resp, f"deleting image {image_id}")
+    return True
+
+
+def deactivate_image(conn, image_id: str) -> None:
+    resp = conn.image.post(f"/images/{image_id}/actions/deactivate")
+    _raise_for(resp, f"deactivating image {image_id}")
+
+
+# --------------------------------------------------------------------------
+# Streaming
+
+class HashingReader:
+    """A file-like request body: reads ``path`` in 1 MiB chunks, feeding every
+    hash object in ``hashers`` as it goes. ``requests`` sends it with a
+    Content-Length (``__len__``) and calls ``read`` until it returns b""."""
+
+    def __init__(self, path: Path, hashers: dict[str, object], progress=None):
+        self._f = open(path, "rb")  # noqa: SIM115 - closed by close()/__exit__
+        self._size = os.fstat(self._f.fileno()).st_size
+        self.hashers = hashers
+        self.sent = 0
+        self._progress = progress
+
+    def __len__(self) -> int:
+        return self._size
+
+    def read(self, n: int = -1) -> bytes:
+        # Ignore the caller's 16 KiB hint: bigger chunks mean far fewer
+        # Python-level calls for multi-GiB images.
+        chunk = self._f.read(CHUNK)
+        if chunk:
+            for h in self.hashers.values():
+                h.update(chunk)
+            self.sent += len(chunk)
+            if self._progress:
+                self._progress(len(chunk))
+        return chunk
+
+    def close(self) -> None:
+        self._f.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def digests(self) -> dict[str, str]:
+        return {name: h.hexdigest() for name, h in self.hashers.items()}
+
+
+def read_pass(path: Path, hashers: dict[str, object]) -> dict[str, str]:
+    """Hash ``path`` once with all of ``hashers`` (no upload)."""
+    with HashingReader(path, hashers) as r:
+        while r.read():
+            pass
+        return r.digests()
+
+
+def virtual_size(image: VariantImage) -> int:
+    """The disk size a server needs: qcow2's virtual size, a raw file's size."""
+    if image.disk_format == "qcow2" and shutil.which("qemu-img"):
+        try:
+            out = subprocess.run(["qemu-img", "info", "--output=json", "-f", "qcow2", str(image.path)],
+                                 check=True, capture_output=True, text=True, timeout=60).stdout
+            return int(json.loads(out)["virtual-size"])
+        except (subprocess.SubprocessError, ValueError, KeyError, OSError):
+            log.warning("qemu-img info failed on %s; min_disk from the file size", image.path)
+    return image.size
+
+
+# --------------------------------------------------------------------------
+# Properties
+
+def image_name(build: BuildDir, variant: str) -> str:
+    return f"nodeforge-k8s-{build.k8s_version}-{build.os_distro}-{build.os_version}-{variant}-{build.build_id}"[:255]
+
+
+def image_properties(build: BuildDir, image: VariantImage, policy: RetentionPolicy, *,
+                     manifest_image_id: str) -> dict[str, str]:
+    """The extra properties of a node image (all strings). Core attributes
+    (min_disk, min_ram, os_hidden, visibility, tags) are set separately."""
+    vm = image.variant == "vm"
+    props = {
+        # Magnum (capi-helm driver: os_distro, kube_version) and SCS image metadata.
+        "os_distro": build.os_distro,
+        "os_version": build.os_version,
+        "os_purpose": "k8snode",
+        "architecture": build.architecture,
+        "kube_version": f"v{build.k8s_version}",
+        "hw_firmware_type": image.firmware,
+        "hw_machine_type": "q35",
+        "hw_disk_bus": "scsi",
+        "hw_scsi_model": "virtio-scsi",
+        "hw_rng_model": "virtio",
+        "image_build_date": build.build_time.strftime("%Y-%m-%d %H:%M"),
+        "image_source": build.image_source or "private",
+        "image_description": (f"Kubernetes v{build.k8s_version} node image ({image.variant}), "
+                               f"{build.os_distro} {build.os_version}, nodeforge build {build.build_id}"),
+        "image_original_user": build.original_user or build.os_distro,
+        "replace_frequency": policy.replace_frequency,
+        "uuid_validity": policy.uuid_validity,
+        "provided_until": policy.provided_until,
+        # nodeforge's own.
+        f"{P}build_id": build.build_id,
+        f"{P}variant": image.variant,
+        f"{P}k8s_minor": build.k8s_minor,
+        f"{P}lockfile_sha256": build.lockfile_sha256 or "unknown",
+        f"{P}manifest_sha256": build.manifest_sha256,
+        f"{P}manifest_image": manifest_image_id,
+        f"{P}sha256": image.sha256,
+        f"{P}verify": image.verify.value,
+        f"{P}role": "image",
+    }
+    if vm:
+        props["hw_qemu_guest_agent"] = "yes"
+        props["hypervisor_type"] = "qemu"
+    return props
+
+
+def check_properties(name: str, props: dict, *, core: int = 0) -> None:
+    """Refuse what a MySQL-backed production Glance would reject or mangle."""
+    problems = []
+    if len(props) > MAX_PROPERTIES:
+        problems.append(f"{len(props)} properties (limit {MAX_PROPERTIES})")
+    for key, value in props.items():
+        if len(key) > MAX_KEY_CHARS:
+            problems.append(f"key '{key[:40]}...' longer than {MAX_KEY_CHARS} characters")
+        text = value if isinstance(value, str) else json.dumps(value)
+        if len(text.encode()) > MAX_VALUE_BYTES:
+            problems.append(f"'{key}' is {len(text.encode())} bytes (limit {MAX_VALUE_BYTES})")
+        elif len(text) > NOVA_COPY_CHARS and key not in LONG_OK:
+            problems.append(f"'{key}' is {len(text)} characters; Nova would truncate it to {NOVA_COPY_CHARS}")
+    if problems:
+        raise PropertyLimitError(image=name, detail="; ".join(problems))
+
+
+def tags_for(build: BuildDir, variant: str, approved: bool = False) -> list[str]:
+    return [TAG, tag_k8s(build.k8s_minor), tag_variant(variant), TAG_APPROVED if approved else TAG_CANDIDATE]
+
+
+# --------------------------------------------------------------------------
+# Uploader identity: who owns an image in flight
+
+def _proc_start(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def uploader_id() -> str:
+    pid = os.getpid()
+    return f"{socket.gethostname()}:{pid}:{_proc_start(pid) or 0}"
+
+
+def uploader_alive(owner: str | None) -> int | None:
+    """The pid of the live process on this host that owns an upload, else None."""
+    if not owner:
+        return None
+    try:
+        host, pid_s, start = owner.rsplit(":", 2)
+        pid = int(pid_s)
+    except ValueError:
+        return None
+    if host != socket.gethostname() or pid == os.getpid():
+        return None
+    return pid if _proc_start(pid) == start else None
+
+
+# --------------------------------------------------------------------------
+# Publish
+
+@dataclasses.dataclass
+class VariantResult:
+    variant: str
+    name: str
+    action: str                    # uploaded | exists | would-upload | exists (dry run)
+    image_id: str | None = None
+    manifest_image_id: str | None = None
+    size: int = 0
+    seconds: float = 0.0
+    hash_algo: str | None = None
+    hash_value: str | None = None
+    signed: bool = False
+    verify: str = VerifyStatus.ABSENT.value
+    cleaned: list[str] = dataclasses.field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class SignOptions:
+    signer: object          # signing.Signer
+    cert_id: str
+
+
+class Publisher:
+    def __init__(self, conn, policy: RetentionPolicy, *, sign: SignOptions | None = None, progress=None):
+        self.conn = conn
+        self.policy = policy
+        self.sign = sign
+        self.progress = progress
+        self.owner = uploader_id()
+
+    # -- lookup and clean-up
+
+    def _mine(self, build: BuildDir, variant: str, role: str) -> list[dict]:
+        return list_images(self.conn, **{f"{P}build_id": build.build_id, f"{P}variant": variant, f"{P}role": role})
+
+    def _clean(self, images: Iterable[dict], name: str, dry_run: bool) -> tuple[list[dict], list[str]]:
+        """Delete images stuck in flight or failed; return the rest and the deleted IDs."""
+        keep, cleaned = [], []
+        for img in images:
+            if img["status"] not in TRANSIENT | FAILED:
+                keep.append(img)
+                continue
+            pid = uploader_alive(img.get(f"{P}uploader"))
+            if pid is not None:
+                raise UploadInProgress(image=name, image_id=img["id"], pid=pid)
+            log.info("removing %s image %s left by an interrupted upload", img["status"], img["id"])
+            if not dry_run:
+                delete_image(self.conn, img["id"])
+            cleaned.append(img["id"])
+        return keep, cleaned
+
+    # -- the two uploads
+
+    def _upload(self, image_id: str, path: Path, hashers: dict, name: str) -> dict[str, str]:
+        with HashingReader(path, hashers, self.progress) as reader:
+            try:
+                resp = self.conn.image.put(f"/images/{image_id}/file", data=reader,
+                                           headers={"Content-Type": "application/octet-stream"})
+            except Exception as exc:  # connection reset, timeout: the image is left queued/saving
+                self._discard(image_id)
+                raise UploadInterrupted(image=name, sent=reader.sent, detail=type(exc).__name__) from None
+            if resp.status_code >= 400:
+                self._discard(image_id)
+                if self.sign and resp.status_code == 400 and "ignature" in resp.text:
+                    raise SignatureRejected(image=name, status=resp.status_code,
+                                            detail=" ".join(resp.text.split())[:200], cert_id=self.sign.cert_id)
+                _raise_for(resp, f"uploading {name}")
+            return reader.digests()
+
+    def _discard(self, image_id: str) -> None:
+        try:
+            delete_image(self.conn, image_id)
+        except Exception:  # noqa: BLE001 - the next run cleans it up
+            log.warning("could not delete image %s now; the next publish removes it", image_id)
+
+    def _manifest_image(self, build: BuildDir, variant: str, existing: list[dict], dry_run: bool) -> str | None:
+        for img in existing:
+            if img["status"] == ACTIVE and img.get(f"{P}manifest_sha256") == build.manifest_sha256:
+                return img["id"]
+        if dry_run:
+            return None
+        raw = build.manifest_path.read_bytes()
+        img = create_image(self.conn, {
+            "name": f"{image_name(build, variant)}.manifest.json"[:255], "disk_format": "raw",
+            "container_format": "bare", "os_hidden": True, "tags": [TAG_MANIFEST],
+            f"{P}role": "manifest", f"{P}build_id": build.build_id, f"{P}variant": variant,
+            f"{P}manifest_sha256": build.manifest_sha256, f"{P}uploader": self.owner,
+        })
+        digests = self._upload(img["id"], build.manifest_path, {"sha256": hashlib.sha256()}, img["name"])
+        if digests["sha256"] != build.manifest_sha256 or hashlib.sha256(raw).hexdigest() != build.manifest_sha256:
+            self._discard(img["id"])
+            raise PublishError(detail=f"{build.manifest_path} changed while publishing")
+        return img["id"]
+
+    # -- one variant
+
+    def publish_variant(self, build: BuildDir, variant: str, *, dry_run: bool = False) -> VariantResult:
+        image = build.variant(variant)
+        name = image_name(build, variant)
+        result = VariantResult(variant=variant, name=name, action="", size=image.size, verify=image.verify.value)
+        found, cleaned = self._clean(self._mine(build, variant, "image"), name, dry_run)
+        manifests, cleaned_m = self._clean(self._mine(build, variant, "manifest"), name, dry_run)
+        result.cleaned = cleaned + cleaned_m
+        for img in found:  # active or deactivated: this build is in Glance already
+            algo = img.get("os_hash_algo") or "sha512"
+            expected = image.digest(algo) if algo in ("sha256", "sha512") else None
+            if img.get("os_hash_value") != expected:
+                raise PublishError(detail=f"{name}: image {img['id']} has build id {build.build_id} but other "
+                                          f"content ({algo} {img.get('os_hash_value')}); a build id must not be "
+                                          "reused. Delete that image or rebuild")
+            result.action = "exists"
+            result.image_id, result.hash_algo, result.hash_value = img["id"], algo, img.get("os_hash_value")
+            result.manifest_image_id = img.get(f"{P}manifest_image")
+            result.signed = "img_signature" in img
+            return result
+        if dry_run:
+            result.action = "would-upload"
+            result.signed = self.sign is not None
+            return result
+
+        t0 = time.monotonic()
+        manifest_id = self._manifest_image(build, variant, manifests, dry_run)
+        props = image_properties(build, image, self.policy, manifest_image_id=manifest_id)
+        # sha512 of what is sent: tells a local file that changed since the
+        # build from bytes damaged on the way.
+        hashers = {"sha512": hashlib.sha512()}
+        if self.sign is not None:
+            # The signature must be on the image before its data arrives, so
+            # sign in the pass that checks the local file against SHA*SUMS.
+            signer = self.sign.signer
+            pre = dict(hashers)
+            if signer.hash_name not in pre:
+                pre[signer.hash_name] = signer.hasher()
+            local = read_pass(image.path, pre)
+            self._check_local(image, local, name)
+            props.update(signer.properties(signer.sign(pre[signer.hash_name].digest()), self.sign.cert_id))
+            hashers = {"sha512": hashlib.sha512()}
+        props[f"{P}uploader"] = self.owner
+        check_properties(name, props)
+        body = {"name": name, "disk_format": image.disk_format, "container_format": "bare",
+                "visibility": "private", "min_disk": max(1, math.ceil(virtual_size(image) / (1 << 30))),
+                "min_ram": 2048, "tags": tags_for(build, variant), **props}
+        created = create_image(self.conn, body)
+        sent = self._upload(created["id"], image.path, hashers, name)
+        stored = get_image(self.conn, created["id"])
+        algo = stored.get("os_hash_algo") or "sha512"
+        try:
+            self._check_local(image, sent, name)
+            if stored["status"] != ACTIVE:
+                raise PublishError(detail=f"{name}: image {created['id']} is '{stored['status']}' after upload")
+            expected = image.digest(algo) if algo in ("sha256", "sha512") else None
+            if stored.get("os_hash_value") != expected:
+                raise DigestMismatch(image=name, algo=algo, glance=stored.get("os_hash_value"),
+                                     source=f"SHA{algo[3:]}SUMS", expected=expected)
+        except PublishError:
+            self._discard(created["id"])
+            raise
+        # Upload finished: drop the in-flight owner marker.
+        patch_image(self.conn, created["id"], [{"op": "remove", "path": f"/{P}uploader"}], f"updating {name}")
+        result.action = "uploaded"
+        result.image_id, result.manifest_image_id = created["id"], manifest_id
+        result.hash_algo, result.hash_value = algo, stored.get("os_hash_value")
+        result.signed = self.sign is not None
+        result.seconds = round(time.monotonic() - t0, 3)
+        return result
+
+    @staticmethod
+    def _check_local(image: VariantImage, digests: dict[str, str], name: str) -> None:
+        for algo in ("sha256", "sha512"):
+            if algo in digests and digests[algo] != image.digest(algo):
+                raise PublishError(detail=f"{name}: {image.path} does not match SHA{algo[3:]}SUMS "
+                                          f"({digests[algo]} != {image.digest(algo)}); the file changed or is corrupt")
+
+    def publish(self, build: BuildDir, variants: Iterable[str] | None = None, *,
+                dry_run: bool = False) -> list[VariantResult]:
+        names = list(variants) if variants else sorted(build.variants)
+        for v in names:
+            build.variant(v)  # all unknown variants fail before any upload
+        return [self.publish_variant(build, v, dry_run=dry_run) for v in names]
+
+
+# --------------------------------------------------------------------------
+# The manifest, back from Glance
+
+def download_manifest(conn, image: dict) -> bytes:
+    """The manifest of a node image, verified against its ``nodeforge_manifest_sha256``."""
+    manifest_id = image.get(f"{P}manifest_image")
+    expected = image.get(f"{P}manifest_sha256")
+    if not manifest_id or not expected:
+        raise PublishError(detail=f"image {image['id']} carries no nodeforge manifest reference")
+    resp = conn.image.get(f"/images/{manifest_id}/file", stream=True)
+    if resp.status_code == 404:
+        raise PublishError(detail=f"manifest image {manifest_id} of image {image['id']} is gone")
+    _raise_for(resp, f"downloading manifest {manifest_id}")
+    data = resp.content
+    actual = hashlib.sha256(data).hexdigest()
+    if actual != expected:
+        raise PublishError(detail=f"manifest image {manifest_id}: sha256 {actual} does not match the "
+                                  f"image's nodeforge_manifest_sha256 {expected}")
+    return data

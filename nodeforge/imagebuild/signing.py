@@ -1,0 +1,210 @@
+"""Image signatures the way Glance and Nova verify them (OpenStack cursive).
+
+Glance verifies ``img_signature`` over the image *data* with the certificate
+``img_signature_certificate_uuid`` it fetches from Barbican, the hash
+``img_signature_hash_method`` and the key type ``img_signature_key_type``:
+
+* ``RSA-PSS``: PSS padding, MGF1 with the same hash, maximum salt length;
+* ``ECC_SECP384R1`` / ``ECC_SECP521R1``: ECDSA (cursive has no P-256, and
+  the binary curves are gone from ``cryptography``).
+
+Signing never reads the image on its own: the caller feeds :meth:`Signer.hasher`
+in the same read pass that checks the build's digests, and :meth:`Signer.sign`
+signs the finished digest (``Prehashed``). When the signing hash is SHA-256 or
+SHA-512 the pass's own hash object is reused, so signing costs no extra hashing.
+
+Private keys are PEM or DER files. An encrypted key's passphrase comes from a
+reference (``env:VAR`` or ``file:PATH``, as :mod:`nodeforge.ironic.secrets`
+resolves it), never from the command line; neither the key nor the passphrase
+appears in any message.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import datetime
+import hashlib
+import logging
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa, utils
+
+from nodeforge.errors import NodeforgeError
+
+log = logging.getLogger(__name__)
+
+HASH_METHODS = {"SHA-224": "sha224", "SHA-256": "sha256", "SHA-384": "sha384", "SHA-512": "sha512"}
+_CRYPTO_HASH = {"SHA-224": hashes.SHA224, "SHA-256": hashes.SHA256, "SHA-384": hashes.SHA384,
+                "SHA-512": hashes.SHA512}
+# Curves cursive 0.3 (Glance, Nova) accepts, by cryptography's curve name.
+ECC_KEY_TYPES = {"secp384r1": "ECC_SECP384R1", "secp521r1": "ECC_SECP521R1"}
+RSA_PSS = "RSA-PSS"
+MIN_RSA_BITS = 2048
+
+
+class SigningError(NodeforgeError):
+    message = "{detail}"
+
+
+@dataclasses.dataclass
+class Signer:
+    """A loaded private key and the hash it signs with."""
+
+    _key: object = dataclasses.field(repr=False)
+    key_type: str
+    hash_method: str = "SHA-256"
+
+    @property
+    def hash_name(self) -> str:
+        """hashlib name of the signing hash."""
+        return HASH_METHODS[self.hash_method]
+
+    def hasher(self):
+        return hashlib.new(self.hash_name)
+
+    def sign(self, digest: bytes) -> str:
+        """Base64 signature of a finished ``hash_method`` digest of the image data."""
+        algo = utils.Prehashed(_CRYPTO_HASH[self.hash_method]())
+        if isinstance(self._key, rsa.RSAPrivateKey):
+            sig = self._key.sign(digest, padding.PSS(mgf=padding.MGF1(_CRYPTO_HASH[self.hash_method]()),
+                                                     salt_length=padding.PSS.MAX_LENGTH), algo)
+        else:
+            sig = self._key.sign(digest, ec.ECDSA(algo))
+        return base64.b64encode(sig).decode()
+
+    def public_key_der(self) -> bytes:
+        return self._key.public_key().public_bytes(serialization.Encoding.DER,
+                                                   serialization.PublicFormat.SubjectPublicKeyInfo)
+
+    def properties(self, signature: str, cert_id: str) -> dict[str, str]:
+        return {"img_signature": signature, "img_signature_hash_method": self.hash_method,
+                "img_signature_key_type": self.key_type, "img_signature_certificate_uuid": cert_id}
+
+
+def load_signer(key_path: Path | str, passphrase_ref: str | None = None, *, hash_method: str = "SHA-256") -> Signer:
+    """Load a signing key. ``passphrase_ref`` is ``env:VAR`` or ``file:PATH``."""
+    from nodeforge.ironic.secrets import Resolver, SecretRefError
+
+    if hash_method not in HASH_METHODS:
+        raise SigningError(detail=f"hash method '{hash_method}' is not one Glance verifies "
+                                  f"({', '.join(HASH_METHODS)})")
+    path = Path(key_path)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise SigningError(detail=f"cannot read signing key {path}: {exc.strerror}") from None
+    password = None
+    if passphrase_ref:
+        try:
+            password = Resolver(Path.cwd()).resolve(passphrase_ref).reveal().encode()
+        except SecretRefError as exc:
+            raise SigningError(detail=f"signing key passphrase: {exc}") from None
+    loader = serialization.load_pem_private_key if b"-----BEGIN" in data else serialization.load_der_private_key
+    try:
+        key = loader(data, password=password)
+    except TypeError:
+        # cryptography: "Password was not given but private key is encrypted" or the reverse.
+        if password is None:
+            raise SigningError(detail=f"signing key {path} is encrypted: give its passphrase as a reference "
+                                      "(--sign-key-passphrase env:VAR or file:PATH)") from None
+        raise SigningError(detail=f"signing key {path} is not encrypted; drop the passphrase") from None
+    except ValueError:
+        # Wrong passphrase and unparsable keys both land here; say neither value.
+        raise SigningError(detail=f"cannot load signing key {path}: not a private key, or the passphrase "
+                                  "is wrong") from None
+    del password
+    if isinstance(key, rsa.RSAPrivateKey):
+        if key.key_size < MIN_RSA_BITS:
+            raise SigningError(detail=f"RSA signing key {path} has {key.key_size} bits; use at least {MIN_RSA_BITS}")
+        return Signer(key, RSA_PSS, hash_method)
+    if isinstance(key, ec.EllipticCurvePrivateKey):
+        key_type = ECC_KEY_TYPES.get(key.curve.name)
+        if key_type is None:
+            raise SigningError(detail=f"EC signing key {path} uses curve {key.curve.name}; Glance/Nova (cursive) "
+                                      f"verify only {', '.join(sorted(ECC_KEY_TYPES))}")
+        return Signer(key, key_type, hash_method)
+    raise SigningError(detail=f"signing key {path} is neither RSA nor EC (Glance verifies RSA-PSS and ECC)")
+
+
+# --------------------------------------------------------------------------
+# Certificates in Barbican
+
+@dataclasses.dataclass(frozen=True)
+class CertInfo:
+    id: str
+    subject: str
+    not_before: str
+    not_after: str
+    sha256_fingerprint: str
+    name: str | None = None
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def load_certificate(pem: bytes, source: str) -> x509.Certificate:
+    try:
+        return x509.load_pem_x509_certificate(pem)
+    except ValueError:
+        raise SigningError(detail=f"{source}: not a PEM X.509 certificate") from None
+
+
+def _info(cert: x509.Certificate, cert_id: str, name: str | None = None) -> CertInfo:
+    return CertInfo(id=cert_id, subject=cert.subject.rfc4514_string(),
+                    not_before=cert.not_valid_before_utc.isoformat(), not_after=cert.not_valid_after_utc.isoformat(),
+                    sha256_fingerprint=cert.fingerprint(hashes.SHA256()).hex(), name=name)
+
+
+def check_validity(cert: x509.Certificate, source: str) -> None:
+    now = datetime.datetime.now(datetime.timezone.utc)
+    if not cert.not_valid_before_utc <= now <= cert.not_valid_after_utc:
+        raise SigningError(detail=f"{source}: certificate is not valid now (valid {cert.not_valid_before_utc:%Y-%m-%d}"
+                                  f" to {cert.not_valid_after_utc:%Y-%m-%d}); Glance would refuse the signature")
+
+
+def upload_certificate(conn, cert_path: Path | str, name: str | None = None) -> CertInfo:
+    """Store a PEM certificate in Barbican as Glance/castellan need it: a
+    ``certificate`` secret with a binary (base64, application/octet-stream)
+    payload, so castellan hands Glance the PEM bytes."""
+    path = Path(cert_path)
+    try:
+        pem = path.read_bytes()
+    except OSError as exc:
+        raise SigningError(detail=f"cannot read certificate {path}: {exc.strerror}") from None
+    cert = load_certificate(pem, str(path))
+    check_validity(cert, str(path))
+    name = name or f"nodeforge-image-signing-{cert.fingerprint(hashes.SHA256()).hex()[:12]}"
+    pem = cert.public_bytes(serialization.Encoding.PEM)  # normalised: one certificate, no extra text
+    secret = conn.key_manager.create_secret(
+        name=name, secret_type="certificate", payload=base64.b64encode(pem).decode(),
+        payload_content_type="application/octet-stream", payload_content_encoding="base64")
+    return _info(cert, secret.secret_ref.rsplit("/", 1)[1], name)
+
+
+def fetch_certificate(conn, cert_id: str) -> x509.Certificate:
+    """The certificate Glance will use for ``cert_id``, from Barbican."""
+    from openstack import exceptions as os_exc
+
+    try:
+        secret = conn.key_manager.get_secret(cert_id)
+        resp = conn.key_manager.get(f"/secrets/{cert_id}/payload", headers={"Accept": "application/octet-stream"})
+    except os_exc.NotFoundException:
+        raise SigningError(detail=f"no certificate {cert_id} in Barbican (upload one with "
+                                  "'nodeforge image signing-cert upload CERT')") from None
+    if resp.status_code != 200:
+        raise SigningError(detail=f"cannot read certificate {cert_id} from Barbican (HTTP {resp.status_code})")
+    if getattr(secret, "secret_type", None) not in (None, "certificate"):
+        raise SigningError(detail=f"Barbican secret {cert_id} is a {secret.secret_type}, not a certificate")
+    return load_certificate(resp.content, f"Barbican secret {cert_id}")
+
+
+def check_key_matches(signer: Signer, cert: x509.Certificate, cert_id: str) -> None:
+    """Fail before uploading anything when Glance would reject the signature."""
+    check_validity(cert, f"certificate {cert_id}")
+    pub = cert.public_key().public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    if pub != signer.public_key_der():
+        raise SigningError(detail=f"the signing key does not belong to certificate {cert_id} "
+                                  f"({cert.subject.rfc4514_string()})")
