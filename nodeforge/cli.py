@@ -11,6 +11,7 @@ import sys
 import click
 
 from nodeforge import __version__, log, options
+from nodeforge.commands import baremetal as baremetal_cmds
 from nodeforge.commands import devcloud as devcloud_cmds
 from nodeforge.commands import image as image_cmds
 from nodeforge.commands import release as release_cmds
@@ -34,6 +35,7 @@ def cli(ctx: click.Context, os_cloud, output, verbose, log_format):
 cli.add_command(devcloud_cmds.devcloud)
 cli.add_command(release_cmds.release)
 cli.add_command(image_cmds.image)
+cli.add_command(baremetal_cmds.baremetal)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -145,6 +145,12 @@ def _plan_node(spec: NodeSpec, by_name, by_uuid, by_bmc, port_owner) -> NodePlan
         return p
     p = NodePlan(spec, Action.NOOP, uuid=node["uuid"], matched_by=matched,
                  provision_state=node.get("provision_state"))
+    if matched != "name" and node.get("name"):
+        # Matching by BMC or MAC adopts unnamed nodes; a named one is someone else's.
+        what = f"BMC {spec.bmc.address}" if matched == "bmc" else "MAC " + next(
+            m for m in spec.macs if port_owner.get(m) == node["uuid"])
+        return dataclasses.replace(p, action=Action.ERROR, uuid=None,
+                                   error=f"{what} already belongs to Ironic node {node['name']}")
     # The BMC must not be another node's.
     if key and key in by_bmc and by_bmc[key]["uuid"] != node["uuid"]:
         other = by_bmc[key]

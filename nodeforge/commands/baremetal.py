@@ -1,0 +1,177 @@
+"""``nodeforge baremetal``: validate, pre-flight and enroll server batches into Ironic."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from nodeforge import options, output
+from nodeforge.errors import ExitCode, UsageError
+from nodeforge.ironic import enroll as enroll_mod
+from nodeforge.ironic import inventory as inv_mod
+from nodeforge.ironic import lifecycle, preflight as preflight_mod, secrets as secrets_mod
+from nodeforge.ironic.report import NodeReport, Report
+
+
+def _inventory_options(fn):
+    fn = click.option("--key-file", type=click.Path(dir_okay=False, path_type=Path),
+                      help="Fernet key for fernet: credentials.  [default: $NODEFORGE_INVENTORY_KEY(_FILE)]")(fn)
+    fn = click.option("--allow-plaintext-secrets", is_flag=True,
+                      help="Accept passwords written in the inventory itself (refused by default).")(fn)
+    fn = click.option("--format", "fmt", type=click.Choice([f.value for f in inv_mod.Format]),
+                      help="Inventory format.  [default: detected]")(fn)
+    fn = click.argument("file", type=click.Path(dir_okay=False, path_type=Path))(fn)
+    return fn
+
+
+def _load(app, file, fmt, allow_plaintext_secrets, key_file):
+    try:
+        return inv_mod.load(file, fmt=fmt, allow_plaintext=allow_plaintext_secrets, key_file=key_file)
+    except inv_mod.InventoryError as exc:
+        if app.output != "table":
+            output.emit({"valid": False, "file": str(file), "issues": [i.to_dict() for i in exc.issues]},
+                        app.output)
+        raise
+
+
+@click.group()
+def baremetal():
+    """Bare-metal enrollment into Ironic (system-scoped credentials: --os-cloud nodeforge-dev-system)."""
+
+
+@baremetal.command()
+@_inventory_options
+@options.pass_app
+def validate(app, file, fmt, allow_plaintext_secrets, key_file):
+    """Validate a whole inventory (every problem with file, line/row and field); writes nothing."""
+    inv = _load(app, file, fmt, allow_plaintext_secrets, key_file)
+    rows = [{"name": n.name, "driver": n.driver, "bmc": n.bmc.address, "macs": " ".join(n.macs),
+             "resource_class": n.resource_class, "cleaning": n.cleaning.mode.value, "inspect": n.inspect}
+            for n in inv.nodes]
+    output.emit({"valid": True, "file": str(file), "format": inv.format.value,
+                 "nodes": [n.to_dict() for n in inv.nodes]}, app.output, rows=rows,
+                title=f"{file}: {len(rows)} nodes ({inv.format.value})")
+
+
+@baremetal.command()
+@_inventory_options
+@click.option("--jobs", type=click.IntRange(1, 128), default=16, show_default=True, help="BMCs checked at once.")
+@options.pass_app
+def preflight(app, file, fmt, allow_plaintext_secrets, key_file, jobs):
+    """Check every BMC in parallel (reachable, credentials, TLS, system id, power state)."""
+    inv = _load(app, file, fmt, allow_plaintext_secrets, key_file)
+    start = time.monotonic()
+    checks = preflight_mod.run(inv, jobs=jobs)
+    rep = Report("preflight", [NodeReport(c.name, None, "preflight", "preflight", c.power_state, c.ok,
+                                          c.failure.value if c.failure else None, c.detail) for c in checks],
+                 seconds=time.monotonic() - start)
+    output.emit({**rep.to_dict(), "checks": [c.to_dict() for c in checks]}, app.output,
+                rows=[c.to_dict() for c in checks], columns=["name", "bmc", "ok", "failure", "power_state", "detail"])
+    click.get_current_context().exit(rep.exit_code())
+
+
+@baremetal.command()
+@_inventory_options
+@options.dry_run
+@click.option("--jobs", type=click.IntRange(1, 64), default=4, show_default=True,
+              help="Parallel create/update calls (one Ironic process does ~8 creations/s).")
+@click.option("--no-lifecycle", is_flag=True, help="Only create/update nodes; leave them in their state.")
+@click.option("--concurrency", type=click.IntRange(1, 500), default=10, show_default=True,
+              help="Nodes at once in each of inspect, clean and provide (below Ironic's own limits).")
+@click.option("--max-recoveries", type=click.IntRange(0, 10), default=1, show_default=True,
+              help="Retries of a node in 'clean failed'/'inspect failed' before it is parked in maintenance.")
+@click.option("--timeout", type=float, default=3600, show_default=True, help="Whole-run timeout, seconds.")
+@click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write the report: .json, or .xml for JUnit.")
+@options.pass_app
+def enroll(app, file, fmt, allow_plaintext_secrets, key_file, dry_run, jobs, no_lifecycle, concurrency,
+           max_recoveries, timeout, report_path):
+    """Create missing nodes, update drifted ones, then manage -> (inspect) -> clean -> provide.
+
+    A second run of the same file makes no write call. Exit: 0 all nodes good,
+    3 some failed, 1 none succeeded."""
+    from nodeforge.ironic.provisioner import SdkProvisioner
+
+    inv = _load(app, file, fmt, allow_plaintext_secrets, key_file)
+    prov = SdkProvisioner(app.connect())
+    start = time.monotonic()
+    plan = enroll_mod.plan(inv, prov)
+    if dry_run:
+        rows = [{"name": p.spec.name, "action": p.action.value, "matched_by": p.matched_by,
+                 "changes": "; ".join(f"{c.field}: {c.current!s} -> {c.desired!s}" for c in p.changes),
+                 "error": p.error} for p in plan.nodes]
+        output.emit(plan.to_dict(), app.output, rows=rows, title=f"plan: {plan.counts()}")
+        return
+    results = enroll_mod.apply(plan, prov, jobs=jobs)
+    reports = {r.name: NodeReport(r.name, r.uuid, r.action.value, "enroll", None, r.ok, r.error_kind, r.error)
+               for r in results}
+    specs = inv.by_name()
+    works = [lifecycle.Work(spec=specs[r.name], uuid=r.uuid) for r in results if r.ok and r.uuid]
+    if works and not no_lifecycle:
+        policy = lifecycle.Policy(max_recoveries=max_recoveries, overall_timeout=timeout)
+        for stage in (lifecycle.Stage.INSPECT, lifecycle.Stage.CLEAN, lifecycle.Stage.PROVIDE):
+            policy.concurrency[stage] = concurrency
+        lifecycle.run(prov, works, policy, progress=_progress(app))
+        for w in works:
+            rep = reports[w.spec.name]
+            rep.stage = w.stage.value
+            rep.state = w.node.get("provision_state")
+            rep.ok = w.error_type is None
+            rep.error_type, rep.error = w.error_type, w.error
+    elif works:
+        for w in works:
+            reports[w.spec.name].state = "enroll" if plan else None
+    report = Report("enroll", list(reports.values()), seconds=time.monotonic() - start, writes=prov.writes)
+    if report_path:
+        report.write(report_path)
+    output.emit(report.to_dict(), app.output, rows=report.rows(),
+                title=f"enroll: {len(report.nodes) - len(report.failed)} ok, {len(report.failed)} failed, "
+                      f"{report.writes} writes, {report.seconds:.1f}s")
+    click.get_current_context().exit(report.exit_code())
+
+
+def _progress(app):
+    if app.output != "table" or not sys.stderr.isatty():
+        return None
+    last = {"text": ""}
+
+    def show(works):
+        counts: dict[str, int] = {}
+        for w in works:
+            key = w.result.value if w.result else ("failed" if w.error_type else w.node.get("provision_state") or "?")
+            counts[key] = counts.get(key, 0) + 1
+        text = "  ".join(f"{k}: {v}" for k, v in sorted(counts.items()))
+        if text != last["text"]:
+            click.echo(f"\r{text}\x1b[K", err=True, nl=False)
+            last["text"] = text
+    return show
+
+
+@baremetal.command("keygen")
+@click.argument("key_file", type=click.Path(dir_okay=False, path_type=Path))
+def keygen(key_file):
+    """Write a new Fernet key (mode 0600) for fernet: credentials; keep it out of the inventory."""
+    if key_file.exists():
+        raise UsageError(detail=f"{key_file} exists; not overwriting a key")
+    fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(secrets_mod.generate_key() + b"\n")
+    click.echo(f"wrote {key_file}", err=True)
+
+
+@baremetal.command("encrypt")
+@click.option("--key-file", type=click.Path(dir_okay=False, path_type=Path))
+def encrypt(key_file):
+    """Read a password on stdin, print it as fernet:TOKEN for the inventory."""
+    key = secrets_mod.load_key(key_file)
+    if key is None:
+        raise UsageError(detail=f"no key: pass --key-file or set ${secrets_mod.KEY_ENV}")
+    value = sys.stdin.readline().rstrip("\n")
+    if not value:
+        raise UsageError(detail="empty password on stdin")
+    click.echo(secrets_mod.encrypt(value, key))
+    return ExitCode.OK

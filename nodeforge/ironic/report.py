@@ -1,0 +1,103 @@
+"""Per-node enrollment report: table rows, JSON and JUnit XML, plus the exit code.
+
+Every row names the node, the action taken on it, the stage it reached, its
+final state, the last error (scrubbed) and a hint. Exit code: 0 all good,
+:attr:`ExitCode.PARTIAL` when some nodes failed, 1 when none succeeded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from nodeforge.errors import ExitCode
+from nodeforge.redact import scrub, scrub_obj
+
+HINTS = {
+    "power-credentials": "Ironic could not talk to the BMC: check the address and the credential reference; "
+                         "run 'nodeforge baremetal preflight FILE'",
+    "conflict": "the MAC or BMC is already enrolled under another node: remove the duplicate from the "
+                "inventory or delete the stale Ironic node",
+    "duplicate": "the name or MAC already exists in Ironic",
+    "clean-failed": "parked in maintenance (see maintenance_reason); fix the cause, unset maintenance, re-run",
+    "inspect-failed": "parked in maintenance (see maintenance_reason); fix the cause, unset maintenance, re-run",
+    "manage-timeout": "the BMC did not answer in time; run 'nodeforge baremetal preflight FILE'",
+    "clean-timeout": "cleaning did not finish: without a ramdisk use cleaning 'none' or manual with "
+                     "disable_ramdisk (docs/inventory.md)",
+    "provide-timeout": "automated cleaning did not finish: without a ramdisk use cleaning 'none' "
+                       "(docs/inventory.md)",
+    "timeout": "re-run: nodeforge resumes where each node stands",
+}
+
+
+@dataclasses.dataclass
+class NodeReport:
+    name: str
+    uuid: str | None
+    action: str
+    stage: str
+    state: str | None
+    ok: bool
+    error_type: str | None = None
+    error: str | None = None
+    seconds: float | None = None
+
+    @property
+    def hint(self) -> str | None:
+        return HINTS.get(self.error_type or "") if not self.ok else None
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["error"] = scrub(self.error) if self.error else None
+        d["hint"] = self.hint
+        return d
+
+
+@dataclasses.dataclass
+class Report:
+    command: str
+    nodes: list[NodeReport]
+    seconds: float = 0.0
+    writes: int = 0
+
+    @property
+    def failed(self) -> list[NodeReport]:
+        return [n for n in self.nodes if not n.ok]
+
+    def exit_code(self) -> ExitCode:
+        if not self.failed:
+            return ExitCode.OK
+        if len(self.failed) == len(self.nodes):
+            return ExitCode.FAILURE
+        return ExitCode.PARTIAL
+
+    def to_dict(self) -> dict:
+        return scrub_obj({"command": self.command, "ok": len(self.nodes) - len(self.failed),
+                          "failed": len(self.failed), "seconds": round(self.seconds, 2), "writes": self.writes,
+                          "exit_code": int(self.exit_code()), "nodes": [n.to_dict() for n in self.nodes]})
+
+    def rows(self) -> list[dict]:
+        return [{k: v for k, v in n.to_dict().items() if k in COLUMNS} for n in self.nodes]
+
+    def junit(self) -> str:
+        suite = ET.Element("testsuite", name=f"nodeforge-{self.command}", tests=str(len(self.nodes)),
+                           failures=str(len(self.failed)), time=f"{self.seconds:.2f}")
+        for n in self.nodes:
+            case = ET.SubElement(suite, "testcase", classname=f"nodeforge.{self.command}", name=n.name,
+                                 time=f"{n.seconds or 0:.2f}")
+            if not n.ok:
+                fail = ET.SubElement(case, "failure", type=n.error_type or "error",
+                                     message=scrub(n.error or "failed"))
+                fail.text = scrub(f"stage: {n.stage}\nstate: {n.state}\nhint: {n.hint or ''}")
+        return ET.tostring(suite, encoding="unicode", xml_declaration=True)
+
+    def write(self, path: Path) -> None:
+        import json
+
+        path = Path(path)
+        text = self.junit() if path.suffix == ".xml" else json.dumps(self.to_dict(), indent=2)
+        path.write_text(text + "\n")
+
+
+COLUMNS = ["name", "action", "stage", "state", "ok", "error_type", "error", "hint"]

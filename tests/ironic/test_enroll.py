@@ -1,0 +1,70 @@
+"""Plan/apply on the in-memory fake: matching, drift, rotation, zero-write re-run."""
+
+from __future__ import annotations
+
+import pytest
+
+from nodeforge.ironic import constants as C, enroll, inventory as inv
+from nodeforge.ironic.provisioner import FakeProvisioner, classify, ErrorKind
+
+
+@pytest.fixture
+def inventory(data_dir, bmc_password):
+    return inv.load(data_dir / "nodeforge.yaml")
+
+
+def test_create_then_noop_with_zero_writes(inventory):
+    fake = FakeProvisioner()
+    plan = enroll.plan(inventory, fake)
+    assert plan.counts()["create"] == 4
+    results = enroll.apply(plan, fake)
+    assert all(r.ok for r in results)
+    created = fake.writes
+    assert created > 4  # nodes + traits + ports
+    again = enroll.plan(inventory, fake)
+    assert again.counts() == {"create": 0, "update": 0, "no-op": 4, "error": 0}
+    enroll.apply(again, fake)
+    assert fake.writes == created
+
+
+def test_drift_and_rotation_detected_field_by_field(inventory, monkeypatch):
+    fake = FakeProvisioner()
+    enroll.apply(enroll.plan(inventory, fake), fake)
+    node = next(n for n in fake.nodes.values() if n["name"] == "rf-node-001")
+    node["resource_class"] = "other"
+    node["traits"] = ["CUSTOM_GPU"]
+    monkeypatch.setenv("NF_TEST_BMC_PASSWORD", "rotated-pw-777")
+    rotated = inv.load(inventory.path)
+    plan = enroll.plan(rotated, fake)
+    p = next(x for x in plan.nodes if x.spec.name == "rf-node-001")
+    fields = {c.field for c in p.changes}
+    assert p.action is enroll.Action.UPDATE
+    assert {"resource_class", "traits", "driver_info.redfish_password", f"extra.{C.EXTRA_FINGERPRINT}"} <= fields
+    assert "rotated-pw-777" not in str(plan.to_dict())
+    writes = fake.writes
+    enroll.apply(plan, fake)
+    assert fake.writes > writes
+    assert enroll.plan(rotated, fake).counts()["update"] == 0
+
+
+def test_match_by_bmc_adopts_unnamed_and_refuses_named(inventory):
+    fake = FakeProvisioner()
+    info = inventory.by_name()["ipmi-node-01"].driver_info(reveal=True)
+    fake.create_node({"name": None, "driver": "ipmi", "driver_info": info})
+    fake.create_node({"name": "someone-else", "driver": "fake-hardware"})
+    fake.create_port(next(n for n in fake.nodes.values() if n["name"] == "someone-else")["uuid"],
+                     "52:54:00:00:00:01")
+    plan = {p.spec.name: p for p in enroll.plan(inventory, fake).nodes}
+    assert plan["ipmi-node-01"].matched_by == "bmc" and plan["ipmi-node-01"].action is enroll.Action.UPDATE
+    assert plan["fake-0001"].action is enroll.Action.ERROR
+    assert "someone-else" in plan["fake-0001"].error
+
+
+def test_409_locked_vs_duplicate():
+    body = '{"error_message": "{\\"faultstring\\": \\"A node with name n1 already exists.\\"}"}'
+    assert classify(409, body)[0] is ErrorKind.DUPLICATE
+    body = ('{"error_message": "{\\"faultstring\\": \\"Node abc is locked by host h, please retry after the '
+            'current operation is completed.\\"}"}')
+    assert classify(409, body)[0] is ErrorKind.LOCKED
+    assert classify(503, "")[0] is ErrorKind.UNAVAILABLE
+    assert ErrorKind.LOCKED.retriable and not ErrorKind.DUPLICATE.retriable
