@@ -265,6 +265,7 @@ def test_wrong_bmc_password_back_to_enroll_without_leaking_it(conn, devcloud, no
 
     text = _ironic_api_text(conn, node.id)
     assert node.last_error in text          # the failure is visible ...
+    assert f'"{driver}_password": "******"' in text   # (driver_info was in what we searched)
     assert password not in text             # ... the password is not
     assert real not in text
     if log.exists():
