@@ -147,7 +147,10 @@ def load(path: Path | str) -> BuildDir:
     * architecture: ``architecture``, ``arch`` (Debian names mapped); default x86_64;
     * build time: ``build_time``, ``build.time`` (ISO 8601); else the manifest's mtime;
     * lockfile digest: ``lockfile_digest``, ``lockfile.sha256``, ``lockfile_sha256``;
-    * images: ``images: {variant: {file, format, firmware}}``; else by file extension.
+    * images: ``images: {variant: file name}`` (or ``{variant: {file, format, firmware}}``);
+      else by file extension in the SUMS files. The disk format follows the
+      extension (``.qcow2``, else raw); firmware defaults to bios for ``vm``
+      (the OpenStack default; nodeforge disks boot both) and uefi for ``baremetal``.
     """
     root = Path(path)
     if not root.is_dir():
@@ -182,7 +185,9 @@ def load(path: Path | str) -> BuildDir:
     variants: dict[str, VariantImage] = {}
     declared = manifest.get("images") if isinstance(manifest.get("images"), dict) else None
     if declared:
-        entries = [(v, str(e.get("file") or e.get("path") or ""), e) for v, e in declared.items() if isinstance(e, dict)]
+        # {variant: "file name"} (what `image build` writes) or {variant: {file, format, firmware}}.
+        entries = [(v, e, {}) if isinstance(e, str) else (v, str(e.get("file") or e.get("path") or ""), e)
+                   for v, e in declared.items() if isinstance(e, (str, dict))]
     else:
         names = sorted(set(sums["sha256"]) | set(sums["sha512"]))
         entries = [(_EXT_VARIANT[Path(n).suffix], n, {}) for n in names if Path(n).suffix in _EXT_VARIANT]
@@ -197,7 +202,7 @@ def load(path: Path | str) -> BuildDir:
             if file.name not in sums[algo]:
                 raise BuildDirError(path=root / fname_sums, detail=f"no entry for {file.name}")
             digests[algo] = sums[algo][file.name]
-        fmt = str(entry.get("format") or VARIANT_FORMATS.get(variant) or "raw")
+        fmt = str(entry.get("format") or ("qcow2" if file.suffix == ".qcow2" else "raw"))
         firmware = str(entry.get("firmware") or ("uefi" if variant == "baremetal" else "bios"))
         variants[variant] = VariantImage(variant, file, fmt, digests["sha256"], digests["sha512"],
                                          file.stat().st_size, _verify_status(verify_doc, variant), firmware)

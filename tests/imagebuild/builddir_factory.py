@@ -34,7 +34,7 @@ def make_build_dir(root: Path, *, k8s: str = "1.36.0", variants=("vm", "baremeta
     images, sums = {}, {}
     for variant in variants:
         if variant == "vm":
-            name = f"k8s-{k8s}-vm.qcow2"
+            name = f"nodeforge-k8s-{k8s}-vm.qcow2"
             raw = d / "tmp.raw"
             raw.write_bytes(os.urandom(size))
             if shutil.which("qemu-img"):
@@ -43,27 +43,39 @@ def make_build_dir(root: Path, *, k8s: str = "1.36.0", variants=("vm", "baremeta
                 raw.unlink()
             else:
                 raw.rename(d / name)
-            images["vm"] = {"file": name, "format": "qcow2", "firmware": "bios"}
+            images["vm"] = name
         else:
-            name = f"k8s-{k8s}-baremetal.raw"
+            name = f"nodeforge-k8s-{k8s}-baremetal.raw"
             (d / name).write_bytes(os.urandom(size))
-            images["baremetal"] = {"file": name, "format": "raw", "firmware": "uefi"}
+            images["baremetal"] = name
         data = (d / name).read_bytes()
         sums[name] = {"sha256": hashlib.sha256(data).hexdigest(), "sha512": hashlib.sha512(data).hexdigest()}
-    write_sums(d, sums)
     when = build_time or datetime.datetime.now(datetime.timezone.utc)
+    # The keys nodeforge/imagebuild/manifest.py writes (schema nodeforge-image-manifest/1).
     manifest = {
+        "schema": "nodeforge-image-manifest/1",
         "build_id": build_id,
-        "build_time": when.isoformat(),
-        "kubernetes": {"version": k8s, "minor": ".".join(k8s.split(".")[:2])},
-        "os": {"distro": "debian", "version": "12"},
-        "architecture": "amd64",
-        "lockfile_digest": "sha256:" + hashlib.sha256(build_id.encode()).hexdigest(),
+        "build_time": when.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "kubernetes": {"minor": ".".join(k8s.split(".")[:2]), "version": k8s, "pause_image": "registry.k8s.io/pause:3.10"},
+        "base_os": {"distro": "debian", "release": "12", "codename": "bookworm"},
+        "arch": "amd64",
+        "variants": list(variants),
         "images": images,
         "packages": packages if packages is not None else _PACKAGES,
-        "artifacts": [{"name": "kubelet", "version": f"v{k8s}", "sha256": "0" * 64}],
+        "artifacts": [{"component": "kubelet", "version": k8s, "arch": "amd64", "sha256": "0" * 64,
+                       "source_path": f"v{k8s}/bin/linux/amd64/kubelet"}],
+        "lockfile": {"path": "versions.yaml", "sha256": hashlib.sha256(build_id.encode()).hexdigest()},
+        "element_tree": {"sha256": "1" * 64},
+        "hardening": {"profile": "nodeforge-k8s", "version": 1},
+        "diskimage_builder": {"version": "3.43.0", "args": []},
+        "source": {"commit": None, "dirty": None},
     }
-    (d / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
+    (d / "manifest.json").write_text(text)
+    # Like `image build`: the SUMS files cover the manifest too.
+    sums["manifest.json"] = {"sha256": hashlib.sha256(text.encode()).hexdigest(),
+                             "sha512": hashlib.sha512(text.encode()).hexdigest()}
+    write_sums(d, sums)
     if verify is not None:
         (d / "verify.json").write_text(json.dumps({
             "variants": {v: {"passed": verify == "passed", "checks": [

@@ -1,0 +1,226 @@
+"""Publishing to Glance: build-directory reading, properties, streaming
+upload with digest check, the manifest image, idempotency and clean-up."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import threading
+import urllib.parse
+
+import pytest
+
+from nodeforge.imagebuild import builddir, glance as g
+from nodeforge.imagebuild.retention import RetentionPolicy
+from tests.imagebuild.builddir_factory import make_build_dir
+from tests.imagebuild.glance_fixtures import admin, member, policy, tracker  # noqa: F401 - fixtures
+
+SCS_AND_MAGNUM = ("os_distro", "os_version", "architecture", "kube_version", "hw_firmware_type", "hw_machine_type",
+                  "hw_disk_bus", "hw_scsi_model", "hw_rng_model", "image_build_date", "image_source",
+                  "image_description", "image_original_user", "replace_frequency", "uuid_validity", "provided_until")
+NODEFORGE = ("nodeforge_build_id", "nodeforge_variant", "nodeforge_lockfile_sha256", "nodeforge_manifest_sha256",
+             "nodeforge_manifest_image", "nodeforge_verify")
+
+
+# --------------------------------------------------------------------------
+# Build directory reader (no cloud)
+
+def test_builddir_reads_the_image_build_layout(tmp_path):
+    d = make_build_dir(tmp_path, k8s="1.35.2", verify="passed")
+    b = builddir.load(d)
+    assert (b.k8s_version, b.k8s_minor, b.os_distro, b.os_version, b.architecture) == \
+        ("1.35.2", "1.35", "debian", "12", "x86_64")
+    assert set(b.variants) == {"vm", "baremetal"}
+    vm = b.variant("vm")
+    assert vm.disk_format == "qcow2" and b.variant("baremetal").disk_format == "raw"
+    assert vm.sha512 == hashlib.sha512(vm.path.read_bytes()).hexdigest()
+    assert vm.verify is builddir.VerifyStatus.PASSED
+    assert b.manifest_sha256 == hashlib.sha256((d / "manifest.json").read_bytes()).hexdigest()
+    assert b.lockfile_sha256 == json.loads((d / "manifest.json").read_text())["lockfile"]["sha256"]
+
+
+def test_builddir_verify_absent_failed_and_per_variant(tmp_path):
+    assert builddir.load(make_build_dir(tmp_path, verify=None)).variant("vm").verify is builddir.VerifyStatus.ABSENT
+    assert builddir.load(make_build_dir(tmp_path, verify="failed")).variant("vm").verify is builddir.VerifyStatus.FAILED
+    d = make_build_dir(tmp_path)
+    (d / "verify.json").write_text(json.dumps({"variants": {"vm": {"passed": True}, "baremetal": {"passed": False}}}))
+    b = builddir.load(d)
+    assert (b.variant("vm").verify, b.variant("baremetal").verify) == ("passed", "failed")
+    (d / "verify.json").write_text("{not json")
+    assert builddir.load(d).variant("vm").verify is builddir.VerifyStatus.FAILED
+
+
+def test_builddir_refuses_image_without_digest_and_unknown_variant(tmp_path):
+    d = make_build_dir(tmp_path, variants=("vm",))
+    with pytest.raises(builddir.BuildDirError, match="no 'baremetal' image"):
+        builddir.load(d).variant("baremetal")
+    (d / "SHA512SUMS").write_text("")
+    with pytest.raises(builddir.BuildDirError, match="SHA512SUMS: no entry for nodeforge-k8s-1.36.0-vm.qcow2"):
+        builddir.load(d)
+    with pytest.raises(builddir.BuildDirError, match="no manifest.json"):
+        builddir.load(tmp_path)
+
+
+def test_properties_cover_magnum_scs_and_nodeforge(tmp_path):
+    b = builddir.load(make_build_dir(tmp_path))
+    props = g.image_properties(b, b.variant("vm"), RetentionPolicy(keep=4), manifest_image_id="m-id")
+    for key in SCS_AND_MAGNUM + NODEFORGE + ("hw_qemu_guest_agent",):
+        assert props.get(key), key
+    assert props["kube_version"] == "v1.36.0" and props["uuid_validity"] == "last-4"
+    assert "hw_qemu_guest_agent" not in g.image_properties(b, b.variant("baremetal"), RetentionPolicy(),
+                                                           manifest_image_id="m")
+    g.check_properties("x", props)  # small enough for MySQL and Nova
+
+
+def test_property_limits_checked_client_side():
+    with pytest.raises(g.PropertyLimitError, match="Nova would truncate"):
+        g.check_properties("img", {"nodeforge_x": "a" * 256})
+    with pytest.raises(g.PropertyLimitError, match="limit 65535"):
+        g.check_properties("img", {"img_signature": "a" * 70000})
+    g.check_properties("img", {"img_signature": "a" * 700})  # a long signature is fine
+    with pytest.raises(g.PropertyLimitError, match="129 properties"):
+        g.check_properties("img", {f"k{i}": "v" for i in range(129)})
+    with pytest.raises(g.PropertyLimitError, match="longer than 255"):
+        g.check_properties("img", {"k" * 256: "v"})
+
+
+# --------------------------------------------------------------------------
+# Against the local Glance
+
+@pytest.mark.devcloud
+def test_publish_end_to_end(tmp_path, admin, tracker, policy):
+    d = tracker.build(make_build_dir(tmp_path, size=3 * 1024 * 1024 + 17))
+    b = builddir.load(d)
+    results = {r.variant: r for r in g.Publisher(admin, policy).publish(b)}
+    sums = builddir.read_sums(d / "SHA512SUMS")
+    for variant, r in results.items():
+        assert r.action == "uploaded"
+        img = g.get_image(admin, r.image_id)
+        assert img["status"] == "active" and img["visibility"] == "private"
+        assert img["os_hash_algo"] == "sha512" and img["os_hash_value"] == sums[b.variant(variant).path.name]
+        assert img["disk_format"] == b.variant(variant).disk_format
+        for key in SCS_AND_MAGNUM + NODEFORGE:
+            assert img.get(key), f"{variant}: {key} missing"
+        assert (variant == "vm") == ("hw_qemu_guest_agent" in img)
+        assert "nodeforge_uploader" not in img  # the in-flight marker is gone
+        assert set(img["tags"]) == {"nodeforge", "nodeforge-k8s-1.36", f"nodeforge-{variant}", "nodeforge-candidate"}
+        assert img["min_ram"] == 2048 and img["min_disk"] >= 1
+        # The manifest travels with the image: hidden, byte-identical, digest-checked.
+        manifest = g.get_image(admin, img["nodeforge_manifest_image"])
+        assert manifest["os_hidden"] is True and "nodeforge" not in manifest["tags"]
+        assert g.download_manifest(admin, img) == (d / "manifest.json").read_bytes()
+    # Template authors' listings show node images only, not manifests.
+    listed = {i["id"] for i in g.list_images(admin, tag="nodeforge")}
+    assert {r.image_id for r in results.values()} <= listed
+    assert not {r.manifest_image_id for r in results.values()} & listed
+
+
+@pytest.mark.devcloud
+def test_second_publish_uploads_nothing(tmp_path, admin, tracker, policy):
+    b = builddir.load(tracker.build(make_build_dir(tmp_path, variants=("vm",))))
+    first = g.Publisher(admin, policy).publish(b)[0]
+    before = {i["id"] for i in tracker.images(b.build_id)}
+    second = g.Publisher(admin, policy).publish(b)[0]
+    assert (second.action, second.image_id, second.manifest_image_id) == \
+        ("exists", first.image_id, first.manifest_image_id)
+    assert {i["id"] for i in tracker.images(b.build_id)} == before and len(before) == 2
+    assert g.Publisher(admin, policy).publish(b, dry_run=True)[0].action == "exists"
+
+
+@pytest.mark.devcloud
+def test_hash_mismatch_deletes_image_and_fails(tmp_path, admin, tracker, policy):
+    d = tracker.build(make_build_dir(tmp_path, variants=("baremetal",)))
+    image = d / "nodeforge-k8s-1.36.0-baremetal.raw"
+    image.write_bytes(image.read_bytes()[:-1] + b"\0")  # the file changed after SHA*SUMS were written
+    with pytest.raises(g.PublishError, match="does not match SHA512SUMS"):
+        g.Publisher(admin, policy).publish(builddir.load(d))
+    left = [i for i in tracker.images(d.name) if i.get("nodeforge_role") == "image"]
+    assert left == []
+
+
+@pytest.mark.devcloud
+def test_leftover_in_flight_image_is_cleaned_and_publish_completes(tmp_path, admin, tracker, policy):
+    """A killed publish leaves a queued/saving image: the next run removes it."""
+    b = builddir.load(tracker.build(make_build_dir(tmp_path, variants=("vm",))))
+    stale = g.create_image(admin, {"name": "stale", "disk_format": "qcow2", "container_format": "bare",
+                                   "nodeforge_build_id": b.build_id, "nodeforge_variant": "vm",
+                                   "nodeforge_role": "image", "nodeforge_uploader": "otherhost:1:1"})
+    assert stale["status"] == "queued"
+    r = g.Publisher(admin, policy).publish(b)[0]
+    assert r.action == "uploaded" and stale["id"] in r.cleaned
+    assert {i["status"] for i in tracker.images(b.build_id)} == {"active"}
+
+
+class DroppingProxy:
+    """A TCP proxy to Glance that cuts every connection whose request body
+    passes ``limit`` bytes (a network drop mid-upload)."""
+
+    def __init__(self, target: tuple[str, int], limit: int):
+        self.target, self.limit = target, limit
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.cuts = 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                client, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._handle, args=(client,), daemon=True).start()
+
+    def _handle(self, client):
+        upstream = socket.create_connection(self.target)
+
+        def back():
+            try:
+                while data := upstream.recv(65536):
+                    client.sendall(data)
+            except OSError:
+                pass
+            finally:
+                client.close()
+
+        threading.Thread(target=back, daemon=True).start()
+        sent = 0
+        try:
+            while data := client.recv(65536):
+                sent += len(data)
+                if sent > self.limit:
+                    self.cuts += 1
+                    client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+                    break
+                upstream.sendall(data)
+        except OSError:
+            pass
+        finally:
+            client.close()
+            upstream.close()
+
+    def close(self):
+        self.sock.close()
+
+
+@pytest.mark.devcloud
+def test_connection_dropped_mid_upload_leaves_nothing_and_rerun_completes(tmp_path, devcloud, admin, tracker, policy):
+    import openstack
+
+    b = builddir.load(tracker.build(make_build_dir(tmp_path, variants=("baremetal",), size=8 * 1024 * 1024)))
+    glance_url = urllib.parse.urlsplit(admin.image.get_endpoint())
+    proxy = DroppingProxy((glance_url.hostname, glance_url.port), limit=2 * 1024 * 1024)
+    try:
+        cut = openstack.connect(cloud="nodeforge-dev", image_endpoint_override=f"http://127.0.0.1:{proxy.port}")
+        with pytest.raises(g.UploadInterrupted, match="upload interrupted"):
+            g.Publisher(cut, policy).publish(b)
+        assert proxy.cuts >= 1
+    finally:
+        proxy.close()
+    # Nothing in flight is left: the failed run removed its image, or the
+    # next run does. Either way the re-run completes.
+    r = g.Publisher(admin, policy).publish(b)[0]
+    assert r.action == "uploaded"
+    statuses = [i["status"] for i in tracker.images(b.build_id)]
+    assert statuses == ["active", "active"]  # node image + manifest
