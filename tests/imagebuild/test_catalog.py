@@ -1,0 +1,144 @@
+"""The approved-image catalog: promote plans (table tests), retention, and
+promote/list/show against the local Glance."""
+
+from __future__ import annotations
+
+import datetime
+import json
+
+import pytest
+
+from nodeforge import cli
+from nodeforge.errors import ConfigError
+from nodeforge.imagebuild import builddir, catalog, glance as g, retention
+from nodeforge.imagebuild.retention import Expire, RetentionPolicy
+from tests.imagebuild.builddir_factory import make_build_dir
+from tests.imagebuild.glance_fixtures import admin, member, policy, tracker  # noqa: F401 - fixtures
+
+
+def _img(i: int, *, verify="passed", approved=True, in_use=False, status="active") -> dict:
+    tags = ["nodeforge", "nodeforge-k8s-1.36", "nodeforge-vm", "nodeforge-approved" if approved else "nodeforge-candidate"]
+    img = {"id": f"id-{i}", "name": f"img-{i}", "status": status, "tags": tags, "nodeforge_role": "image",
+           "nodeforge_verify": verify, "nodeforge_k8s_minor": "1.36", "nodeforge_variant": "vm",
+           "nodeforge_promoted_at": f"2026-01-{i:02d}T00:00:00Z"}
+    if in_use:
+        img["nodeforge_in_use"] = "true"
+    return img
+
+
+@pytest.mark.parametrize("visible,keep,expire,in_use,expected", [
+    # newest first: id-4, id-3, id-2, id-1 (by promotion time)
+    (1, 3, Expire.DEACTIVATE, set(), {"id-4": "hide", "id-3": "hide", "id-2": "deactivate", "id-1": "deactivate"}),
+    (2, 3, Expire.DELETE, set(), {"id-4": "keep", "id-3": "hide", "id-2": "delete", "id-1": "delete"}),
+    (1, 2, Expire.DELETE, {"id-2"}, {"id-4": "hide", "id-3": "delete", "id-2": "hide", "id-1": "delete"}),
+    (5, 5, Expire.DELETE, set(), {"id-4": "keep", "id-3": "keep", "id-2": "keep", "id-1": "keep"}),
+])
+def test_plan_promote_applies_retention(visible, keep, expire, in_use, expected):
+    approved = [_img(i, in_use=f"id-{i}" in in_use) for i in range(1, 5)]
+    steps = catalog.plan_promote(_img(9, approved=False), approved, RetentionPolicy(visible, keep, expire))
+    assert steps[0].image_id == "id-9" and steps[0].action is catalog.Action.APPROVE
+    assert {s.image_id: s.action.value for s in steps[1:]} == expected
+
+
+@pytest.mark.parametrize("verify", ["failed", "absent", None])
+def test_promote_refuses_unverified_builds(verify):
+    img = _img(1, approved=False, verify=verify)
+    if verify is None:
+        del img["nodeforge_verify"]
+    with pytest.raises(catalog.PromoteRefused, match="boot verification"):
+        catalog.plan_promote(img, [], RetentionPolicy())
+
+
+def test_promote_refuses_non_nodeforge_and_inactive_images():
+    with pytest.raises(catalog.PromoteRefused, match="not a nodeforge node image"):
+        catalog.plan_promote({"id": "x", "tags": [], "status": "active"}, [], RetentionPolicy())
+    with pytest.raises(catalog.PromoteRefused, match="'queued', not active"):
+        catalog.plan_promote(_img(1, status="queued"), [], RetentionPolicy())
+
+
+def test_retention_file_validated(tmp_path):
+    assert retention.load(retention.DEFAULT_PATH) == RetentionPolicy(1, 3, Expire.DEACTIVATE)
+    bad = tmp_path / "r.yaml"
+    bad.write_text("visible: 3\nkeep: 2\nexpire: burn\nmetadata:\n  replace_frequency: hourly\n")
+    with pytest.raises(ConfigError) as exc:
+        retention.load(bad)
+    text = str(exc.value)
+    assert "line 2: 'keep' (2) must be >= 'visible' (3)" in text and "line 3: 'expire'" in text
+    assert "replace_frequency" in text
+
+
+# --------------------------------------------------------------------------
+# Against the local Glance
+
+def _publish(conn, tmp_path, tracker, *, verify="passed", minutes_ago=0, variants=("vm",)):
+    when = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(minutes=minutes_ago)
+    # A unique minor per test keeps parallel or leftover images of other tests out of the group.
+    b = builddir.load(tracker.build(make_build_dir(tmp_path, k8s=_publish.k8s, verify=verify, build_time=when,
+                                                   variants=variants)))
+    return g.Publisher(conn, RetentionPolicy()).publish(b)[0].image_id
+
+
+@pytest.fixture
+def unique_k8s():
+    import random
+
+    _publish.k8s = f"1.{random.randint(200, 9999)}.0"
+    return _publish.k8s
+
+
+@pytest.mark.devcloud
+def test_promote_newer_hides_older_and_list_shows_approved(tmp_path, admin, tracker, unique_k8s, capsys,
+                                                           monkeypatch):
+    old = _publish(admin, tmp_path, tracker, minutes_ago=60)
+    new = _publish(admin, tmp_path, tracker)
+    policy = RetentionPolicy(visible=1, keep=3)
+    catalog.promote(admin, old, policy)
+    assert g.get_image(admin, old)["visibility"] == "public"
+    steps = catalog.promote(admin, new, policy, dry_run=True)
+    assert [(s.image_id, s.action.value) for s in steps] == [(new, "approve"), (old, "hide")]
+    assert g.get_image(admin, old)["os_hidden"] is False  # dry run wrote nothing
+    catalog.promote(admin, new, policy)
+    o, n = g.get_image(admin, old), g.get_image(admin, new)
+    assert o["os_hidden"] is True and "nodeforge-superseded" in o["tags"] and o["status"] == "active"
+    assert n["os_hidden"] is False and "nodeforge-approved" in n["tags"] and "nodeforge-candidate" not in n["tags"]
+    # The manifest goes public with the image: a template author can read it.
+    assert g.get_image(admin, n["nodeforge_manifest_image"])["visibility"] == "public"
+
+    monkeypatch.setenv("OS_CLOUD", "nodeforge-dev-member")
+    minor = unique_k8s.rsplit(".", 1)[0]
+    capsys.readouterr()
+    assert cli.main(["image", "list", "--approved", "--k8s", minor, "--variant", "vm", "-o", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["id"] for r in rows] == [new] and rows[0]["state"] == "approved" and rows[0]["verify"] == "passed"
+    assert cli.main(["image", "list", "--approved", "--k8s", minor, "--all", "-o", "json"]) == 0
+    assert {r["id"]: r["state"] for r in json.loads(capsys.readouterr().out)} == {new: "approved", old: "superseded"}
+    assert cli.main(["image", "manifest", new]) == 0
+    assert json.loads(capsys.readouterr().out)["kubernetes"]["version"] == unique_k8s
+
+
+@pytest.mark.devcloud
+def test_retention_deletes_beyond_keep_but_never_an_image_in_use(tmp_path, admin, tracker, unique_k8s):
+    ids = [_publish(admin, tmp_path, tracker, minutes_ago=60 - i) for i in range(4)]
+    g.patch_image(admin, ids[1], [{"op": "add", "path": "/nodeforge_in_use", "value": "true"}], "mark in use")
+    policy = RetentionPolicy(visible=1, keep=2, expire=Expire.DELETE)
+    for image_id in ids:
+        catalog.promote(admin, image_id, policy)
+    remaining = {i["id"] for b in tracker.build_ids for i in tracker.images(b) if i.get("nodeforge_role") == "image"}
+    # newest (3) listed, 2 hidden (within keep), 1 in use -> hidden, 0 deleted with its manifest.
+    assert remaining == set(ids[1:])
+    assert g.get_image(admin, ids[1])["os_hidden"] is True
+
+
+@pytest.mark.devcloud
+def test_member_cannot_promote_and_failed_verify_stays_candidate(tmp_path, admin, member, tracker, unique_k8s):
+    mine = _publish(member, tmp_path, tracker)  # a member may publish candidates
+    assert g.get_image(member, mine)["visibility"] == "private"
+    with pytest.raises(catalog.PromoteRefused, match="HTTP 403.*admin action"):
+        catalog.promote(member, mine, RetentionPolicy())
+    img = g.get_image(member, mine)
+    assert img["visibility"] == "private" and "nodeforge-candidate" in img["tags"]
+    failed = _publish(admin, tmp_path, tracker, verify="failed")
+    assert g.get_image(admin, failed)["nodeforge_verify"] == "failed"
+    with pytest.raises(catalog.PromoteRefused, match="'failed'"):
+        catalog.promote(admin, failed, RetentionPolicy())
+    assert "nodeforge-approved" not in g.get_image(admin, failed)["tags"]
