@@ -8,6 +8,7 @@ import json
 import os
 import socket
 import threading
+import time
 import urllib.parse
 
 import pytest
@@ -155,10 +156,11 @@ def test_leftover_in_flight_image_is_cleaned_and_publish_completes(tmp_path, adm
 
 class DroppingProxy:
     """A TCP proxy to Glance that cuts every connection whose request body
-    passes ``limit`` bytes (a network drop mid-upload)."""
+    passes ``limit`` bytes (a network drop mid-upload); ``delay`` seconds per
+    64 KiB slow uploads down."""
 
-    def __init__(self, target: tuple[str, int], limit: int):
-        self.target, self.limit = target, limit
+    def __init__(self, target: tuple[str, int], limit: int, delay: float = 0.0):
+        self.target, self.limit, self.delay = target, limit, delay
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         self.cuts = 0
@@ -194,6 +196,8 @@ class DroppingProxy:
                     client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
                     break
                 upstream.sendall(data)
+                if self.delay:
+                    time.sleep(self.delay)
         except OSError:
             pass
         finally:
@@ -224,3 +228,48 @@ def test_connection_dropped_mid_upload_leaves_nothing_and_rerun_completes(tmp_pa
     assert r.action == "uploaded"
     statuses = [i["status"] for i in tracker.images(b.build_id)]
     assert statuses == ["active", "active"]  # node image + manifest
+
+
+@pytest.mark.devcloud
+def test_publish_killed_mid_upload_then_rerun_cleans_and_completes(tmp_path, devcloud, admin, tracker, policy):
+    """kill -9 of `nodeforge image publish` while the image data is streaming."""
+    import signal
+    import subprocess
+    import sys
+
+    import yaml
+
+    b = builddir.load(tracker.build(make_build_dir(tmp_path, variants=("baremetal",), size=16 * 1024 * 1024)))
+    glance_url = urllib.parse.urlsplit(admin.image.get_endpoint())
+    proxy = DroppingProxy((glance_url.hostname, glance_url.port), limit=1 << 40, delay=0.05)
+    clouds = yaml.safe_load(devcloud.paths.clouds_yaml.read_text())
+    clouds["clouds"]["nodeforge-dev"]["image_endpoint_override"] = f"http://127.0.0.1:{proxy.port}"
+    cfg = tmp_path / "clouds.yaml"
+    cfg.write_text(yaml.safe_dump(clouds))
+    cfg.chmod(0o600)
+    env = dict(os.environ, OS_CLIENT_CONFIG_FILE=str(cfg), OS_CLOUD="nodeforge-dev")
+    proc = subprocess.Popen([sys.executable, "-m", "nodeforge.cli", "image", "publish", str(b.path)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            saving = [i for i in tracker.images(b.build_id)
+                      if i.get("nodeforge_role") == "image" and i["status"] == "saving"]
+            if saving or proc.poll() is not None:
+                break
+            time.sleep(0.2)
+        assert saving, f"upload never reached 'saving' (exit {proc.poll()})"
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.stderr.close()
+        proxy.close()
+    time.sleep(1)
+    left = {i["id"]: i["status"] for i in tracker.images(b.build_id) if i.get("nodeforge_role") == "image"}
+    assert left and set(left.values()) <= g.TRANSIENT  # the killed run left its image in flight
+    r = g.Publisher(admin, policy).publish(b)[0]
+    assert r.action == "uploaded" and set(left) <= set(r.cleaned)
+    assert [i["status"] for i in tracker.images(b.build_id)] == ["active", "active"]
