@@ -1,0 +1,238 @@
+"""Render the element tree: pins and the hardening profile into diskimage-builder elements.
+
+``elements/`` in the checkout is the source. :func:`render` copies it into a
+self-contained tree for one Kubernetes minor and architecture:
+
+* files ending in ``.j2`` are jinja2 templates, rendered with the pins (their
+  ``.j2`` suffix dropped); everything else is copied byte for byte;
+* ``k8s-hardening/static/etc/nodeforge/hardening.json`` is generated from
+  ``k8s-hardening/profile.yaml`` (the controls and their checks);
+* ``nodeforge.env`` next to ``elements/`` holds the diskimage-builder settings
+  that do not depend on the build host (distribution element, release,
+  element list); ``pins.json`` lists the artifacts the elements install.
+
+The output is deterministic: same inputs, byte-identical tree (sorted walks,
+fixed file modes, sorted JSON keys, no timestamps). :func:`tree_digest` names
+a tree by its content; it goes into the build manifest.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import jinja2
+import yaml
+
+from nodeforge.errors import ConfigError, NodeforgeError
+from nodeforge.imagebuild.lockfile import Arch, BaseOS, Component, Lockfile
+from nodeforge.imagebuild.sources import relpath
+
+ELEMENTS_SRC = Path(__file__).resolve().parents[2] / "elements"
+MARKER = ".nodeforge-render"
+PROFILE = Path("k8s-hardening") / "profile.yaml"
+HARDENING_JSON = Path("k8s-hardening") / "static" / "etc" / "nodeforge" / "hardening.json"
+
+# nodeforge's elements, in the order given to disk-image-create.
+NODEFORGE_ELEMENTS = ("nodeforge-rootfs", "kubernetes-node", "containerd", "k8s-hardening",
+                      "nodeforge-vm", "nodeforge-baremetal")
+VARIANTS = ("vm", "baremetal")
+
+
+@dataclasses.dataclass(frozen=True)
+class Distro:
+    element: str      # diskimage-builder distribution element
+    release: str      # DIB_RELEASE
+
+
+DISTROS: dict[BaseOS, Distro] = {
+    BaseOS.DEBIAN_12: Distro("debian-minimal", "bookworm"),
+}
+
+# File name each element stages an artifact under (see the elements' extra-data.d).
+STAGED_NAME = {
+    Component.KUBELET: "kubelet", Component.KUBEADM: "kubeadm", Component.KUBECTL: "kubectl",
+    Component.CRICTL: "crictl.tar.gz", Component.CONTAINERD: "containerd.tar.gz",
+    Component.RUNC: "runc", Component.CNI_PLUGINS: "cni-plugins.tgz",
+}
+
+
+class RenderError(NodeforgeError):
+    message = "render: {detail}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Rendered:
+    root: Path
+    elements: Path
+    env_file: Path
+    pins_file: Path
+    digest: str
+    minor: str
+    version: str
+    arch: Arch
+    distro: Distro
+
+    def to_dict(self) -> dict:
+        return {"root": str(self.root), "elements": str(self.elements), "env_file": str(self.env_file),
+                "pins": str(self.pins_file), "element_tree_digest": self.digest, "minor": self.minor,
+                "kubernetes_version": self.version, "arch": self.arch.value,
+                "distro": {"element": self.distro.element, "release": self.distro.release}}
+
+
+def distro_for(lock: Lockfile) -> Distro:
+    try:
+        return DISTROS[lock.base_os]
+    except KeyError:
+        supported = ", ".join(f"{b.distro} {b.release}" for b in DISTROS)
+        raise ConfigError(path=str(lock.path), detail=f"base_os {lock.base_os.distro} {lock.base_os.release} "
+                                                      f"cannot be built yet (image build supports: {supported})") from None
+
+
+def pins_for(lock: Lockfile, minor: str, arch: Arch) -> list[dict]:
+    """The artifacts one image installs, in a stable order."""
+    entry = lock.minor(minor)
+    out = []
+    for comp in Component:
+        pin = entry.pins[comp]
+        out.append({"component": comp.value, "version": pin.version, "arch": arch.value,
+                    "sha256": pin.sha256[arch], "file": STAGED_NAME[comp],
+                    "source_path": relpath(comp, pin.version, arch)})
+    return out
+
+
+def load_profile(src: Path, lock: Lockfile) -> dict:
+    path = src / PROFILE
+    try:
+        profile = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(path=str(path), detail=f"cannot read the hardening profile: {exc}") from None
+    if not isinstance(profile, dict) or not isinstance(profile.get("controls"), list):
+        raise ConfigError(path=str(path), detail="expected a mapping with 'profile', 'version' and 'controls'")
+    want = (lock.hardening.profile, lock.hardening.version)
+    have = (str(profile.get("profile")), str(profile.get("version")))
+    if have != want:
+        raise ConfigError(path=str(path), detail=f"profile {have[0]} {have[1]} does not match the lockfile's "
+                                                 f"hardening {want[0]} {want[1]}",
+                          hint="bump the profile version in both files together")
+    ids = [c.get("id") for c in profile["controls"]]
+    if len(set(ids)) != len(ids) or not all(isinstance(i, str) and i.startswith("NF-HARD-") for i in ids):
+        raise ConfigError(path=str(path), detail="every control needs a unique id NF-HARD-NNN")
+    return profile
+
+
+def render(lock: Lockfile, minor: str, out: Path, *, arch: Arch = Arch.AMD64,
+           src: Path = ELEMENTS_SRC) -> Rendered:
+    """Render ``src`` for ``minor``/``arch`` into ``out`` (replaced atomically)."""
+    entry = lock.minor(minor)
+    distro = distro_for(lock)
+    if arch not in lock.architectures:
+        raise ConfigError(path=str(lock.path), detail=f"architecture {arch.value} is not pinned")
+    profile = load_profile(src, lock)
+    pins = pins_for(lock, minor, arch)
+    context = {
+        "minor": minor, "arch": arch.value, "lockfile_name": lock.path.name,
+        "pins": {p["component"]: p for p in pins}, "pause_image": entry.pause_image,
+        "hardening": {"profile": lock.hardening.profile, "version": lock.hardening.version},
+        "profile": profile,
+    }
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
+                             autoescape=False)
+
+    out = Path(out)
+    if out.exists() and any(out.iterdir()) and not (out / MARKER).exists():
+        raise RenderError(detail=f"{out} exists and is not a nodeforge render; choose an empty or new directory")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        elements = tmp / "elements"
+        _render_tree(src, elements, env, context)
+        hardening = {"profile": profile["profile"], "version": str(profile["version"]),
+                     "controls": profile["controls"]}
+        _write(elements / HARDENING_JSON, _json(hardening), 0o644)
+        _write(tmp / "pins.json", _json({"minor": minor, "kubernetes_version": str(entry.version),
+                                         "arch": arch.value, "pause_image": entry.pause_image,
+                                         "artifacts": pins}), 0o644)
+        element_list = [distro.element, *NODEFORGE_ELEMENTS]
+        env_lines = [
+            "# diskimage-builder settings rendered by nodeforge (host-specific mirrors are added at build time)",
+            f"export DIB_RELEASE={distro.release}",
+            "export DIB_DEBIAN_COMPONENTS=main",
+            f"export NODEFORGE_ELEMENTS=\"{' '.join(element_list)}\"",
+            f"export NODEFORGE_KUBERNETES_VERSION={entry.version}",
+            f"export NODEFORGE_ARCH={arch.value}",
+        ]
+        _write(tmp / "nodeforge.env", "\n".join(env_lines) + "\n", 0o644)
+        _write(tmp / MARKER, "rendered by nodeforge image render\n", 0o644)
+        digest = tree_digest(elements)
+        os.chmod(tmp, 0o755)
+        if out.exists():
+            old = out.with_name(f".{out.name}.old.{os.getpid()}")
+            os.replace(out, old)
+            os.replace(tmp, out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return Rendered(out, out / "elements", out / "nodeforge.env", out / "pins.json", digest, minor,
+                    str(entry.version), arch, distro)
+
+
+def _render_tree(src: Path, dest: Path, env: jinja2.Environment, context: dict) -> None:
+    for dirpath, dirnames, filenames in os.walk(src):
+        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+        rel = Path(dirpath).relative_to(src)
+        (dest / rel).mkdir(parents=True, exist_ok=True)
+        os.chmod(dest / rel, 0o755)
+        for name in sorted(filenames + [d for d in dirnames if (Path(dirpath) / d).is_symlink()]):
+            path = Path(dirpath) / name
+            if path.is_symlink():
+                (dest / rel / name).symlink_to(os.readlink(path))
+                continue
+            mode = 0o755 if os.access(path, os.X_OK) else 0o644
+            if name.endswith(".j2"):
+                try:
+                    text = env.from_string(path.read_text()).render(context)
+                except jinja2.TemplateError as exc:
+                    raise RenderError(detail=f"{path}: {exc}") from None
+                _write(dest / rel / name[:-3], text, mode)
+            else:
+                _write(dest / rel / name, path.read_bytes(), mode)
+        dirnames[:] = [d for d in dirnames if not (Path(dirpath) / d).is_symlink()]
+
+
+def _write(path: Path, data: str | bytes, mode: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data.encode() if isinstance(data, str) else data)
+    os.chmod(path, mode)
+
+
+def _json(data) -> str:
+    return json.dumps(data, indent=2, sort_keys=True) + "\n"
+
+
+def tree_digest(root: Path) -> str:
+    """sha256 over every entry's relative path, type, mode and content, in sorted order."""
+    h = hashlib.sha256()
+    root = Path(root)
+    entries = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            entries.append(Path(dirpath) / name)
+    for path in sorted(entries, key=lambda p: p.relative_to(root).as_posix()):
+        rel = path.relative_to(root).as_posix()
+        if path.is_symlink():
+            h.update(f"L {rel} {os.readlink(path)}\n".encode())
+        elif path.is_dir():
+            h.update(f"D {rel}\n".encode())
+        else:
+            mode = "x" if os.access(path, os.X_OK) else "-"
+            h.update(f"F {rel} {mode} {hashlib.sha256(path.read_bytes()).hexdigest()}\n".encode())
+    return h.hexdigest()

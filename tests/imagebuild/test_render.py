@@ -1,0 +1,108 @@
+"""Rendering the element tree: determinism, pins in the output, profile checks."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from nodeforge.errors import ConfigError
+from nodeforge.imagebuild import lockfile, render
+from nodeforge.imagebuild.lockfile import Arch
+
+
+def _snapshot(root: Path) -> dict[str, tuple]:
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            p = Path(dirpath) / name
+            rel = p.relative_to(root).as_posix()
+            if p.is_symlink():
+                out[rel] = ("link", os.readlink(p))
+            elif p.is_dir():
+                out[rel] = ("dir", oct(p.stat().st_mode & 0o7777))
+            else:
+                out[rel] = ("file", oct(p.stat().st_mode & 0o7777), p.read_bytes())
+    return out
+
+
+def test_render_twice_is_byte_identical(tmp_path):
+    lock = lockfile.load()
+    a = render.render(lock, "1.36", tmp_path / "a")
+    b = render.render(lock, "1.36", tmp_path / "b")
+    assert a.digest == b.digest
+    assert _snapshot(tmp_path / "a") == _snapshot(tmp_path / "b")
+    # Re-rendering into the same directory replaces it and gives the same tree.
+    c = render.render(lock, "1.36", tmp_path / "a")
+    assert c.digest == a.digest and _snapshot(tmp_path / "a") == _snapshot(tmp_path / "b")
+
+
+def test_rendered_tree_carries_the_pins(tmp_path):
+    lock = lockfile.load()
+    pins = lock.minor("1.36")
+    r = render.render(lock, "1.36", tmp_path / "r")
+    env = (r.elements / "kubernetes-node/environment.d/10-kubernetes-node").read_text()
+    assert f":-{pins.version}}}" in env
+    assert pins.pins[lockfile.Component.KUBELET].sha256[Arch.AMD64] in env
+    ctr = (r.elements / "containerd/environment.d/10-containerd").read_text()
+    assert pins.pause_image in ctr
+    assert not list(r.elements.rglob("*.j2")), "templates must not be copied as-is"
+    data = json.loads(r.pins_file.read_text())
+    assert {a["component"] for a in data["artifacts"]} == {c.value for c in lockfile.Component}
+    assert "DIB_RELEASE=bookworm" in r.env_file.read_text()
+    # Scripts stay executable; every script has the standard DIB header.
+    for script in r.elements.glob("*/*.d/*"):
+        if script.parent.name == "environment.d":
+            continue
+        assert os.access(script, os.X_OK), script
+        assert "if [ ${DIB_DEBUG_TRACE:-0} -gt 0 ]; then\n    set -x\nfi\nset -eu\nset -o pipefail" \
+            in script.read_text(), script
+
+
+def test_hardening_controls_rendered_with_ids(tmp_path):
+    r = render.render(lockfile.load(), "1.36", tmp_path / "r")
+    hardening = json.loads((r.elements / render.HARDENING_JSON).read_text())
+    ids = [c["id"] for c in hardening["controls"]]
+    assert ids[0] == "NF-HARD-001" and len(ids) == len(set(ids))
+    sysctl = (r.elements / "k8s-hardening/static/etc/sysctl.d/90-nodeforge.conf").read_text()
+    assert "net.ipv4.ip_forward = 1   # NF-HARD-003" in sysctl
+    modules = (r.elements / "k8s-hardening/static/etc/modules-load.d/nodeforge.conf").read_text()
+    assert "br_netfilter" in modules and "overlay" in modules
+
+
+def test_digest_changes_with_the_pins(tmp_path):
+    lock = lockfile.load()
+    assert render.render(lock, "1.36", tmp_path / "a").digest != render.render(lock, "1.35", tmp_path / "b").digest
+
+
+def test_unknown_minor(tmp_path):
+    with pytest.raises(ConfigError, match="1.99 is not pinned"):
+        render.render(lockfile.load(), "1.99", tmp_path / "r")
+
+
+def test_refuses_to_overwrite_a_foreign_directory(tmp_path):
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "precious").write_text("x")
+    with pytest.raises(render.RenderError, match="not a nodeforge render"):
+        render.render(lockfile.load(), "1.36", tmp_path / "r")
+    assert (tmp_path / "r" / "precious").exists()
+
+
+def test_profile_must_match_the_lockfile(tmp_path):
+    src = tmp_path / "elements"
+    import shutil
+    shutil.copytree(render.ELEMENTS_SRC, src, symlinks=True)
+    profile = src / render.PROFILE
+    profile.write_text(profile.read_text().replace('version: "1.1.0"', 'version: "9.9"'))
+    with pytest.raises(ConfigError, match="does not match the lockfile"):
+        render.render(lockfile.load(), "1.36", tmp_path / "r", src=src)
+
+
+def test_render_cli(run_cli, tmp_path):
+    code, out, err = run_cli("image", "render", "--k8s", "1.36", "--out", str(tmp_path / "r"), "-o", "json")
+    assert code == 0, err
+    assert json.loads(out)["kubernetes_version"] == lockfile.load().minor("1.36").version.__str__()
+    code, out, err = run_cli("image", "render", "--k8s", "1.99", "--out", str(tmp_path / "x"))
+    assert code == 2 and "1.99 is not pinned" in err
