@@ -1,0 +1,263 @@
+"""Assemble bootable disks from a root filesystem tree, without mounting anything.
+
+diskimage-builder builds one root filesystem; this module lays it out as a
+disk, using only tools that work on plain files (no loop partitions,
+device-mapper or FAT mounts):
+
+* GPT (``sgdisk``): ``1`` BIOS boot (1 MiB), ``2`` EFI system partition,
+  ``3`` root (Linux x86-64 root type, grows to the disk on first boot);
+* root: ``mkfs.ext4 -d TREE -E offset=...`` writes the populated filesystem
+  straight into the disk file at the partition's offset;
+* ESP: ``mkfs.vfat`` on a separate file, the UEFI boot loader
+  (``EFI/BOOT/BOOTX64.EFI``) copied in with mtools, then the file copied into
+  the partition;
+* boot loaders are built with ``grub-mkimage`` from the grub modules *inside
+  the tree* (``grub-efi-amd64-bin``, ``grub-pc-bin``: dpkg packages listed in
+  the manifest). UEFI: a GRUB image in the ESP. BIOS: GRUB's ``boot.img`` in
+  the protective MBR and ``core.img`` in the BIOS boot partition, with the
+  sector numbers patched in as ``grub-bios-setup`` would. Both embed a small
+  config that finds the root filesystem by UUID and reads
+  ``/boot/grub/grub.cfg`` there, so one disk boots under UEFI (OVMF, bare
+  metal) and legacy BIOS (SeaBIOS, the OpenStack default).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import struct
+import subprocess
+import uuid
+from pathlib import Path
+
+from nodeforge.errors import NodeforgeError
+
+SECTOR = 512
+MIB = 1 << 20
+BIOS_BOOT = (1 * MIB, 1 * MIB)          # (offset, size)
+ESP_SIZE = 128 * MIB
+ROOT_TYPE = "4F68BCE3-E8CD-4DB1-96E7-FBCAF984B709"  # Linux root (x86-64), discoverable partitions spec
+ROOT_LABEL = "nf-root"
+ESP_LABEL = "NF-ESP"
+
+# Modules embedded in the GRUB images: no module is ever loaded from disk.
+COMMON_MODULES = ["part_gpt", "part_msdos", "ext2", "fat", "search", "search_fs_uuid", "search_label",
+                  "normal", "linux", "echo", "test", "configfile", "gzio", "serial", "terminal", "ls",
+                  "cat", "reboot", "halt", "sleep", "minicmd"]
+EFI_MODULES = COMMON_MODULES + ["efi_gop", "all_video", "video", "video_fb"]
+BIOS_MODULES = COMMON_MODULES + ["biosdisk", "vga"]
+
+
+class DiskError(NodeforgeError):
+    message = "disk assembly: {detail}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    disk_size: int
+    esp_offset: int
+    root_offset: int
+    root_size: int
+
+    @classmethod
+    def for_root(cls, root_size: int) -> "Layout":
+        root_size = _round_up(root_size, MIB)
+        esp_offset = BIOS_BOOT[0] + BIOS_BOOT[1]
+        root_offset = esp_offset + ESP_SIZE
+        return cls(root_offset + root_size + MIB, esp_offset, root_offset, root_size)
+
+
+@dataclasses.dataclass(frozen=True)
+class Disk:
+    path: Path
+    layout: Layout
+    root_uuid: str
+    esp_id: str          # FAT volume id, as in /etc/fstab (ABCD-1234)
+
+    def to_dict(self) -> dict:
+        return {"path": str(self.path), "size": self.layout.disk_size, "root_uuid": self.root_uuid,
+                "esp_id": self.esp_id, "partitions": {
+                    "bios_boot": {"offset": BIOS_BOOT[0], "size": BIOS_BOOT[1]},
+                    "esp": {"offset": self.layout.esp_offset, "size": ESP_SIZE},
+                    "root": {"offset": self.layout.root_offset, "size": self.layout.root_size}}}
+
+
+def _round_up(n: int, unit: int) -> int:
+    return (n + unit - 1) // unit * unit
+
+
+def _run(argv: list[str], log=None, **kw) -> subprocess.CompletedProcess:
+    proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+    if log is not None:
+        log.write(f"$ {' '.join(argv)}\n{proc.stdout}")
+    if proc.returncode != 0:
+        raise DiskError(detail=f"{argv[0]} failed (exit {proc.returncode}): {proc.stdout.strip()[-800:]}")
+    return proc
+
+
+def tree_size(tree: Path) -> int:
+    """Apparent size of the tree's files plus per-inode overhead (like du, counting hard links once)."""
+    total = 0
+    seen = set()
+    for dirpath, dirnames, filenames in os.walk(tree):
+        for name in filenames + dirnames:
+            try:
+                st = os.lstat(os.path.join(dirpath, name))
+            except FileNotFoundError:
+                continue
+            if st.st_ino in seen:
+                continue
+            seen.add(st.st_ino)
+            total += _round_up(st.st_size, 4096) + 256
+    return total
+
+
+def grub_cfg(*, root_uuid: str, cmdline: str, title: str, kernel: str, initrd: str) -> str:
+    return (
+        "# Written by nodeforge (image build); the boot loaders read this file.\n"
+        "serial --unit=0 --speed=115200 --word=8 --parity=no --stop=1\n"
+        "terminal_input serial console\n"
+        "terminal_output serial console\n"
+        "set timeout=1\n"
+        "set default=0\n"
+        f"menuentry '{title}' {{\n"
+        f"    search --no-floppy --fs-uuid --set=root {root_uuid}\n"
+        f"    linux {kernel} root=UUID={root_uuid} ro {cmdline}\n"
+        f"    initrd {initrd}\n"
+        "}\n")
+
+
+def early_cfg(root_uuid: str) -> str:
+    return (f"search --no-floppy --fs-uuid --set=root {root_uuid}\n"
+            "set prefix=($root)/boot/grub\n")
+
+
+def kernel_paths(tree: Path) -> tuple[str, str]:
+    """Kernel and initrd as the boot loader sees them: Debian's /vmlinuz and
+    /initrd.img symlinks when present (kept current by kernel upgrades)."""
+    if (tree / "vmlinuz").is_symlink() and (tree / "initrd.img").is_symlink():
+        return "/vmlinuz", "/initrd.img"
+    kernels = sorted((tree / "boot").glob("vmlinuz-*"))
+    if not kernels:
+        raise DiskError(detail=f"no kernel in {tree}/boot (is linux-image installed?)")
+    version = kernels[-1].name[len("vmlinuz-"):]
+    if not (tree / "boot" / f"initrd.img-{version}").exists():
+        raise DiskError(detail=f"no initrd for kernel {version} in {tree}/boot")
+    return f"/boot/vmlinuz-{version}", f"/boot/initrd.img-{version}"
+
+
+def replace_file(path: Path, text: str, mode: int = 0o644) -> None:
+    """Write ``path`` as a new inode (the tree is a hard-linked copy: never write in place)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists() or path.is_symlink():
+        path.unlink()
+    path.write_text(text)
+    os.chmod(path, mode)
+
+
+def prepare_tree(tree: Path, *, cmdline: str, title: str) -> tuple[str, str]:
+    """Write fstab and grub.cfg into ``tree``; returns (root_uuid, esp_id).
+
+    Also restores the mount points diskimage-builder's tar leaves out
+    (``/proc``, ``/sys``) and drops the build filesystem's ``lost+found``
+    (mkfs makes a new one)."""
+    for name, mode in (("proc", 0o555), ("sys", 0o555), ("dev", 0o755), ("run", 0o755), ("tmp", 0o1777)):
+        (tree / name).mkdir(exist_ok=True)
+        os.chmod(tree / name, mode)
+    lost = tree / "lost+found"
+    if lost.is_dir() and not any(lost.iterdir()):
+        lost.rmdir()
+    root_uuid = str(uuid.uuid4())
+    esp_id = uuid.uuid4().hex[:8].upper()
+    esp_fstab = f"{esp_id[:4]}-{esp_id[4:]}"
+    replace_file(tree / "etc" / "fstab",
+                 "# Written by nodeforge (image build)\n"
+                 f"UUID={root_uuid}\t/\text4\tdefaults,errors=remount-ro\t0\t1\n"
+                 f"UUID={esp_fstab}\t/boot/efi\tvfat\tumask=0077,nofail\t0\t2\n")
+    (tree / "boot" / "efi").mkdir(parents=True, exist_ok=True)
+    kernel, initrd = kernel_paths(tree)
+    replace_file(tree / "boot" / "grub" / "grub.cfg",
+                 grub_cfg(root_uuid=root_uuid, cmdline=cmdline, title=title, kernel=kernel, initrd=initrd))
+    return root_uuid, esp_id
+
+
+def assemble(tree: Path, disk_path: Path, *, root_uuid: str, esp_id: str, workdir: Path,
+             log=None, extra_root: int = 512 * MIB) -> Disk:
+    """Write a raw GPT disk at ``disk_path`` holding ``tree`` as its root filesystem."""
+    layout = Layout.for_root(int(tree_size(tree) * 1.15) + extra_root)
+    disk_path = Path(disk_path)
+    disk_path.unlink(missing_ok=True)
+    with open(disk_path, "wb") as fh:
+        fh.truncate(layout.disk_size)
+    s = SECTOR
+    _run(["sgdisk",
+          f"-n1:{BIOS_BOOT[0] // s}:{(BIOS_BOOT[0] + BIOS_BOOT[1]) // s - 1}", "-t1:EF02", "-c1:bios-boot",
+          f"-n2:{layout.esp_offset // s}:{(layout.esp_offset + ESP_SIZE) // s - 1}", "-t2:EF00", "-c2:EFI",
+          f"-n3:{layout.root_offset // s}:{(layout.root_offset + layout.root_size) // s - 1}",
+          f"-t3:{ROOT_TYPE}", "-c3:root", str(disk_path)], log)
+    # Root filesystem, populated from the tree, written at the partition's offset.
+    _run(["mkfs.ext4", "-q", "-F", "-L", ROOT_LABEL, "-U", root_uuid, "-i", "8192", "-d", str(tree),
+          "-E", f"offset={layout.root_offset}", str(disk_path), f"{layout.root_size // 1024}k"], log)
+
+    # UEFI: GRUB in the ESP.
+    efi_img = workdir / "BOOTX64.EFI"
+    early = workdir / "early.cfg"
+    early.write_text(early_cfg(root_uuid))
+    _run(["grub-mkimage", "-d", str(tree / "usr/lib/grub/x86_64-efi"), "-O", "x86_64-efi", "-o", str(efi_img),
+          "-c", str(early), "-p", "/boot/grub", *EFI_MODULES], log)
+    esp = workdir / "esp.img"
+    esp.unlink(missing_ok=True)
+    _run(["mkfs.vfat", "-F", "32", "-n", ESP_LABEL, "-i", esp_id, "-C", str(esp), str(ESP_SIZE // 1024)], log)
+    env = dict(os.environ, MTOOLS_SKIP_CHECK="1")
+    _run(["mmd", "-i", str(esp), "::/EFI", "::/EFI/BOOT"], log, env=env)
+    _run(["mcopy", "-i", str(esp), str(efi_img), "::/EFI/BOOT/BOOTX64.EFI"], log, env=env)
+    _copy_into(esp, disk_path, layout.esp_offset)
+
+    # BIOS: boot.img in the MBR, core.img in the BIOS boot partition.
+    core = workdir / "core.img"
+    bios_dir = tree / "usr/lib/grub/i386-pc"
+    _run(["grub-mkimage", "-d", str(bios_dir), "-O", "i386-pc", "-o", str(core), "-c", str(early),
+          "-p", "/boot/grub", *BIOS_MODULES], log)
+    install_bios(disk_path, (bios_dir / "boot.img").read_bytes(), core.read_bytes(), BIOS_BOOT[0] // SECTOR,
+                 BIOS_BOOT[1])
+    return Disk(disk_path, layout, root_uuid, f"{esp_id[:4]}-{esp_id[4:]}")
+
+
+def _copy_into(src: Path, disk: Path, offset: int) -> None:
+    with open(src, "rb") as fin, open(disk, "r+b") as fout:
+        fout.seek(offset)
+        while block := fin.read(8 * MIB):
+            fout.write(block)
+
+
+# grub-2.06 include/grub/i386/pc/boot.h and diskboot.S
+_KERNEL_SECTOR = 0x5C           # boot.img: LBA of core.img's first sector (8 bytes)
+_BOOT_DRIVE_CHECK = 0x66        # boot.img: a "jmp" for buggy BIOSes, kept
+_MBR_KEEP = (0x1B8, 0x200)      # disk signature + partition table + 0x55AA stay from the GPT's protective MBR
+_BLOCKLIST = SECTOR - 12        # diskboot.img: {start: u64, len: u16, segment: u16}
+
+
+def install_bios(disk: Path, boot_img: bytes, core_img: bytes, first_sector: int, room: int) -> None:
+    """Do what ``grub-bios-setup`` does for a GPT disk with a BIOS boot partition."""
+    if len(boot_img) != SECTOR:
+        raise DiskError(detail=f"boot.img is {len(boot_img)} bytes, expected {SECTOR}")
+    if len(core_img) > room:
+        raise DiskError(detail=f"core.img ({len(core_img)} bytes) does not fit the BIOS boot partition ({room})")
+    core = bytearray(core_img + b"\0" * (-len(core_img) % SECTOR))
+    sectors = len(core) // SECTOR
+    start, length, segment = struct.unpack_from("<QHH", core, _BLOCKLIST)
+    struct.pack_into("<QHH", core, _BLOCKLIST, first_sector + 1, sectors - 1, segment)
+    with open(disk, "r+b") as fh:
+        mbr = bytearray(fh.read(SECTOR))
+        new = bytearray(boot_img)
+        new[_MBR_KEEP[0]:_MBR_KEEP[1]] = mbr[_MBR_KEEP[0]:_MBR_KEEP[1]]
+        struct.pack_into("<Q", new, _KERNEL_SECTOR, first_sector)
+        fh.seek(0)
+        fh.write(new)
+        fh.seek(first_sector * SECTOR)
+        fh.write(core)
+
+
+def to_qcow2(raw: Path, dest: Path, log=None) -> None:
+    _run(["qemu-img", "convert", "-f", "raw", "-O", "qcow2",
+          str(raw), str(dest)], log)

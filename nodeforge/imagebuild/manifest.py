@@ -1,0 +1,157 @@
+"""The build manifest (``manifest.json``) and the CycloneDX SBOM (``sbom.cdx.json``).
+
+The manifest says exactly what one build put into its images: every dpkg
+package in the root filesystem (read from ``var/lib/dpkg/status``, no chroot),
+every non-dpkg artifact with version and sha256, the lockfile and element
+tree digests, the diskimage-builder version and arguments, the source commit
+and the build time. The same file is stored inside every image at
+``/etc/nodeforge/manifest.json``; the image checksums are in ``SHA256SUMS``
+beside it (an image cannot contain its own digest).
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+SCHEMA = "nodeforge-image-manifest/1"
+IN_IMAGE_PATH = "etc/nodeforge/manifest.json"
+
+# Required keys and their types, checked by validate() (tests and `image verify` use it).
+_REQUIRED: dict[str, type | tuple] = {
+    "schema": str, "build_id": str, "build_time": str, "kubernetes": dict, "base_os": dict, "arch": str,
+    "variants": list, "images": dict, "packages": list, "artifacts": list, "lockfile": dict, "element_tree": dict,
+    "hardening": dict, "diskimage_builder": dict, "source": dict,
+}
+
+
+def dpkg_packages(root: Path) -> list[dict]:
+    """Installed packages in ``root``'s dpkg database: name, version, arch (sorted)."""
+    status = Path(root) / "var" / "lib" / "dpkg" / "status"
+    out = []
+    for stanza in status.read_text(errors="replace").split("\n\n"):
+        fields: dict[str, str] = {}
+        for line in stanza.splitlines():
+            if line and not line[0].isspace() and ":" in line:
+                key, _, value = line.partition(":")
+                fields[key] = value.strip()
+        if fields.get("Package") and fields.get("Status", "").endswith(" installed"):
+            out.append({"name": fields["Package"], "version": fields.get("Version", ""),
+                        "arch": fields.get("Architecture", "")})
+    return sorted(out, key=lambda p: (p["name"], p["arch"]))
+
+
+def source_commit(repo: Path) -> dict:
+    def git(*args):
+        return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
+
+    rev = git("rev-parse", "HEAD")
+    if rev.returncode != 0:
+        return {"commit": None, "dirty": None}
+    dirty = git("status", "--porcelain", "--untracked-files=no", "--", "elements", "nodeforge", "manifests")
+    return {"commit": rev.stdout.strip(), "dirty": bool(dirty.stdout.strip())}
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()
+
+
+def build_manifest(*, build_id: str, build_time: datetime.datetime, minor: str, kubernetes_version: str,
+                   pause_image: str, base_os: dict, arch: str, variants: list[str], images: dict[str, str],
+                   packages: list[dict], artifacts: list[dict], lockfile_path: Path, element_tree_digest: str,
+                   hardening: dict, dib: dict, source: dict) -> dict:
+    return {
+        "schema": SCHEMA,
+        "build_id": build_id,
+        "build_time": build_time.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "kubernetes": {"minor": minor, "version": kubernetes_version, "pause_image": pause_image},
+        "base_os": base_os,
+        "arch": arch,
+        "variants": variants,
+        "images": images,
+        "packages": packages,
+        "artifacts": artifacts,
+        "lockfile": {"path": lockfile_path.name, "sha256": file_sha256(lockfile_path)},
+        "element_tree": {"sha256": element_tree_digest},
+        "hardening": hardening,
+        "diskimage_builder": dib,
+        "source": source,
+    }
+
+
+def dumps(manifest: dict) -> str:
+    return json.dumps(manifest, indent=2, sort_keys=True) + "\n"
+
+
+def validate(manifest: Any) -> list[str]:
+    """Problems with a manifest's shape (empty list: valid)."""
+    if not isinstance(manifest, dict):
+        return ["manifest is not a JSON object"]
+    problems = []
+    for key, kind in _REQUIRED.items():
+        if key not in manifest:
+            problems.append(f"missing key '{key}'")
+        elif not isinstance(manifest[key], kind):
+            problems.append(f"'{key}' should be {getattr(kind, '__name__', kind)}")
+    if problems:
+        return problems
+    if manifest["schema"] != SCHEMA:
+        problems.append(f"schema is {manifest['schema']!r}, expected {SCHEMA!r}")
+    for i, pkg in enumerate(manifest["packages"]):
+        if not isinstance(pkg, dict) or set(pkg) != {"name", "version", "arch"}:
+            problems.append(f"packages[{i}] needs exactly name, version, arch")
+    for i, art in enumerate(manifest["artifacts"]):
+        if not isinstance(art, dict) or not {"component", "version", "sha256"} <= set(art):
+            problems.append(f"artifacts[{i}] needs component, version, sha256")
+        elif len(str(art["sha256"])) != 64:
+            problems.append(f"artifacts[{i}].sha256 is not a sha256")
+    for key in ("version", "args"):
+        if key not in manifest["diskimage_builder"]:
+            problems.append(f"diskimage_builder.{key} missing")
+    return problems
+
+
+def sbom(manifest: dict) -> str:
+    """A CycloneDX 1.6 JSON SBOM of the image content (dpkg packages and pinned artifacts)."""
+    from cyclonedx.model import HashAlgorithm, HashType, Property
+    from cyclonedx.model.bom import Bom
+    from cyclonedx.model.component import Component, ComponentType
+    from cyclonedx.output.json import JsonV1Dot6
+    from packageurl import PackageURL
+
+    distro = f"{manifest['base_os']['distro']}-{manifest['base_os']['release']}"
+    image = Component(
+        name=f"nodeforge-k8s-node-{manifest['kubernetes']['version']}", version=manifest["build_id"],
+        type=ComponentType.OPERATING_SYSTEM, bom_ref="image",
+        properties=[Property(name="nodeforge:variants", value=",".join(manifest["variants"])),
+                    Property(name="nodeforge:element_tree_sha256", value=manifest["element_tree"]["sha256"]),
+                    Property(name="nodeforge:lockfile_sha256", value=manifest["lockfile"]["sha256"])])
+    bom = Bom()
+    bom.metadata.component = image
+    ts = manifest["build_time"].replace("Z", "+00:00")
+    bom.metadata.timestamp = datetime.datetime.fromisoformat(ts)
+    for pkg in manifest["packages"]:
+        purl = PackageURL(type="deb", namespace=manifest["base_os"]["distro"], name=pkg["name"],
+                          version=pkg["version"], qualifiers={"arch": pkg["arch"], "distro": distro})
+        bom.components.add(Component(name=pkg["name"], version=pkg["version"], type=ComponentType.LIBRARY,
+                                     purl=purl, bom_ref=f"deb:{pkg['name']}:{pkg['arch']}"))
+    for art in manifest["artifacts"]:
+        purl = PackageURL(type="generic", name=art["component"], version=art["version"],
+                          qualifiers={"arch": art["arch"]})
+        bom.components.add(Component(
+            name=art["component"], version=art["version"], type=ComponentType.APPLICATION, purl=purl,
+            bom_ref=f"artifact:{art['component']}",
+            hashes=[HashType(alg=HashAlgorithm.SHA_256, content=art["sha256"])]))
+    bom.register_dependency(image, list(bom.components))
+    # Fixed serial number derived from the build: same manifest, same SBOM.
+    import uuid as _uuid
+    bom.serial_number = _uuid.uuid5(_uuid.NAMESPACE_URL, f"nodeforge:{manifest['build_id']}")
+    return JsonV1Dot6(bom).output_as_string(indent=2) + "\n"
