@@ -255,9 +255,10 @@ def glance(ctx: Context) -> ServiceSpec:
         "os_glance_tasks_store": {"filesystem_store_datadir": str(tasks)},
         "paste_deploy": {"flavor": "keystone", "config_file": str(conf_dir / "glance-api-paste.ini")},
         "keystone_authtoken": ctx.authtoken("glance"),
-        # web-download from the loopback mirror must be allowed explicitly.
+        # web-download from loopback (the local mirror) must be allowed by
+        # name: Glance refuses loopback and link-local addresses otherwise.
         "import_filtering_opts": {
-            "allowed_schemes": "[http,https]", "disallowed_hosts": "[]", "allowed_ports": "[]",
+            "allowed_schemes": "[http,https]", "allowed_hosts": "[127.0.0.1,localhost]", "allowed_ports": "[]",
         },
         # Signature verification: certificates live in Barbican.
         "key_manager": {"backend": "barbican"},
