@@ -173,6 +173,15 @@ class Fault:
         return True
 
 
+class _QuietServer(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address):
+        # Injected faults (dropped connections, clients that give up) end
+        # requests on purpose; a traceback on stderr would only be noise.
+        pass
+
+
 class MirrorServer:
     """Threaded HTTP server for a mirror directory on 127.0.0.1."""
 
@@ -182,8 +191,7 @@ class MirrorServer:
         self.requests: list[str] = []
         self._lock = threading.Lock()
         self._release = threading.Event()
-        self._httpd = http.server.ThreadingHTTPServer(("127.0.0.1", port), _handler(self))
-        self._httpd.daemon_threads = True
+        self._httpd = _QuietServer(("127.0.0.1", port), _handler(self))
         self._thread: threading.Thread | None = None
 
     @property
