@@ -124,7 +124,17 @@ def check_ipmi(spec: NodeSpec, timeout: float = 10.0) -> Check:
         c.ok, c.power_state = True, out.rsplit(" ", 1)[-1]
         return c
     low = out.lower()
-    if "unauthorized name" in low or "rakp" in low or "password" in low or "authentication" in low:
+    if "unable to establish" in low:
+        # Some BMCs (pyghmi's) answer a bad password like an absent BMC; an
+        # unauthenticated capabilities probe tells the two apart.
+        from nodeforge.devcloud.bmc import ipmi_probe
+
+        if ipmi_probe(b.host, b.port or 623):
+            c.failure, c.detail = Failure.AUTH, "BMC answers but refused the session (credentials)"
+        else:
+            c.failure, c.detail = Failure.NETWORK, "BMC unreachable"
+        return c
+    if "unauthorized name" or "rakp" in low or "password" in low or "authentication" in low:
         c.failure, c.detail = Failure.AUTH, "BMC refused the credentials"
     elif "unable to establish" in low or "no response" in low or "timeout" in low or "connection" in low:
         c.failure, c.detail = Failure.NETWORK, "BMC unreachable"
