@@ -130,11 +130,16 @@ def test_retention_deletes_beyond_keep_but_never_an_image_in_use(tmp_path, admin
 
 
 @pytest.mark.devcloud
-def test_member_cannot_promote_and_failed_verify_stays_candidate(tmp_path, admin, member, tracker, unique_k8s):
+def test_member_cannot_promote_and_failed_verify_stays_candidate(tmp_path, admin, member, tracker, unique_k8s,
+                                                                 monkeypatch, capsys):
     mine = _publish(member, tmp_path, tracker)  # a member may publish candidates
     assert g.get_image(member, mine)["visibility"] == "private"
     with pytest.raises(catalog.PromoteRefused, match="HTTP 403.*admin action"):
         catalog.promote(member, mine, RetentionPolicy())
+    monkeypatch.setenv("OS_CLOUD", "nodeforge-dev-member")
+    capsys.readouterr()
+    assert cli.main(["image", "promote", mine]) == 1
+    assert "cannot promote" in capsys.readouterr().err
     img = g.get_image(member, mine)
     assert img["visibility"] == "private" and "nodeforge-candidate" in img["tags"]
     failed = _publish(admin, tmp_path, tracker, verify="failed")
