@@ -273,3 +273,60 @@ def test_publish_killed_mid_upload_then_rerun_cleans_and_completes(tmp_path, dev
     r = g.Publisher(admin, policy).publish(b)[0]
     assert r.action == "uploaded" and set(left) <= set(r.cleaned)
     assert [i["status"] for i in tracker.images(b.build_id)] == ["active", "active"]
+
+
+@pytest.mark.slow
+@pytest.mark.devcloud
+def test_glance_restarted_mid_upload_then_rerun_cleans_and_completes(tmp_path, monkeypatch, policy):
+    """A second local cloud (image services only, ports shifted) so restarting
+    its Glance disturbs nobody; everything in it goes with its directory."""
+    import openstack.config
+    from openstack import connection
+
+    from nodeforge.devcloud.cloud import DevCloud
+    from nodeforge.devcloud.paths import Paths
+
+    root = tmp_path / "devcloud"
+    root.mkdir()
+    (root / "venvs").symlink_to(Paths.default().venvs.resolve())
+    monkeypatch.setenv("NODEFORGE_DEVCLOUD_DIR", str(root))
+    monkeypatch.setenv("NODEFORGE_DEVCLOUD_PORT_OFFSET", "23000")
+    cloud = DevCloud(Paths(root))
+    try:
+        cloud.up(["image"])
+        conf = openstack.config.OpenStackConfig(config_files=[str(cloud.paths.clouds_yaml)])
+        conn = connection.Connection(config=conf.get_one("nodeforge-dev"))
+        b = builddir.load(make_build_dir(tmp_path, variants=("baremetal",), size=16 * 1024 * 1024))
+        glance_url = urllib.parse.urlsplit(conn.image.get_endpoint())
+        proxy = DroppingProxy((glance_url.hostname, glance_url.port), limit=1 << 40, delay=0.05)
+        slow = connection.Connection(config=conf.get_one("nodeforge-dev"),
+                                     image_endpoint_override=f"http://127.0.0.1:{proxy.port}")
+        errors: list[Exception] = []
+
+        def run():
+            try:
+                g.Publisher(slow, policy).publish(b)
+            except Exception as exc:  # noqa: BLE001 - inspected below
+                errors.append(exc)
+
+        worker = threading.Thread(target=run, daemon=True)
+        worker.start()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not any(
+                i["status"] == "saving" for i in g.list_images(conn, nodeforge_build_id=b.build_id)):
+            time.sleep(0.2)
+        cloud.supervisor.stop("glance")
+        worker.join(timeout=120)
+        proxy.close()
+        assert errors and isinstance(errors[0], g.PublishError | g.GlanceError), errors
+        cloud.up(["image"])
+        conn = connection.Connection(config=conf.get_one("nodeforge-dev"))
+        left = {i["id"]: i["status"] for i in g.list_images(conn, nodeforge_build_id=b.build_id)
+                if i.get("nodeforge_role") == "image"}
+        # Glance died with the image in 'saving'; the failed run could not delete it.
+        assert left and set(left.values()) <= g.TRANSIENT, left
+        r = g.Publisher(conn, policy).publish(b)[0]
+        assert r.action == "uploaded" and set(left) <= set(r.cleaned)
+        assert [i["status"] for i in g.list_images(conn, nodeforge_build_id=b.build_id)] == ["active", "active"]
+    finally:
+        cloud.down()
