@@ -106,3 +106,21 @@ def test_render_cli(run_cli, tmp_path):
     assert json.loads(out)["kubernetes_version"] == lockfile.load().minor("1.36").version.__str__()
     code, out, err = run_cli("image", "render", "--k8s", "1.99", "--out", str(tmp_path / "x"))
     assert code == 2 and "1.99 is not pinned" in err
+
+
+def test_rendered_elements_pass_dib_lint(tmp_path):
+    """diskimage-builder's own linter (it expects its repository layout and git)."""
+    import shutil
+    import subprocess
+    import sys
+    dib_lint = Path(sys.prefix) / "bin" / "dib-lint"
+    if not dib_lint.exists() or not shutil.which("git"):
+        pytest.skip("dib-lint or git not installed")
+    r = render.render(lockfile.load(), "1.36", tmp_path / "r")
+    repo = tmp_path / "lint"
+    shutil.copytree(r.elements, repo / "diskimage_builder" / "elements", symlinks=True)
+    (repo / "diskimage_builder" / "lib").mkdir()
+    subprocess.run(["git", "init", "-q", "."], cwd=repo, check=True)
+    subprocess.run(["git", "add", "-A"], cwd=repo, check=True)
+    proc = subprocess.run([str(dib_lint)], cwd=repo, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "PASS" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-2000:]

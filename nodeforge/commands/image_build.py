@@ -1,0 +1,78 @@
+"""``nodeforge image render`` and ``nodeforge image build`` (added to the ``image`` group in image.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from nodeforge import options, output
+from nodeforge.imagebuild import build as build_mod, lockfile, render as render_mod
+from nodeforge.imagebuild.lockfile import Arch
+
+
+def _lockfile_option(fn):
+    return click.option("--lockfile", "lockfile_path", type=click.Path(dir_okay=False, path_type=Path),
+                        envvar="NODEFORGE_LOCKFILE", default=lockfile.DEFAULT_PATH,
+                        show_default="manifests/versions.yaml", help="The version lockfile.")(fn)
+
+
+def _variants(ctx, param, value: str) -> tuple[str, ...]:
+    names = tuple(v.strip() for v in value.split(",") if v.strip())
+    unknown = [v for v in names if v not in render_mod.VARIANTS]
+    if unknown or not names:
+        raise click.BadParameter(f"expected a comma-separated list of {', '.join(render_mod.VARIANTS)}")
+    return names
+
+
+@click.command()
+@click.option("--k8s", "minor", required=True, metavar="1.NN", help="Kubernetes minor, as pinned in the lockfile.")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Directory for the rendered tree (replaced if it is a previous render).")
+@click.option("--arch", type=click.Choice([a.value for a in Arch]), default=Arch.AMD64.value, show_default=True)
+@_lockfile_option
+@options.pass_app
+def render(app, minor, out, arch, lockfile_path):
+    """Render elements/ with the pinned versions, checksums and hardening profile.
+
+    The output (elements/, nodeforge.env, pins.json) is deterministic: rendering
+    twice gives byte-identical trees."""
+    result = render_mod.render(lockfile.load(lockfile_path), minor, out, arch=Arch(arch))
+    output.emit(result.to_dict(), app.output, columns=["root", "kubernetes_version", "arch", "element_tree_digest"])
+
+
+@click.command()
+@click.option("--k8s", "minor", required=True, metavar="1.NN", help="Kubernetes minor, as pinned in the lockfile.")
+@click.option("--variant", "variants", default=",".join(render_mod.VARIANTS), show_default=True,
+              callback=_variants, help="Comma-separated variants to build from the one root filesystem.")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path),
+              help="Build directory to create (must not exist).  [default: build/images/k8s-<version>-<time>]")
+@click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path), envvar="NODEFORGE_CACHE_DIR",
+              help="Artifact cache.  [default: $XDG_CACHE_HOME/nodeforge/artifacts]")
+@click.option("--dib-cache", type=click.Path(file_okay=False, path_type=Path), envvar=build_mod.ENV_DIB_CACHE,
+              help="debootstrap tarball and apt archive cache.  [default: $XDG_CACHE_HOME/nodeforge/dib]")
+@click.option("--work-dir", type=click.Path(file_okay=False, path_type=Path), envvar=build_mod.ENV_WORK_DIR,
+              help="Scratch space (several GiB, removed afterwards).  [default: $TMPDIR]")
+@click.option("--sources", "sources_file", type=click.Path(dir_okay=False, path_type=Path),
+              envvar="NODEFORGE_SOURCES", help="Artifact mirror settings.  [default: sources.yaml beside the lockfile]")
+@click.option("--offline", is_flag=True, help="Never download: every pinned artifact must be in the cache.")
+@click.option("--keep-work", is_flag=True, help="Keep the scratch directory (for debugging).")
+@_lockfile_option
+@options.pass_app
+def build(app, minor, variants, out, cache_dir, dib_cache, work_dir, sources_file, offline, keep_work,
+          lockfile_path):
+    """Build the VM (qcow2) and bare-metal (raw, UEFI) images from one root filesystem.
+
+    Fails before the long build on an unknown minor, a missing or corrupt
+    artifact, a missing host tool or too little disk. Writes images,
+    SHA256SUMS, SHA512SUMS, manifest.json, sbom.cdx.json and build.log into one
+    new directory, atomically."""
+    req = build_mod.BuildRequest(
+        minor=minor, lockfile_path=lockfile_path, sources_file=sources_file, variants=variants, out=out,
+        cache_dir=cache_dir, dib_cache=dib_cache, work_dir=work_dir, offline=offline, keep_work=keep_work,
+        stream=(lambda line: click.echo(line, err=True)))
+    result = build_mod.build(req)
+    output.emit(result.to_dict(), app.output, columns=["out", "kubernetes", "images", "packages", "seconds"])
+
+
+COMMANDS = (render, build)

@@ -1,0 +1,446 @@
+"""``nodeforge image build``: one root filesystem, both disk layouts, checksums, manifest, SBOM.
+
+Stages (see ``docs/image-build.md``):
+
+1. **preflight** -- everything that can fail fast fails here, before the long
+   build: unknown minor, unsupported base OS, unknown variant, missing host
+   tool, too little disk, the Debian mirror, and every pinned artifact present
+   and verified in the cache (fetched from the configured sources when missing
+   unless ``offline``);
+2. **render** the element tree for the pins (:mod:`.render`);
+3. **rootfs**: diskimage-builder builds one finalised root filesystem
+   (``-t tar``, the ``nodeforge-rootfs`` element's single-filesystem block
+   device config) with the debootstrap tarball and apt archives cached;
+4. **manifest**: dpkg packages read from the tree, artifacts, digests; stored
+   in the tree at ``/etc/nodeforge/manifest.json``;
+5. **assemble** each variant from a hard-linked copy of the tree with the
+   variant overlay applied (:mod:`.disk`): the VM disk as qcow2, the
+   bare-metal disk as raw;
+6. **outputs**: SHA256SUMS and SHA512SUMS (one read per file), manifest.json,
+   sbom.cdx.json, build.log -- all in a staging directory renamed to the final
+   name at the end, so a failed build leaves nothing under that name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import glob
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+from nodeforge import hosttools
+from nodeforge.errors import ConfigError, NodeforgeError
+from nodeforge.imagebuild import checksums, disk, lockfile as lf, manifest as mf, render as rd
+from nodeforge.imagebuild.cache import Cache, ChecksumMismatch, DownloadError, Downloader
+from nodeforge.imagebuild.lockfile import Arch, Lockfile
+from nodeforge.imagebuild.sources import SOURCE_OF, Sources
+
+log = logging.getLogger(__name__)
+
+REPO = Path(__file__).resolve().parents[2]
+HOST_TOOLS = ("sudo", "debootstrap", "tar", "mkfs.ext4", "mkfs.vfat", "mmd", "mcopy", "sgdisk", "grub-mkimage",
+              "qemu-img")
+GIB = 1 << 30
+ENV_DIB_CACHE = "NODEFORGE_DIB_CACHE"
+ENV_WORK_DIR = "NODEFORGE_WORK_DIR"
+ENV_DEBIAN_MIRROR = "NODEFORGE_DEBIAN_MIRROR"
+ENV_DEBIAN_SECURITY_MIRROR = "NODEFORGE_DEBIAN_SECURITY_MIRROR"
+APT_SOURCES = (Path("/etc/apt/sources.list"), Path("/etc/apt/sources.list.d"))
+
+
+class PreflightError(NodeforgeError):
+    message = "preflight: {detail}"
+
+
+class BuildError(NodeforgeError):
+    message = "image build failed: {detail}"
+
+
+@dataclasses.dataclass
+class BuildRequest:
+    minor: str
+    lockfile_path: Path = lf.DEFAULT_PATH
+    sources_file: Path | None = None
+    variants: tuple[str, ...] = rd.VARIANTS
+    out: Path | None = None                 # the build directory (created atomically)
+    cache_dir: Path | None = None           # artifact cache (default: cache.default_root())
+    dib_cache: Path | None = None           # debootstrap tarball + apt archives
+    work_dir: Path | None = None            # scratch space (several GiB; removed afterwards)
+    arch: Arch = Arch.AMD64
+    offline: bool = False                   # never download; missing cached artifacts are errors
+    keep_work: bool = False
+    min_free_work: int = 8 * GIB
+    min_free_out: int = 4 * GIB
+    stream: Callable[[str], None] | None = None   # progress lines (the CLI passes click.echo)
+
+
+@dataclasses.dataclass
+class Plan:
+    """What preflight established; everything the build needs."""
+
+    request: BuildRequest
+    lock: Lockfile
+    out: Path
+    work_root: Path
+    dib_cache: Path
+    cache: Cache
+    mirrors: dict[str, str]
+    artifacts: list[dict]
+    disk_image_create: str
+
+
+@dataclasses.dataclass
+class BuildResult:
+    out: Path
+    images: dict[str, str]
+    manifest: dict
+    seconds: dict[str, float]
+
+    def to_dict(self) -> dict:
+        return {"out": str(self.out), "images": self.images, "build_id": self.manifest["build_id"],
+                "kubernetes": self.manifest["kubernetes"]["version"], "packages": len(self.manifest["packages"]),
+                "seconds": {k: round(v, 1) for k, v in self.seconds.items()}}
+
+
+# --- settings -----------------------------------------------------------------------
+
+def default_dib_cache() -> Path:
+    if os.environ.get(ENV_DIB_CACHE):
+        return Path(os.environ[ENV_DIB_CACHE])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "nodeforge" / "dib"
+
+
+def debian_mirrors(env=None, sources: tuple[Path, ...] = APT_SOURCES) -> dict[str, str]:
+    """The Debian archive and security mirrors: from the environment, else the host's apt sources."""
+    env = os.environ if env is None else env
+    found = {"main": env.get(ENV_DEBIAN_MIRROR) or None, "security": env.get(ENV_DEBIAN_SECURITY_MIRROR) or None}
+    for uri, suites in _apt_entries(sources):
+        kind = "security" if any(s.endswith("-security") for s in suites) else "main"
+        if found[kind] is None and uri.startswith(("http://", "https://")):
+            found[kind] = uri.rstrip("/")
+    for kind, var in (("main", ENV_DEBIAN_MIRROR), ("security", ENV_DEBIAN_SECURITY_MIRROR)):
+        if not found[kind]:
+            raise PreflightError(detail=f"no Debian {kind} mirror in the host's apt sources",
+                                 hint=f"set {var} to the mirror's base URL")
+    return found  # type: ignore[return-value]
+
+
+def _apt_entries(sources: tuple[Path, ...]):
+    files: list[Path] = []
+    for src in sources:
+        if src.is_dir():
+            files += sorted(src.glob("*.sources")) + sorted(src.glob("*.list"))
+        elif src.is_file():
+            files.append(src)
+    for path in files:
+        try:
+            text = path.read_text()
+        except OSError:
+            continue
+        if path.suffix == ".sources":  # deb822 stanzas
+            for stanza in text.split("\n\n"):
+                fields = {}
+                for line in stanza.splitlines():
+                    if line and not line.startswith("#") and ":" in line:
+                        key, _, value = line.partition(":")
+                        fields[key.strip().lower()] = value.split()
+                if "deb" in fields.get("types", []) and fields.get("enabled", ["yes"]) != ["no"]:
+                    for uri in fields.get("uris", []):
+                        yield uri, fields.get("suites", [])
+        else:
+            for line in text.splitlines():
+                parts = line.split("#", 1)[0].split()
+                if parts[:1] == ["deb"]:
+                    parts = [p for p in parts[1:] if not p.startswith("[")] if "[" not in line else \
+                        line.split("]", 1)[1].split()
+                    if len(parts) >= 2:
+                        yield parts[0], [parts[1]]
+
+
+# --- preflight ------------------------------------------------------------------------
+
+def preflight(req: BuildRequest) -> Plan:
+    lock = lf.load(req.lockfile_path)
+    if req.minor not in lock.minors:
+        raise PreflightError(detail=f"Kubernetes {req.minor} is not pinned in {req.lockfile_path} "
+                                    f"(pinned: {', '.join(lock.minors)})",
+                             hint=f"pin it first: nodeforge release bump --minor {req.minor}")
+    rd.distro_for(lock)
+    unknown = [v for v in req.variants if v not in rd.VARIANTS]
+    if unknown or not req.variants:
+        raise PreflightError(detail=f"unknown variant {', '.join(unknown) or '(none)'} "
+                                    f"(known: {', '.join(rd.VARIANTS)})", hint="use --variant vm,baremetal")
+    if req.arch not in lock.architectures:
+        raise PreflightError(detail=f"architecture {req.arch.value} is not pinned in {req.lockfile_path}")
+
+    hosttools.require(*HOST_TOOLS, path=os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"]))
+    dic = Path(sys.prefix) / "bin" / "disk-image-create"
+    if not dic.exists():
+        found = shutil.which("disk-image-create")
+        if not found:
+            raise PreflightError(detail="diskimage-builder's disk-image-create is not installed",
+                                 hint="run 'make setup' (installs diskimage-builder into .venv)")
+        dic = Path(found)
+    if os.geteuid() != 0:
+        ok = subprocess.run(["sudo", "-n", "true"], capture_output=True).returncode == 0
+        if not ok:
+            raise PreflightError(detail="diskimage-builder needs password-less sudo",
+                                 hint="run as root or allow this user 'sudo -n' for the build")
+
+    out = Path(req.out) if req.out else REPO / "build" / "images" / f"k8s-{lock.minor(req.minor).version}-" \
+        f"{datetime.datetime.now(datetime.timezone.utc).strftime('%Y%m%dT%H%M%SZ')}"
+    out = out.absolute()
+    if out.exists():
+        raise PreflightError(detail=f"output directory {out} already exists",
+                             hint="choose a new --out (each build gets its own directory)")
+    work_root = Path(req.work_dir or os.environ.get(ENV_WORK_DIR) or tempfile.gettempdir()).absolute()
+    out_parent = _existing_parent(out)
+    _check_space(work_root, req.min_free_work, "work directory", f"--work-dir or ${ENV_WORK_DIR}")
+    _check_space(out_parent, req.min_free_out, "output directory", "--out")
+
+    mirrors = debian_mirrors()
+    cache = Cache(req.cache_dir)
+    artifacts = _ensure_artifacts(req, lock, cache)
+    return Plan(req, lock, out, work_root, Path(req.dib_cache or default_dib_cache()).absolute(), cache, mirrors,
+                artifacts, str(dic))
+
+
+def _existing_parent(path: Path) -> Path:
+    while not path.exists():
+        path = path.parent
+    return path
+
+
+def _check_space(path: Path, need: int, what: str, option: str) -> None:
+    free = shutil.disk_usage(path).free
+    if free < need:
+        raise PreflightError(detail=f"{what} {path} has {free / GIB:.1f} GiB free; the build needs "
+                                    f"{need / GIB:.1f} GiB there",
+                             hint=f"free some space or choose another place with {option}")
+
+
+def _ensure_artifacts(req: BuildRequest, lock: Lockfile, cache: Cache) -> list[dict]:
+    pins = rd.pins_for(lock, req.minor, req.arch)
+    sources = Sources.load(req.sources_file or Path(req.lockfile_path).parent / "sources.yaml")
+    dl = Downloader(cache)
+    for pin in pins:
+        name = f"{pin['component']} {pin['version']} {pin['arch']}"
+        if req.offline:
+            if cache.lookup(pin["sha256"]) is None:  # re-hashes; a damaged entry is evicted
+                raise PreflightError(detail=f"{name} ({pin['sha256']}) is missing or corrupt in the artifact "
+                                            f"cache {cache.root}",
+                                     hint=f"run: nodeforge release prefetch --minor {req.minor} "
+                                          f"--arch {pin['arch']}")
+            continue
+        comp = lf.Component(pin["component"])
+        try:
+            dl.fetch(sources.artifact_url(comp, pin["version"], req.arch), pin["sha256"], artifact=name,
+                     hint=sources.hint(SOURCE_OF[comp]))
+        except (DownloadError, ChecksumMismatch) as exc:
+            raise PreflightError(detail=f"{name} is not in the artifact cache {cache.root} and could not be "
+                                        f"fetched: {exc}",
+                                 hint=exc.hint or f"run: nodeforge release prefetch --minor {req.minor}") from None
+    return pins
+
+
+# --- build ------------------------------------------------------------------------------
+
+class _Log:
+    """The build log file, plus optional progress lines."""
+
+    def __init__(self, path: Path, stream: Callable[[str], None] | None):
+        self.fh = open(path, "a", buffering=1)
+        self.stream = stream
+
+    def write(self, text: str) -> None:
+        self.fh.write(text if text.endswith("\n") else text + "\n")
+
+    def step(self, text: str) -> None:
+        stamp = datetime.datetime.now().strftime("%H:%M:%S")
+        self.write(f"== {stamp} {text}")
+        if self.stream:
+            self.stream(f"[{stamp}] {text}")
+
+    def close(self) -> None:
+        self.fh.close()
+
+
+def _priv(argv: list[str]) -> list[str]:
+    return argv if os.geteuid() == 0 else ["sudo", "-n", *argv]
+
+
+def _run_logged(argv: list[str], logf: _Log, *, env=None, what: str) -> None:
+    logf.write(f"$ {' '.join(argv)}")
+    logf.fh.flush()
+    proc = subprocess.run(argv, stdout=logf.fh, stderr=subprocess.STDOUT, env=env)
+    if proc.returncode != 0:
+        raise BuildError(detail=f"{what} exited {proc.returncode}; see the log {logf.fh.name}:\n"
+                                f"{_tail(Path(logf.fh.name))}")
+
+
+def _tail(path: Path, lines: int = 25) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def dib_version(dic: str) -> str:
+    try:
+        from importlib.metadata import version
+        return version("diskimage-builder")
+    except Exception:  # pragma: no cover - not installed as a distribution
+        return subprocess.run([dic, "--version"], capture_output=True, text=True).stdout.strip()
+
+
+def build(req: BuildRequest, plan: Plan | None = None) -> BuildResult:
+    plan = plan or preflight(req)
+    started = time.monotonic()
+    build_time = datetime.datetime.now(datetime.timezone.utc)
+    seconds: dict[str, float] = {}
+    plan.work_root.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="nodeforge-build.", dir=plan.work_root))
+    plan.out.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=f".{plan.out.name}.partial.", dir=plan.out.parent))
+    logf = _Log(stage / "build.log", req.stream)
+    try:
+        result = _build(plan, work, stage, logf, build_time, seconds)
+        seconds["total"] = time.monotonic() - started
+        logf.step(f"done in {seconds['total']:.0f}s")
+        logf.close()
+        os.chmod(stage, 0o755)
+        os.rename(stage, plan.out)   # atomic: the build directory appears complete or not at all
+        return dataclasses.replace(result, out=plan.out, seconds=seconds)
+    except BaseException:
+        logf.close()
+        failed_log = plan.out.parent / f"{plan.out.name}.failed.log"
+        try:
+            shutil.copyfile(stage / "build.log", failed_log)
+        except OSError:
+            pass
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    finally:
+        if not req.keep_work:
+            subprocess.run(_priv(["rm", "-rf", "--one-file-system", str(work)]), check=False)
+
+
+def _build(plan: Plan, work: Path, stage: Path, logf: _Log, build_time, seconds) -> BuildResult:
+    req, lock = plan.request, plan.lock
+    entry = lock.minor(req.minor)
+    t = time.monotonic()
+    logf.step(f"render elements for Kubernetes {entry.version} ({req.arch.value})")
+    rendered = rd.render(lock, req.minor, work / "render", arch=req.arch)
+
+    # -- one root filesystem ------------------------------------------------------------
+    plan.dib_cache.mkdir(parents=True, exist_ok=True)
+    elements = rendered_env(rendered.env_file)["NODEFORGE_ELEMENTS"].split()
+    args = ["-a", req.arch.value, "-t", "tar", "-o", str(work / "rootfs"), *elements]
+    env = dict(os.environ)
+    env.update(rendered_env(rendered.env_file))
+    env.update({
+        "ELEMENTS_PATH": str(rendered.elements),
+        "DIB_DEBIAN_DISTRIBUTION_MIRROR": plan.mirrors["main"],
+        "DIB_DEBIAN_SECURITY_MIRROR": plan.mirrors["security"],
+        "DIB_IMAGE_CACHE": str(plan.dib_cache),
+        "DIB_DEBIAN_USE_DEBOOTSTRAP_CACHE": "1",
+        "DIB_DEBOOTSTRAP_CACHE": "1",
+        "DIB_APT_LOCAL_CACHE": "1",
+        "DIB_NODEFORGE_ARTIFACT_CACHE": str(plan.cache.root.absolute()),
+        "DIB_NODEFORGE_ACTIVATE_VARIANT": "",
+        "PATH": os.pathsep.join([str(Path(plan.disk_image_create).parent), env.get("PATH", ""), "/usr/sbin", "/sbin"]),
+    })
+    logf.step(f"diskimage-builder: root filesystem ({' '.join(elements)})")
+    _run_logged([plan.disk_image_create, *args], logf, env=env, what="disk-image-create")
+    seconds["rootfs"] = time.monotonic() - t
+
+    t = time.monotonic()
+    logf.step("unpack the root filesystem")
+    rootfs = work / "root"
+    rootfs.mkdir()
+    _run_logged(_priv(["tar", "--numeric-owner", "--xattrs", "--xattrs-include=*", "--acls", "-xpf",
+                       str(work / "rootfs.tar"), "-C", str(rootfs)]), logf, what="tar")
+    (work / "rootfs.tar").unlink()
+
+    # -- manifest ----------------------------------------------------------------------
+    version = str(entry.version)
+    images = {v: image_name(version, v) for v in req.variants}
+    build_id = f"k8s-{version}-{build_time.strftime('%Y%m%dT%H%M%SZ')}-{rendered.digest[:8]}"
+    manifest = mf.build_manifest(
+        build_id=build_id, build_time=build_time, minor=req.minor, kubernetes_version=version,
+        pause_image=entry.pause_image,
+        base_os={"distro": lock.base_os.distro, "release": lock.base_os.release,
+                 "codename": rendered.distro.release},
+        arch=req.arch.value, variants=list(req.variants), images=images,
+        packages=mf.dpkg_packages(rootfs),
+        artifacts=[{k: a[k] for k in ("component", "version", "arch", "sha256", "source_path")}
+                   for a in plan.artifacts],
+        lockfile_path=Path(req.lockfile_path), element_tree_digest=rendered.digest,
+        hardening={"profile": lock.hardening.profile, "version": lock.hardening.version},
+        dib={"version": dib_version(plan.disk_image_create), "args": args, "elements": elements},
+        source=mf.source_commit(REPO))
+    text = mf.dumps(manifest)
+    disk.replace_file(rootfs / mf.IN_IMAGE_PATH, text)
+    (stage / "manifest.json").write_text(text)
+    seconds["manifest"] = time.monotonic() - t
+
+    # -- disks ---------------------------------------------------------------------------
+    for variant in req.variants:
+        t = time.monotonic()
+        logf.step(f"assemble the {variant} disk")
+        tree = work / f"tree-{variant}"
+        _run_logged(_priv(["cp", "-al", str(rootfs), str(tree)]), logf, what="cp -al")
+        overlay = rootfs / "usr/lib/nodeforge/variants" / variant / "overlay"
+        if overlay.is_dir():
+            _run_logged(_priv(["cp", "-a", "--remove-destination", f"{overlay}/.", f"{tree}/"]), logf,
+                        what="variant overlay")
+        cmdline_file = rootfs / "usr/lib/nodeforge/variants" / variant / "kernel-cmdline"
+        cmdline = cmdline_file.read_text().strip() if cmdline_file.exists() else "console=ttyS0,115200n8"
+        root_uuid, esp_id = disk.prepare_tree(tree, cmdline=cmdline,
+                                              title=f"nodeforge Kubernetes {version} node ({variant})")
+        raw = work / f"{variant}.raw"
+        diskwork = work / f"disk-{variant}"
+        diskwork.mkdir()
+        disk.assemble(tree, raw, root_uuid=root_uuid, esp_id=esp_id, workdir=diskwork, log=logf)
+        subprocess.run(_priv(["rm", "-rf", "--one-file-system", str(tree)]), check=False)
+        if images[variant].endswith(".qcow2"):
+            disk.to_qcow2(raw, stage / images[variant], log=logf)
+            raw.unlink()
+        else:
+            os.replace(raw, stage / images[variant]) if _same_fs(raw, stage) else shutil.move(raw, stage / images[variant])
+        seconds[f"disk_{variant}"] = time.monotonic() - t
+
+    # -- outputs -----------------------------------------------------------------------
+    t = time.monotonic()
+    logf.step("SBOM and checksums")
+    (stage / "sbom.cdx.json").write_text(mf.sbom(manifest))
+    checksums.write_sums(stage, [*images.values(), "manifest.json", "sbom.cdx.json"])
+    seconds["checksums"] = time.monotonic() - t
+    return BuildResult(stage, images, manifest, seconds)
+
+
+def _same_fs(a: Path, b: Path) -> bool:
+    return os.stat(a).st_dev == os.stat(b).st_dev
+
+
+def image_name(version: str, variant: str) -> str:
+    return f"nodeforge-k8s-{version}-{variant}." + ("qcow2" if variant == "vm" else "raw")
+
+
+def rendered_env(path: Path) -> dict[str, str]:
+    out = {}
+    for line in Path(path).read_text().splitlines():
+        if line.startswith("export ") and "=" in line:
+            key, _, value = line[len("export "):].partition("=")
+            out[key] = value.strip('"')
+    return out

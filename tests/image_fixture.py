@@ -1,0 +1,83 @@
+"""One real image build per CI run, shared by every test that needs a built image.
+
+Use it from a conftest (``from tests.image_fixture import built_image  # noqa: F401``)
+and take the ``built_image`` fixture: a :class:`BuiltImage` with the build
+directory of both variants, built from the demo upstream (fixture artifacts of
+the real shape, served by the local mirror) with ``tests/demo``'s lockfile.
+
+The build directory is cached under ``.cache/images/<key>/`` in the checkout
+(git-ignored). The key digests every input: the demo lockfile, the rendered
+element tree, the image-build code and the diskimage-builder version, so a
+change to any of them builds afresh and an unchanged checkout reuses the image
+(CI builds once per run; a developer rarely waits twice). Older keys are
+removed when a new image is built. ``NODEFORGE_IMAGE_FIXTURE_REBUILD=1`` forces
+a rebuild.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from nodeforge.devcloud.upstream_mirror import MirrorServer
+from nodeforge.imagebuild import build, lockfile, render
+from tests.demo.fixture_artifacts import make_demo, write_sources
+
+REPO = Path(__file__).resolve().parents[1]
+CACHE = REPO / ".cache" / "images"
+MINOR = "1.36"
+_CODE = ("build.py", "disk.py", "manifest.py", "render.py", "checksums.py")
+
+
+@dataclasses.dataclass(frozen=True)
+class BuiltImage:
+    path: Path            # the build directory
+    lockfile: Path        # the demo lockfile it was built from
+    manifest: dict
+    key: str
+
+    def image(self, variant: str) -> Path:
+        return self.path / self.manifest["images"][variant]
+
+
+def input_key(lock_path: Path, scratch: Path) -> str:
+    h = hashlib.sha256()
+    h.update(lock_path.read_bytes())
+    h.update(render.render(lockfile.load(lock_path), MINOR, scratch / "render-for-key").digest.encode())
+    for name in _CODE:
+        h.update((REPO / "nodeforge" / "imagebuild" / name).read_bytes())
+    h.update(build.dib_version("disk-image-create").encode())
+    return h.hexdigest()[:16]
+
+
+def build_demo_image(workdir: Path) -> BuiltImage:
+    up, lock = make_demo(workdir / "demo")
+    key = input_key(lock, workdir)
+    out = CACHE / f"k8s-{MINOR}-{key}"
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with open(CACHE / ".lock", "w") as lockfh:
+        fcntl.flock(lockfh, fcntl.LOCK_EX)   # one build at a time, others wait and reuse it
+        if os.environ.get("NODEFORGE_IMAGE_FIXTURE_REBUILD") == "1" and out.exists():
+            shutil.rmtree(out)
+        if not (out / "manifest.json").is_file():
+            for old in CACHE.glob("k8s-*"):
+                if old != out:
+                    shutil.rmtree(old, ignore_errors=True)
+            with MirrorServer(up.root) as server:
+                write_sources(lock, server)
+                build.build(build.BuildRequest(
+                    minor=MINOR, lockfile_path=lock, out=out, cache_dir=REPO / ".cache" / "artifacts",
+                    work_dir=Path(os.environ.get(build.ENV_WORK_DIR) or "/var/tmp")))
+    return BuiltImage(out, lock, json.loads((out / "manifest.json").read_text()), key)
+
+
+@pytest.fixture(scope="session")
+def built_image(tmp_path_factory) -> BuiltImage:
+    return build_demo_image(tmp_path_factory.mktemp("image-fixture"))

@@ -1,0 +1,130 @@
+"""The real build: both variants from one root filesystem, against the local mirror.
+
+Marked slow (minutes cold; the image is cached under .cache/images by input
+digest and shared with the boot and publish tests, see tests/image_fixture.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from nodeforge.imagebuild import checksums, lockfile, manifest as mf
+from nodeforge.imagebuild.lockfile import Arch, Component
+from tests.image_fixture import built_image  # noqa: F401  (session fixture)
+
+pytestmark = pytest.mark.slow
+MTOOLS_ENV = dict(os.environ, MTOOLS_SKIP_CHECK="1")
+
+
+def _run(*argv, **kw) -> str:
+    return subprocess.run(argv, capture_output=True, text=True, check=True, **kw).stdout
+
+
+def _partitions(raw: Path) -> dict[int, tuple[int, int, str]]:
+    """{number: (start sector, end sector, type code)} from sgdisk -p."""
+    out = {}
+    for line in _run("sgdisk", "-p", str(raw)).splitlines():
+        m = re.match(r"^\s+(\d+)\s+(\d+)\s+(\d+)\s+\S+\s+\S+\s+([0-9A-F]{4})\s", line)
+        if m:
+            out[int(m[1])] = (int(m[2]), int(m[3]), m[4])
+    return out
+
+
+def _root_fs(image: Path, tmp: Path) -> Path:
+    """The root partition of a disk image as a file debugfs can read."""
+    raw = image
+    if image.suffix == ".qcow2":
+        raw = tmp / (image.stem + ".raw")
+        _run("qemu-img", "convert", "-f", "qcow2", "-O", "raw", str(image), str(raw))
+    start, end, _ = _partitions(raw)[3]
+    part = tmp / (image.stem + ".root.ext4")
+    with open(raw, "rb") as fin, open(part, "wb") as fout:
+        fin.seek(start * 512)
+        left = (end - start + 1) * 512
+        while left:
+            block = fin.read(min(left, 8 << 20))
+            if not block:
+                break
+            fout.write(block)
+            left -= len(block)
+    if raw is not image:
+        raw.unlink()
+    return part
+
+
+def _cat(fs: Path, path: str) -> str:
+    return subprocess.run(["debugfs", "-R", f"cat {path}", str(fs)], capture_output=True, text=True).stdout
+
+
+def test_vm_image_is_qcow2(built_image):
+    info = json.loads(_run("qemu-img", "info", "--output", "json", str(built_image.image("vm"))))
+    assert info["format"] == "qcow2"
+    assert info["virtual-size"] > 1 << 30
+
+
+def test_baremetal_image_is_gpt_with_esp_and_bootloader(built_image):
+    raw = built_image.image("baremetal")
+    assert _run("qemu-img", "info", "--output", "json", str(raw)).count('"format": "raw"') == 1
+    parts = _partitions(raw)
+    assert parts[1][2] == "EF02" and parts[2][2] == "EF00" and parts[3][2] == "8304"
+    listing = _run("mdir", "-b", "-i", f"{raw}@@{parts[2][0] * 512}", "::/EFI/BOOT", env=MTOOLS_ENV)
+    assert "BOOTX64.EFI" in listing
+    with open(raw, "rb") as fh:
+        mbr = fh.read(512)
+    assert mbr[510:] == b"\x55\xaa" and mbr[:2] != b"\0\0"   # BIOS boot code in the protective MBR
+
+
+def test_checksums_pass_coreutils(built_image):
+    for tool, sums in (("sha256sum", "SHA256SUMS"), ("sha512sum", "SHA512SUMS")):
+        proc = subprocess.run([tool, "-c", sums], cwd=built_image.path, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    names = set(checksums.read_sums(built_image.path / "SHA256SUMS"))
+    assert set(built_image.manifest["images"].values()) <= names and "manifest.json" in names
+
+
+def test_manifest_lists_the_pins(built_image):
+    m = built_image.manifest
+    assert mf.validate(m) == []
+    pins = lockfile.load(built_image.lockfile).minor("1.36")
+    arts = {a["component"]: a for a in m["artifacts"]}
+    assert arts["kubelet"]["version"] == str(pins.version) == m["kubernetes"]["version"]
+    assert arts["kubelet"]["sha256"] == pins.pins[Component.KUBELET].sha256[Arch.AMD64]
+    for comp in Component:
+        assert arts[comp.value]["sha256"] == pins.pins[comp].sha256[Arch.AMD64]
+    assert m["lockfile"]["sha256"] == mf.file_sha256(built_image.lockfile)
+    assert m["diskimage_builder"]["version"] and "-t" in m["diskimage_builder"]["args"]
+    names = {p["name"] for p in m["packages"]}
+    assert {"linux-image-amd64", "openssh-server", "auditd", "cloud-init", "grub-efi-amd64-bin"} <= names
+    sbom = json.loads((built_image.path / "sbom.cdx.json").read_text())
+    assert sbom["bomFormat"] == "CycloneDX" and len(sbom["components"]) == len(m["packages"]) + len(m["artifacts"])
+    assert (built_image.path / "build.log").stat().st_size > 0
+
+
+@pytest.mark.parametrize("variant", ["baremetal", "vm"])
+def test_image_content_matches_the_manifest(built_image, variant, tmp_path):
+    fs = _root_fs(built_image.image(variant), tmp_path)
+    # dpkg's database inside the image lists exactly the manifest's packages (same in both variants).
+    status_dir = tmp_path / "root" / "var" / "lib" / "dpkg"
+    status_dir.mkdir(parents=True)
+    (status_dir / "status").write_text(_cat(fs, "/var/lib/dpkg/status"))
+    assert mf.dpkg_packages(tmp_path / "root") == built_image.manifest["packages"]
+    # The same manifest is stored inside the image.
+    assert json.loads(_cat(fs, "/etc/nodeforge/manifest.json")) == built_image.manifest
+    hardening = json.loads(_cat(fs, "/etc/nodeforge/hardening.json"))
+    assert hardening["controls"][0]["id"] == "NF-HARD-001"
+    # Hygiene: no SSH host keys, empty machine-id.
+    ssh = subprocess.run(["debugfs", "-R", "ls /etc/ssh", str(fs)], capture_output=True, text=True).stdout
+    assert "ssh_host_" not in ssh
+    assert _cat(fs, "/etc/machine-id") == ""
+    # Kernel command line with the serial console; the pinned kubelet installed.
+    assert "console=ttyS0" in _cat(fs, "/boot/grub/grub.cfg")
+    assert "Kubernetes v1.36.0" in _cat(fs, "/usr/local/bin/kubelet")
+    assert 'sandbox = "registry.k8s.io/pause:3.10.1"' in _cat(fs, "/etc/containerd/config.toml")
+    network = _cat(fs, "/etc/systemd/network/90-nodeforge-dhcp-all.network")
+    assert ("DHCP=yes" in network) == (variant == "baremetal")
