@@ -17,6 +17,7 @@ import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
+from nodeforge.ironic.ipmi import ipmi_probe
 from nodeforge.errors import MissingToolError
 from nodeforge.ironic.inventory import BmcKind, Inventory, NodeSpec
 from nodeforge.redact import scrub
@@ -127,16 +128,14 @@ def check_ipmi(spec: NodeSpec, timeout: float = 10.0) -> Check:
     if "unable to establish" in low:
         # Some BMCs (pyghmi's) answer a bad password like an absent BMC; an
         # unauthenticated capabilities probe tells the two apart.
-        from nodeforge.devcloud.bmc import ipmi_probe
-
         if ipmi_probe(b.host, b.port or 623):
             c.failure, c.detail = Failure.AUTH, "BMC answers but refused the session (credentials)"
         else:
             c.failure, c.detail = Failure.NETWORK, "BMC unreachable"
         return c
-    if "unauthorized name" or "rakp" in low or "password" in low or "authentication" in low:
+    if "unauthorized name" in low or "rakp" in low or "password" in low or "authentication" in low:
         c.failure, c.detail = Failure.AUTH, "BMC refused the credentials"
-    elif "unable to establish" in low or "no response" in low or "timeout" in low or "connection" in low:
+    elif "no response" in low or "timeout" in low or "connection" in low:
         c.failure, c.detail = Failure.NETWORK, "BMC unreachable"
     elif "cipher" in low:
         c.failure, c.detail = Failure.UNSUPPORTED, "no common cipher suite"
