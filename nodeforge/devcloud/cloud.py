@@ -4,14 +4,13 @@ write clouds.yaml, report status, and stop what was started."""
 from __future__ import annotations
 
 import logging
-import os
 import time
 from pathlib import Path
 from typing import Iterable
 
 import yaml
 
-from nodeforge import hosttools
+from nodeforge import fsutil, hosttools
 from nodeforge.devcloud import credentials, openstack
 from nodeforge.devcloud.paths import Paths
 from nodeforge.devcloud.process import ServiceSpec, Supervisor
@@ -186,13 +185,7 @@ class DevCloud:
             MEMBER_CLOUD: cloud("nodeforge-member", MEMBER_PROJECT, "member_password"),
             SYSTEM_CLOUD: cloud("admin", None, "admin_password"),
         }}
-        path = self.paths.clouds_yaml
-        tmp = path.with_suffix(".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            yaml.safe_dump(data, fh, sort_keys=False)
-        os.replace(tmp, path)
-        return path
+        return fsutil.atomic_write(self.paths.clouds_yaml, yaml.safe_dump(data, sort_keys=False), 0o600)
 
     def env(self) -> dict[str, str]:
         return {"OS_CLIENT_CONFIG_FILE": str(self.paths.clouds_yaml), "OS_CLOUD": ADMIN_CLOUD}

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import secrets
 from pathlib import Path
 
+from nodeforge import fsutil
 from nodeforge.redact import Secret
 
 USERS = ("admin", "member", "glance", "nova", "placement", "barbican", "ironic")
@@ -23,12 +23,10 @@ def _generate() -> dict[str, str]:
 
 def load(etc: Path) -> dict[str, Secret]:
     path = etc / "credentials.json"
-    if path.exists():
-        raw = json.loads(path.read_text())
-    else:
-        etc.mkdir(parents=True, exist_ok=True)
-        raw = _generate()
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            json.dump(raw, fh)
+    with fsutil.locked(etc / ".credentials.lock"):
+        if path.exists():
+            raw = json.loads(path.read_text())
+        else:
+            raw = _generate()
+            fsutil.atomic_write(path, json.dumps(raw), 0o600)
     return {k: Secret(v) for k, v in raw.items()}

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+
+from nodeforge import fsutil
 
 from nodeforge.redact import Secret
 
@@ -26,10 +27,4 @@ def render(sections: dict[str, dict[str, object]]) -> str:
 
 def write(path: Path, sections: dict[str, dict[str, object]]) -> Path:
     """Write atomically with mode 0600 (config files hold service passwords)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(render(sections))
-    os.replace(tmp, path)
-    return path
+    return fsutil.atomic_write(path, render(sections), 0o600)

@@ -23,7 +23,7 @@ from nodeforge.devcloud import inifile
 from nodeforge.devcloud.paths import Paths, port_offset
 from nodeforge.devcloud.process import ServiceSpec
 from nodeforge.errors import NodeforgeError
-from nodeforge.redact import Secret, scrub
+from nodeforge.redact import Secret
 
 HOST = "127.0.0.1"
 REGION = "RegionOne"

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
-import fcntl
 import ipaddress
 import os
 from pathlib import Path
@@ -25,6 +24,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from nodeforge import fsutil
 from nodeforge.devcloud.paths import Paths
 
 CA_NAME = "nodeforge devcloud CA"
@@ -185,26 +185,12 @@ def _key_pem(key) -> bytes:
 
 
 def _write(path: Path, data: bytes, mode: int) -> None:
-    """Atomic write with the final mode set before any byte is written."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        os.fchmod(fd, mode)
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+    fsutil.atomic_write(path, data, mode)
 
 
 @contextlib.contextmanager
 def _locked(directory: Path) -> Iterator[None]:
     directory.mkdir(parents=True, exist_ok=True)
     os.chmod(directory, 0o700)
-    fd = os.open(directory / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with fsutil.locked(directory / ".lock"):
         yield
-    finally:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)

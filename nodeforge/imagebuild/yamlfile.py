@@ -8,14 +8,13 @@ rewrite, and every node knows the line it came from for error messages.
 from __future__ import annotations
 
 import io
-import os
-import tempfile
 from pathlib import Path
 
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
+from nodeforge import fsutil
 from nodeforge.errors import ConfigError
 
 
@@ -67,28 +66,6 @@ def line_of(node, key=None) -> int | None:
 
 
 def atomic_write(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` so readers see the old or the new file, never a mix.
-
-    The new content goes to a temporary file in the same directory, is flushed
-    to disk, then renamed over the target; a crash at any point leaves the old
-    file intact (at worst a stray ``.<name>.*.tmp`` beside it)."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, path.stat().st_mode & 0o7777 if path.exists() else 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    dirfd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dirfd)
-    finally:
-        os.close(dirfd)
+    """Replace ``path`` with ``text`` so readers see the old or the new file,
+    never a mix (see :func:`nodeforge.fsutil.atomic_write`)."""
+    fsutil.atomic_write(path, text)

@@ -21,16 +21,15 @@ kind (high nibble: 0 Redfish, 1 IPMI) and the NIC number (low nibble).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import fcntl
 import json
 import os
 import secrets
 import uuid
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
+from nodeforge import fsutil
 from nodeforge.devcloud.paths import Paths
 from nodeforge.errors import ConfigError
 from nodeforge.redact import Secret
@@ -278,7 +277,7 @@ def ensure_credentials(paths: Paths, ipmi_count: int = DEFAULT_IPMI_COUNT) -> Cr
     path = credentials_path(paths)
     path.parent.mkdir(parents=True, exist_ok=True)
     os.chmod(path.parent, 0o700)
-    with _locked(path.parent / ".lock"):
+    with fsutil.locked(path.parent / ".lock"):
         return _ensure_credentials_locked(path, ipmi_count)
 
 
@@ -299,17 +298,6 @@ def _ensure_credentials_locked(path: Path, ipmi_count: int) -> Credentials:
     if changed:
         write_private_json(path, data)
     return _to_credentials(path, data)
-
-
-@contextlib.contextmanager
-def _locked(lockfile: Path) -> Iterator[None]:
-    fd = os.open(lockfile, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
 
 
 def load_credentials(paths: Paths) -> Credentials:
@@ -346,12 +334,4 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 def write_private_json(path: Path, data: Any) -> None:
     """Write JSON atomically with mode 0600 from the first byte."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.fchmod(fd, 0o600)
-        os.write(fd, (json.dumps(data, indent=1, sort_keys=True) + "\n").encode())
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+    fsutil.atomic_write(path, json.dumps(data, indent=1, sort_keys=True) + "\n", 0o600)

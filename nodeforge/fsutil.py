@@ -1,0 +1,60 @@
+"""Files written so that readers see the old or the new content, never a
+mix, and never with looser permissions than intended; plus an advisory lock."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import tempfile
+from pathlib import Path
+from typing import Iterator
+
+
+def atomic_write(path: Path, data: bytes | str, mode: int | None = None) -> Path:
+    """Replace ``path`` with ``data`` atomically.
+
+    The content goes to a temporary file in the same directory, created with
+    the final mode before any byte is written (0600 stays 0600 throughout), is
+    flushed to disk and renamed over the target; the directory is synced too.
+    A crash at any point leaves the old file intact. ``mode`` defaults to the
+    existing file's mode, else 0644.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if mode is None:
+        mode = path.stat().st_mode & 0o7777 if path.exists() else 0o644
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    dirfd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dirfd)
+    finally:
+        os.close(dirfd)
+    return path
+
+
+@contextlib.contextmanager
+def locked(lockfile: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``lockfile`` (created 0600) while inside."""
+    lockfile = Path(lockfile)
+    lockfile.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lockfile, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
