@@ -5,7 +5,7 @@ self-contained tree for one Kubernetes minor and architecture:
 
 * files ending in ``.j2`` are jinja2 templates, rendered with the pins (their
   ``.j2`` suffix dropped); everything else is copied byte for byte;
-* ``k8s-hardening/static/etc/nodeforge/hardening.json`` is generated from
+* ``k8s-hardening/k8s-hardening-files/etc/nodeforge/hardening.json`` is generated from
   ``k8s-hardening/profile.yaml`` (the controls and their checks);
 * ``nodeforge.env`` next to ``elements/`` holds the diskimage-builder settings
   that do not depend on the build host (distribution element, release,
@@ -36,7 +36,7 @@ from nodeforge.imagebuild.sources import relpath
 ELEMENTS_SRC = Path(__file__).resolve().parents[2] / "elements"
 MARKER = ".nodeforge-render"
 PROFILE = Path("k8s-hardening") / "profile.yaml"
-HARDENING_JSON = Path("k8s-hardening") / "static" / "etc" / "nodeforge" / "hardening.json"
+HARDENING_JSON = Path("k8s-hardening") / "k8s-hardening-files" / "etc" / "nodeforge" / "hardening.json"
 
 # nodeforge's elements, in the order given to disk-image-create.
 NODEFORGE_ELEMENTS = ("nodeforge-rootfs", "kubernetes-node", "containerd", "k8s-hardening",

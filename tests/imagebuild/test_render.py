@@ -66,9 +66,9 @@ def test_hardening_controls_rendered_with_ids(tmp_path):
     hardening = json.loads((r.elements / render.HARDENING_JSON).read_text())
     ids = [c["id"] for c in hardening["controls"]]
     assert ids[0] == "NF-HARD-001" and len(ids) == len(set(ids))
-    sysctl = (r.elements / "k8s-hardening/static/etc/sysctl.d/90-nodeforge.conf").read_text()
+    sysctl = (r.elements / "k8s-hardening/k8s-hardening-files/etc/sysctl.d/90-nodeforge.conf").read_text()
     assert "net.ipv4.ip_forward = 1   # NF-HARD-003" in sysctl
-    modules = (r.elements / "k8s-hardening/static/etc/modules-load.d/nodeforge.conf").read_text()
+    modules = (r.elements / "k8s-hardening/k8s-hardening-files/etc/modules-load.d/nodeforge.conf").read_text()
     assert "br_netfilter" in modules and "overlay" in modules
 
 
@@ -124,3 +124,13 @@ def test_rendered_elements_pass_dib_lint(tmp_path):
     subprocess.run(["git", "add", "-A"], cwd=repo, check=True)
     proc = subprocess.run([str(dib_lint)], cwd=repo, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and "PASS" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-2000:]
+
+
+def test_element_data_directories_do_not_collide():
+    """diskimage-builder merges every element subdirectory into one hooks dir."""
+    seen: dict[str, str] = {}
+    for element in sorted(p for p in render.ELEMENTS_SRC.iterdir() if p.is_dir()):
+        for sub in element.iterdir():
+            if sub.is_dir() and not sub.name.endswith(".d") and sub.name not in ("bin", "tests"):
+                assert sub.name not in seen, f"{element.name}/{sub.name} collides with {seen[sub.name]}"
+                seen[sub.name] = element.name
