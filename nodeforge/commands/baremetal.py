@@ -175,3 +175,7 @@ def encrypt(key_file):
         raise UsageError(detail="empty password on stdin")
     click.echo(secrets_mod.encrypt(value, key))
     return ExitCode.OK
+
+
+from nodeforge.commands.baremetal_classify import classify as _classify  # noqa: E402 - registered here
+baremetal.add_command(_classify)

@@ -12,6 +12,9 @@ import enum
 # 1.47 brought ``automated_clean`` per node; 1.37 traits; 1.50 owner.
 API_VERSION = "1.70"
 
+# 1.81: GET /nodes/{node}/inventory (stored inspection data).
+INVENTORY_API_VERSION = "1.81"
+
 # Ironic lists at most this many items per page (``[api] max_limit``).
 PAGE_LIMIT = 1000
 
@@ -67,6 +70,13 @@ TRANSIENT_STATES = frozenset({
 # A node in one of these belongs to a workload: enrollment never touches it.
 IN_USE_STATES = frozenset({ProvisionState.ACTIVE, ProvisionState.DEPLOYING,
                            ProvisionState.DEPLOY_WAIT, ProvisionState.DEPLOY_FAILED})
+
+# A node whose resource class is already set may only get another one in
+# these states (ironic/conductor/manager.py, update_node): Nova would not
+# update an instance's allocation, and could schedule onto the node again.
+RESOURCE_CLASS_UPDATE_STATES = frozenset({ProvisionState.ENROLL, ProvisionState.INSPECTING,
+                                          ProvisionState.INSPECT_WAIT, ProvisionState.MANAGEABLE,
+                                          ProvisionState.AVAILABLE})
 
 # HTTP statuses worth retrying (409 only when the body says "locked").
 RETRIABLE_STATUS = frozenset({409, 503})

@@ -110,6 +110,7 @@ class Provisioner(Protocol):
     def list_nodes(self) -> list[dict]: ...
     def list_ports(self) -> list[dict]: ...
     def get_node(self, ident: str) -> dict: ...
+    def get_inventory(self, ident: str) -> dict | None: ...
     def create_node(self, body: dict) -> dict: ...
     def patch_node(self, ident: str, patch: list[dict]) -> dict: ...
     def set_traits(self, ident: str, traits: list[str]) -> None: ...
@@ -134,7 +135,8 @@ class SdkProvisioner:
         self._lock = threading.Lock()
 
     # -- transport
-    def _call(self, method: str, url: str, operation: str, *, json_body: Any = None, write: bool = False):
+    def _call(self, method: str, url: str, operation: str, *, json_body: Any = None, write: bool = False,
+              microversion: str | None = None):
         from keystoneauth1 import exceptions as ks_exc
 
         attempt = 0
@@ -143,7 +145,7 @@ class SdkProvisioner:
                 with self._lock:
                     self.writes += 1
             try:
-                resp = self.adapter.request(url, method, json=json_body, microversion=self.version,
+                resp = self.adapter.request(url, method, json=json_body, microversion=microversion or self.version,
                                             raise_exc=False, status_code_retries=0, connect_retries=2)
             except ks_exc.ConnectionError as exc:
                 kind, detail, status = ErrorKind.NETWORK, type(exc).__name__, None
@@ -180,6 +182,17 @@ class SdkProvisioner:
 
     def get_node(self, ident: str) -> dict:
         return self._call("GET", f"/nodes/{ident}", "get node")
+
+    def get_inventory(self, ident: str) -> dict | None:
+        """Stored inspection data (``{"inventory": ..., "plugin_data": ...}``),
+        or None when the node was never inspected (API 1.81)."""
+        try:
+            return self._call("GET", f"/nodes/{ident}/inventory", f"get inventory of {ident}",
+                              microversion=C.INVENTORY_API_VERSION)
+        except IronicError as exc:
+            if exc.kind is ErrorKind.NOT_FOUND:
+                return None
+            raise
 
     # -- writes
     def create_node(self, body: dict) -> dict:
@@ -236,6 +249,7 @@ class FakeProvisioner:
         self.ports: dict[str, dict] = {}
         self.pending: dict[str, Verb] = {}
         self.calls: list[tuple[str, str]] = []
+        self.inventories: dict[str, dict] = {}   # node name -> stored inspection data
         self.writes = 0
         self.retries = 0
         self._locked: dict[tuple[str, Verb], int] = {}
@@ -274,6 +288,9 @@ class FakeProvisioner:
         n = self._node(ident)
         self._land(n)
         return json.loads(json.dumps(n))
+
+    def get_inventory(self, ident: str) -> dict | None:
+        return self.inventories.get(self._node(ident)["name"])
 
     def _write(self, what: str, ident: str) -> None:
         self.writes += 1

@@ -1,0 +1,222 @@
+"""Classify Ironic nodes by hardware profile: a pure plan, then an apply.
+
+:func:`plan` reads every selected node (and its inspection data) once and,
+per node, evaluates every profile: which one matched, and why each other one
+did not. Outcomes (:class:`Outcome`):
+
+* ``no-op``: the node already has its profile's resource class and traits;
+* ``update``: resource class and/or traits differ (listed field by field);
+* ``no-match`` / ``ambiguous``: no profile, or several, match: flagged, never written;
+* ``refused``: the resource class would change on a node in a state where
+  Ironic forbids it (``active``, ``deploying``...); reported, not attempted;
+* ``no-facts``: nothing is known about the node's hardware.
+
+Traits: the node keeps every trait no profile in the file sets; of the
+profile traits it gets exactly its own profile's (so moving a node between
+profiles also removes the old profile's traits).
+
+:func:`apply` writes only ``update`` nodes: one PATCH for the resource class,
+one PUT of the whole trait list. A plan with nothing to do makes no write.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import fnmatch
+import logging
+from concurrent.futures import ThreadPoolExecutor
+
+from nodeforge.ironic import constants as C
+from nodeforge.ironic import profiles as P
+from nodeforge.ironic.enroll import FieldChange
+from nodeforge.ironic.provisioner import IronicError, Provisioner
+from nodeforge.redact import scrub
+
+log = logging.getLogger(__name__)
+
+
+class Outcome(str, enum.Enum):
+    NOOP = "no-op"
+    UPDATE = "update"
+    NO_MATCH = "no-match"
+    AMBIGUOUS = "ambiguous"
+    REFUSED = "refused"
+    NO_FACTS = "no-facts"
+
+    @property
+    def flagged(self) -> bool:
+        return self in (Outcome.NO_MATCH, Outcome.AMBIGUOUS, Outcome.REFUSED, Outcome.NO_FACTS)
+
+
+@dataclasses.dataclass
+class NodeClass:
+    name: str
+    uuid: str
+    provision_state: str | None
+    outcome: Outcome
+    facts: P.Facts | None
+    evaluations: list[P.Evaluation]
+    profile: str | None = None
+    resource_class: str | None = None          # desired
+    traits: list[str] | None = None            # desired (whole list)
+    changes: list[FieldChange] = dataclasses.field(default_factory=list)
+    detail: str | None = None
+
+    @property
+    def matched(self) -> list[str]:
+        return [e.profile for e in self.evaluations if e.matched]
+
+    def why_not(self) -> dict[str, list[str]]:
+        return {e.profile: list(e.reasons) for e in self.evaluations if not e.matched}
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "uuid": self.uuid, "provision_state": self.provision_state,
+                "outcome": self.outcome.value, "profile": self.profile, "matched": self.matched,
+                "resource_class": self.resource_class, "traits": self.traits,
+                "changes": [c.to_dict() for c in self.changes], "detail": self.detail,
+                "why_not": self.why_not(),
+                "facts": self.facts.to_dict() if self.facts else None}
+
+
+@dataclasses.dataclass
+class Plan:
+    nodes: list[NodeClass]
+    profiles: P.ProfileSet
+
+    def counts(self) -> dict[str, int]:
+        out = {o.value: 0 for o in Outcome}
+        for n in self.nodes:
+            out[n.outcome.value] += 1
+        return out
+
+    @property
+    def flagged(self) -> list[NodeClass]:
+        return [n for n in self.nodes if n.outcome.flagged]
+
+    def unused_profiles(self) -> list[str]:
+        """Profiles that matched none of the planned nodes."""
+        used = {p for n in self.nodes for p in n.matched}
+        return [p.name for p in self.profiles.profiles if p.name not in used]
+
+    def overlaps(self) -> list[dict]:
+        """Sets of profiles that matched the same node, with those nodes."""
+        seen: dict[tuple[str, ...], list[str]] = {}
+        for n in self.nodes:
+            if len(n.matched) > 1:
+                seen.setdefault(tuple(n.matched), []).append(n.name)
+        return [{"profiles": list(k), "nodes": v} for k, v in seen.items()]
+
+    def to_dict(self) -> dict:
+        return {"profiles_file": self.profiles.path, "summary": self.counts(),
+                "unused_profiles": self.unused_profiles(), "overlaps": self.overlaps(),
+                "nodes": [n.to_dict() for n in self.nodes]}
+
+
+def select(nodes: list[dict], patterns: list[str] | tuple[str, ...] | None) -> list[dict]:
+    """Nodes whose name or UUID matches one of the glob ``patterns`` (all when none)."""
+    if not patterns:
+        return nodes
+    return [n for n in nodes
+            if any(fnmatch.fnmatchcase(n.get("name") or "", p) or n["uuid"] == p for p in patterns)]
+
+
+def node_facts(node: dict, provisioner: Provisioner, preflight: dict[str, P.Facts] | None = None) -> P.Facts | None:
+    """Inspection data first; else the pre-flight's facts for this node; else
+    the node's properties (None when those say nothing either)."""
+    data = provisioner.get_inventory(node["uuid"])
+    if data and (data.get("inventory") or {}):
+        return P.facts_from_inventory(data, node.get("properties") or {})
+    if preflight and node.get("name") in preflight:
+        return preflight[node["name"]]
+    facts = P.facts_from_properties(node.get("properties") or {})
+    if all(getattr(facts, k) is None for k in P.SCALAR_FACTS):
+        return None
+    return facts
+
+
+def classify_node(node: dict, facts: P.Facts | None, profiles: P.ProfileSet) -> NodeClass:
+    """The plan for one node (pure: node dict and facts in, decision out)."""
+    state = node.get("provision_state")
+    nc = NodeClass(node.get("name") or node["uuid"], node["uuid"], state, Outcome.NOOP, facts, [])
+    if facts is None:
+        nc.outcome = Outcome.NO_FACTS
+        nc.detail = ("no inspection data and no hardware properties: inspect the node "
+                     "(inventory 'inspect: true') or pass --inventory for Redfish pre-flight facts")
+        return nc
+    nc.evaluations = P.evaluate(profiles, facts)
+    matched = nc.matched
+    if not matched:
+        nc.outcome = Outcome.NO_MATCH
+        nc.detail = "no profile matches: " + "; ".join(
+            f"{e.profile}: {', '.join(e.reasons)}" for e in nc.evaluations)
+        return nc
+    if len(matched) > 1:
+        nc.outcome = Outcome.AMBIGUOUS
+        nc.detail = f"matches {len(matched)} profiles ({', '.join(matched)}): make their rules exclusive"
+        return nc
+    profile = profiles.by_name()[matched[0]]
+    nc.profile = profile.name
+    current_rc = node.get("resource_class")
+    current_traits = sorted(node.get("traits") or [])
+    keep = [t for t in current_traits if t not in profiles.managed_traits]
+    nc.resource_class = profile.resource_class
+    nc.traits = sorted(set(keep) | set(profile.traits))
+    if current_rc != profile.resource_class:
+        nc.changes.append(FieldChange("resource_class", current_rc, profile.resource_class))
+    if current_traits != nc.traits:
+        nc.changes.append(FieldChange("traits", current_traits, nc.traits))
+    if not nc.changes:
+        return nc
+    nc.outcome = Outcome.UPDATE
+    ps = C.ProvisionState.parse(state)
+    if current_rc and current_rc != profile.resource_class and ps not in C.RESOURCE_CLASS_UPDATE_STATES:
+        nc.outcome = Outcome.REFUSED
+        nc.detail = (f"node is '{state}': Ironic forbids changing the resource class of a node outside "
+                     f"{', '.join(sorted(s.value for s in C.RESOURCE_CLASS_UPDATE_STATES))} "
+                     f"({current_rc} -> {profile.resource_class}); not attempted. Undeploy it first")
+    return nc
+
+
+def plan(provisioner: Provisioner, profiles: P.ProfileSet, *, nodes: list[str] | None = None,
+         preflight: dict[str, P.Facts] | None = None, jobs: int = 8) -> Plan:
+    selected = select(provisioner.list_nodes(), nodes)
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        facts = list(pool.map(lambda n: node_facts(n, provisioner, preflight), selected))
+    return Plan([classify_node(n, f, profiles) for n, f in zip(selected, facts)], profiles)
+
+
+@dataclasses.dataclass
+class ApplyResult:
+    name: str
+    uuid: str
+    outcome: Outcome
+    ok: bool
+    error: str | None = None
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "uuid": self.uuid, "outcome": self.outcome.value, "ok": self.ok,
+                "error": self.error}
+
+
+def apply(plan_: Plan, provisioner: Provisioner, *, jobs: int = 4) -> list[ApplyResult]:
+    """Write the ``update`` nodes; flagged nodes are reported as failed (not written)."""
+    def one(nc: NodeClass) -> ApplyResult:
+        if nc.outcome is Outcome.NOOP:
+            return ApplyResult(nc.name, nc.uuid, nc.outcome, True)
+        if nc.outcome is not Outcome.UPDATE:
+            return ApplyResult(nc.name, nc.uuid, nc.outcome, False, nc.detail)
+        try:
+            for change in nc.changes:
+                if change.field == "resource_class":
+                    provisioner.patch_node(nc.uuid, [{"op": "add", "path": "/resource_class",
+                                                      "value": nc.resource_class}])
+                elif change.field == "traits":
+                    provisioner.set_traits(nc.uuid, nc.traits or [])
+            log.info("classified %s as %s: %s", nc.name, nc.profile, ", ".join(c.field for c in nc.changes))
+        except IronicError as exc:
+            return ApplyResult(nc.name, nc.uuid, nc.outcome, False, scrub(str(exc)))
+        return ApplyResult(nc.name, nc.uuid, nc.outcome, True)
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        return list(pool.map(one, plan_.nodes))

@@ -1,0 +1,100 @@
+"""Hardware profiles: facts from captured Ironic inspection data (Redfish
+inspection of the local cloud's two fleet shapes, and an agent-style GPU
+node), rule evaluation with reasons, and whole-file validation."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from nodeforge.errors import ConfigError
+from nodeforge.ironic import profiles as P
+
+DATA = Path(__file__).parent / "data"
+MANIFEST = Path(__file__).resolve().parents[2] / "manifests" / "hardware-profiles.yaml"
+
+
+def facts(name: str) -> P.Facts:
+    d = json.loads((DATA / "facts" / f"{name}.json").read_text())
+    return P.facts_from_inventory(d["inventory"], d["node"]["properties"])
+
+
+def test_facts_from_redfish_inspection():
+    f = facts("redfish-compute")
+    assert f.source is P.Source.INSPECTION
+    assert (f.cpu_count, f.cpu_arch, f.memory_gib, f.boot_mode) == (128, "x86_64", 256, "uefi")
+    assert "Xeon" in f.cpu_model and (f.vendor, f.model) == ("Contoso", "CX-1100 Compute")
+    assert [(d.kind, d.size_gb) for d in f.disks] == [("nvme", 480)]
+    assert [n.speed_gbps for n in f.nics] == [25.0, 25.0]
+    assert f.gpus is None  # Redfish inspection listed no PCI devices: unknown, not zero
+    s = facts("redfish-storage")
+    assert sorted(d.kind for d in s.disks) == ["hdd"] * 4 + ["ssd"] * 2
+    assert {d.size_gb for d in s.disks if d.kind == "hdd"} == {8000}
+
+
+def test_facts_gpus_from_pci_devices():
+    f = facts("gpu-node")
+    assert [g.vendor for g in f.gpus] == ["nvidia", "nvidia", "aspeed"]
+    assert f.disks[0].kind == "nvme"
+
+
+def test_facts_from_properties_and_preflight():
+    f = P.facts_from_properties({"memory_mb": 131072, "cpus": 32, "cpu_arch": "x86_64",
+                                 "capabilities": "boot_mode:uefi,secure_boot:true"})
+    assert (f.memory_gib, f.cpu_count, f.boot_mode, f.disks) == (128, 32, "uefi", None)
+    p = P.facts_from_preflight({"memory_gib": 256.0, "cpu_count": 2, "manufacturer": "Contoso",
+                                "model": "CX-1100 Compute", "boot_mode": "UEFI", "macs": ["02:4e:46:00:01:00"]})
+    assert (p.source, p.memory_gib, p.vendor, p.boot_mode) == (P.Source.PREFLIGHT, 256, "Contoso", "uefi")
+
+
+def test_manifest_classifies_the_two_fleet_shapes():
+    profiles = P.load(MANIFEST)
+    for shape in ("compute", "storage"):
+        ev = {e.profile: e for e in P.evaluate(profiles, facts(f"redfish-{shape}"))}
+        assert [p for p, e in ev.items() if e.matched] == [shape]
+    ev = {e.profile: e for e in P.evaluate(profiles, facts("redfish-storage"))}
+    assert ev["compute"].reasons == (
+        "cpu_count 32 < min 96", "memory_gib 128 < min 192",
+        "0 disks with kind='nvme' and size_gb>=400, need count>=1",
+        "0 nics with speed_gbps>=25, need count>=2")
+
+
+def test_unknown_facts_fail_with_a_reason_naming_the_source():
+    profiles = P.load(MANIFEST)
+    f = P.facts_from_properties({"memory_mb": 262144, "cpus": 128, "cpu_arch": "x86_64"})
+    [compute, _] = P.evaluate(profiles, f)
+    assert not compute.matched
+    assert "boot_mode unknown (properties data)" in compute.reasons
+    assert any(r.startswith("disks unknown") for r in compute.reasons)
+
+
+@pytest.mark.parametrize("cond,value,ok", [
+    ({"min": 4}, 4, True), ({"min": 4}, 3, False), ({"max": 4}, 5, False),
+    ("UEFI", "uefi", True), ({"in": ["uefi", "bios"]}, "bios", True), ({"in": [1, 2]}, 3, False),
+    ({"contains": "xeon"}, "Intel(R) Xeon(R) Gold", True), ({"regex": "^CX-"}, "SX-2400", False),
+    ({"min": 1}, None, False),
+])
+def test_conditions(cond, value, ok):
+    problems = []
+    c = P.Condition.parse(cond, "x", problems)
+    assert not problems
+    assert (not c.failures(value)) is ok
+
+
+def test_invalid_file_reports_every_problem_with_lines():
+    with pytest.raises(ConfigError) as exc:
+        P.load(DATA / "profiles" / "invalid.yaml")
+    text = str(exc.value)
+    for expected in ("line 3: profiles[0] (Compute).name", "resource_class: required",
+                     "'LOCAL_NVME' is not a custom trait", "unknown key 'colour'",
+                     "match.memory: unknown fact", "unknown operator 'atleast'", "where.speed: unknown disks field",
+                     "duplicate profile 'dup'", "'a-b' and 'a.b' are the same Placement class CUSTOM_A_B",
+                     "regex:"):
+        assert expected in text, (expected, text)
+
+
+def test_placement_resource_class():
+    assert P.placement_resource_class("baremetal-compute") == "CUSTOM_BAREMETAL_COMPUTE"
+    assert P.placement_resource_class("bm.gpu_a100") == "CUSTOM_BM_GPU_A100"
