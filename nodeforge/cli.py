@@ -13,6 +13,7 @@ import click
 from nodeforge import __version__, log, options
 from nodeforge.commands import baremetal as baremetal_cmds
 from nodeforge.commands import devcloud as devcloud_cmds
+from nodeforge.commands import flavor as flavor_cmds
 from nodeforge.commands import image as image_cmds
 from nodeforge.commands import release as release_cmds
 from nodeforge.errors import ExitCode, NodeforgeError
@@ -36,6 +37,7 @@ cli.add_command(devcloud_cmds.devcloud)
 cli.add_command(release_cmds.release)
 cli.add_command(image_cmds.image)
 cli.add_command(baremetal_cmds.baremetal)
+cli.add_command(flavor_cmds.flavor)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -42,6 +42,12 @@ log_format = click.option(
     help="Log line format on stderr.",
 )
 dry_run = click.option("--dry-run", is_flag=True, help="Show the plan; write nothing.")
+baremetal_cloud = click.option(
+    "--baremetal-cloud", default=lambda: os.environ.get("NODEFORGE_BAREMETAL_CLOUD"),
+    show_default="$NODEFORGE_BAREMETAL_CLOUD, else --os-cloud",
+    help="Cloud for Ironic reads (system scope under secure RBAC: nodeforge-dev-system on the local cloud); "
+         "Nova and Glance use --os-cloud.",
+)
 
 
 def _override(field):

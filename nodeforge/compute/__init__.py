@@ -1,0 +1,1 @@
+"""Nova side of bare metal: flavors per resource class (flavors.py)."""

@@ -1,0 +1,520 @@
+"""Bare-metal Nova flavors: one per Ironic resource class, declared in
+``manifests/flavors.yaml``, reconciled as a pure plan then an apply.
+
+A bare-metal flavor asks Placement for exactly one unit of the node's
+resource class and nothing else (``resources:CUSTOM_<RC>=1``,
+``resources:VCPU=0``, ``resources:MEMORY_MB=0``, ``resources:DISK_GB=0``) and
+for the node's traits (``trait:CUSTOM_X=required``). A flavor entry may name a
+hardware profile (``profile: compute``): resource class and required traits
+then come from ``manifests/hardware-profiles.yaml``.
+
+Nova flavors are immutable except ``description``, extra specs and project
+access: :func:`plan` reports each differing field; immutable drift (vcpus,
+ram, disk, ephemeral, swap, public) needs a re-create, done only with
+``replace=True`` (same flavor ID, so references by ID survive). Flavors
+nodeforge created (extra spec ``nodeforge:managed=true``) that the file no
+longer lists are deleted only with ``prune=True``; others are never touched.
+
+Every call sends compute microversion :data:`MICROVERSION` (2.86): from
+2.86 on, Nova validates extra specs and refuses a malformed one (HTTP 400)
+instead of storing it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import logging
+import re
+from pathlib import Path
+from typing import Any
+
+from nodeforge.errors import ConfigError, NodeforgeError
+from nodeforge.imagebuild import yamlfile
+from nodeforge.ironic import constants as IC
+from nodeforge.ironic import profiles as hw
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PATH = Path("manifests/flavors.yaml")
+MICROVERSION = "2.86"
+MANAGED_KEY = "nodeforge:managed"
+ZERO_RESOURCES = ("VCPU", "MEMORY_MB", "DISK_GB")
+IMMUTABLE = ("vcpus", "ram", "disk", "ephemeral", "swap", "is_public")
+_RC_SPEC = re.compile(r"^resources(\d*):(CUSTOM_[A-Z0-9_]+)$")
+_TRAIT_SPEC = re.compile(r"^trait(\d*):([A-Z0-9_]+)$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._ -]{0,254}$")
+
+
+class NovaError(NodeforgeError):
+    message = "Nova {what} failed (HTTP {status}): {detail}"
+
+
+class Action(str, enum.Enum):
+    CREATE = "create"
+    UPDATE = "update"           # description, extra specs or access: in place
+    REPLACE = "replace"         # immutable field differs: delete + create (only with replace=True)
+    DRIFT = "drift"             # immutable field differs, replace not allowed: reported only
+    NOOP = "no-op"
+    PRUNE = "prune"             # managed, not in the file: delete (only with prune=True)
+    UNLISTED = "unlisted"       # managed, not in the file, prune not allowed: reported only
+
+
+# ----------------------------------------------------------------------------- desired state
+
+@dataclasses.dataclass(frozen=True)
+class FlavorSpec:
+    name: str
+    resource_class: str                  # Ironic resource class (baremetal-compute)
+    required_traits: tuple[str, ...]
+    vcpus: int = 1
+    ram: int = 1024                      # MiB
+    disk: int = 0                        # GiB
+    is_public: bool = True
+    projects: tuple[str, ...] = ()       # names or IDs (private flavors)
+    description: str | None = None
+    extra: tuple[tuple[str, str], ...] = ()
+    id: str | None = None
+    profile: str | None = None
+
+    @property
+    def placement_class(self) -> str:
+        return hw.placement_resource_class(self.resource_class)
+
+    def extra_specs(self) -> dict[str, str]:
+        specs = {f"resources:{self.placement_class}": "1",
+                 **{f"resources:{r}": "0" for r in ZERO_RESOURCES},
+                 **{f"trait:{t}": "required" for t in self.required_traits},
+                 MANAGED_KEY: "true"}
+        specs.update(dict(self.extra))
+        return specs
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "resource_class": self.resource_class,
+                "placement_resource_class": self.placement_class, "required_traits": list(self.required_traits),
+                "vcpus": self.vcpus, "ram": self.ram, "disk": self.disk, "is_public": self.is_public,
+                "projects": list(self.projects), "description": self.description, "profile": self.profile,
+                "extra_specs": self.extra_specs()}
+
+
+@dataclasses.dataclass(frozen=True)
+class FlavorFile:
+    path: str
+    flavors: tuple[FlavorSpec, ...]
+
+    def by_name(self) -> dict[str, FlavorSpec]:
+        return {f.name: f for f in self.flavors}
+
+
+_FLAVOR_KEYS = {"name", "id", "profile", "resource_class", "required_traits", "vcpus", "ram_mb", "disk_gb",
+                "access", "description", "extra_specs"}
+
+
+def load(path: Path | str = DEFAULT_PATH, profiles_path: Path | str | None = None) -> FlavorFile:
+    """Read and validate ``flavors.yaml``; every problem at once. ``profiles:``
+    in the file (relative to it) or ``profiles_path`` names the profiles file."""
+    path = Path(path)
+    doc = yamlfile.load(path)
+    problems: list[str] = []
+    if not isinstance(doc, dict) or not isinstance(doc.get("flavors"), list):
+        raise ConfigError(path=str(path), detail="must be a mapping with 'version: 1' and a 'flavors:' list")
+    if doc.get("version") != 1:
+        problems.append("version: must be 1")
+    profiles = None
+    ppath = profiles_path or (path.parent / doc["profiles"] if doc.get("profiles") else None)
+    if ppath is not None:
+        profiles = hw.load(ppath)
+    defaults = doc.get("defaults") or {}
+    out, names = [], set()
+    for i, raw in enumerate(doc["flavors"]):
+        line = yamlfile.line_of(doc["flavors"], i)
+        where = (f"line {line}: " if line else "") + f"flavors[{i}]"
+        if not isinstance(raw, dict):
+            problems.append(f"{where}: must be a mapping")
+            continue
+        raw = {**defaults, **raw}
+        name = raw.get("name")
+        where += f" ({name})" if name else ""
+        for key in sorted(set(raw) - _FLAVOR_KEYS):
+            problems.append(f"{where}: unknown key '{key}'")
+        if not isinstance(name, str) or not _NAME.match(name):
+            problems.append(f"{where}.name: required, 1-255 characters (letters, digits, '.', '_', '-', ' ')")
+        elif name in names:
+            problems.append(f"{where}.name: duplicate flavor '{name}'")
+        names.add(str(name))
+        rc, traits, profile = raw.get("resource_class"), raw.get("required_traits"), raw.get("profile")
+        if profile is not None:
+            if profiles is None:
+                problems.append(f"{where}.profile: no profiles file (set 'profiles:' or --profiles)")
+            elif profile not in profiles.by_name():
+                problems.append(f"{where}.profile: '{profile}' is not in {profiles.path} "
+                                f"({', '.join(profiles.by_name())})")
+            else:
+                p = profiles.by_name()[profile]
+                rc = rc or p.resource_class
+                traits = p.traits if traits is None else traits
+        if not isinstance(rc, str) or not rc:
+            problems.append(f"{where}: needs resource_class or profile")
+            rc = "?"
+        traits = list(traits or [])
+        for t in traits:
+            if not isinstance(t, str) or not re.fullmatch(r"[A-Z0-9_]{1,255}", t):
+                problems.append(f"{where}.required_traits: invalid trait {t!r}")
+        nums = {}
+        for key, field, default in (("vcpus", "vcpus", 1), ("ram_mb", "ram", 1024), ("disk_gb", "disk", 0)):
+            v = raw.get(key, default)
+            if not isinstance(v, int) or isinstance(v, bool) or v < (1 if key != "disk_gb" else 0):
+                problems.append(f"{where}.{key}: must be an integer >= {1 if key != 'disk_gb' else 0}")
+                v = default
+            nums[field] = v
+        access = raw.get("access", "public")
+        is_public, projects = True, ()
+        if access == "public":
+            pass
+        elif isinstance(access, dict) and set(access) == {"projects"} and isinstance(access["projects"], list) \
+                and access["projects"]:
+            is_public, projects = False, tuple(str(p) for p in access["projects"])
+        else:
+            problems.append(f"{where}.access: 'public' or {{projects: [name-or-id, ...]}}")
+        extra = raw.get("extra_specs") or {}
+        if not isinstance(extra, dict):
+            problems.append(f"{where}.extra_specs: must be a mapping")
+            extra = {}
+        for k in extra:
+            if _RC_SPEC.match(str(k)) or str(k) in {f"resources:{r}" for r in ZERO_RESOURCES} or k == MANAGED_KEY:
+                problems.append(f"{where}.extra_specs: '{k}' is set by nodeforge (use resource_class / profile)")
+        out.append(FlavorSpec(name=str(name), resource_class=str(rc), required_traits=tuple(sorted(set(traits))),
+                              is_public=is_public, projects=projects, description=raw.get("description"),
+                              extra=tuple(sorted((str(k), str(v)) for k, v in extra.items())),
+                              id=str(raw["id"]) if raw.get("id") is not None else None, profile=profile, **nums))
+    if problems:
+        raise ConfigError(path=str(path), detail=f"{len(problems)} problem(s):\n  " + "\n  ".join(problems))
+    return FlavorFile(str(path), tuple(out))
+
+
+# ----------------------------------------------------------------------------- Nova REST
+
+def _call(conn, method: str, url: str, what: str, *, body: Any = None, ok=(200, 201, 202, 204)):
+    resp = conn.compute.request(url, method, json=body, microversion=MICROVERSION, raise_exc=False)
+    if resp.status_code not in ok:
+        detail = resp.text
+        try:
+            data = resp.json()
+            detail = next(iter(data.values())).get("message", detail)
+        except (ValueError, AttributeError, StopIteration, TypeError):
+            pass
+        raise NovaError(what=what, status=resp.status_code, detail=str(detail)[:500])
+    return resp.json() if resp.content else None
+
+
+def list_flavors(conn) -> list[dict]:
+    """Every flavor (public and private) with its extra specs (and, for
+    private ones, the projects with access)."""
+    out, url = [], "/flavors/detail?is_public=None&limit=1000"
+    while url:
+        data = _call(conn, "GET", url, "flavor list")
+        out.extend(data.get("flavors", []))
+        nxt = [link["href"] for link in data.get("flavors_links", []) if link.get("rel") == "next"]
+        url = "/flavors" + nxt[0].split("/flavors", 1)[1] if nxt else None
+    for f in out:
+        f.setdefault("extra_specs", {})
+        f["projects"] = [] if f.get("os-flavor-access:is_public", True) else flavor_access(conn, f["id"])
+    return out
+
+
+def flavor_access(conn, flavor_id: str) -> list[str]:
+    data = _call(conn, "GET", f"/flavors/{flavor_id}/os-flavor-access", "flavor access list")
+    return sorted(a["tenant_id"] for a in data.get("flavor_access", []))
+
+
+def resolve_projects(conn, refs: tuple[str, ...]) -> tuple[str, ...]:
+    ids = []
+    for ref in refs:
+        project = conn.identity.find_project(ref, ignore_missing=True)
+        if project is None:
+            raise ConfigError(path="flavors", detail=f"project '{ref}' not found in Keystone")
+        ids.append(project.id)
+    return tuple(sorted(ids))
+
+
+# ----------------------------------------------------------------------------- plan
+
+@dataclasses.dataclass(frozen=True)
+class Change:
+    field: str
+    current: Any
+    desired: Any
+    mutable: bool
+
+    def to_dict(self) -> dict:
+        return {"field": self.field, "current": self.current, "desired": self.desired, "mutable": self.mutable}
+
+
+@dataclasses.dataclass
+class FlavorPlan:
+    name: str
+    action: Action
+    spec: FlavorSpec | None = None
+    current: dict | None = None
+    changes: list[Change] = dataclasses.field(default_factory=list)
+    project_ids: tuple[str, ...] = ()
+    note: str | None = None
+
+    @property
+    def flavor_id(self) -> str | None:
+        return (self.current or {}).get("id") or (self.spec.id if self.spec else None)
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "action": self.action.value, "id": self.flavor_id,
+                "changes": [c.to_dict() for c in self.changes], "note": self.note}
+
+
+@dataclasses.dataclass
+class Plan:
+    flavors: list[FlavorPlan]
+
+    def counts(self) -> dict[str, int]:
+        out = {a.value: 0 for a in Action}
+        for f in self.flavors:
+            out[f.action.value] += 1
+        return out
+
+    @property
+    def blocked(self) -> list[FlavorPlan]:
+        return [f for f in self.flavors if f.action in (Action.DRIFT, Action.UNLISTED)]
+
+    def to_dict(self) -> dict:
+        return {"summary": self.counts(), "flavors": [f.to_dict() for f in self.flavors]}
+
+
+def _actual(flavor: dict) -> dict:
+    return {"vcpus": flavor.get("vcpus"), "ram": flavor.get("ram"), "disk": flavor.get("disk"),
+            "ephemeral": flavor.get("OS-FLV-EXT-DATA:ephemeral", 0), "swap": flavor.get("swap") or 0,
+            "is_public": flavor.get("os-flavor-access:is_public", True)}
+
+
+def plan_flavor(spec: FlavorSpec, current: dict | None, project_ids: tuple[str, ...], *,
+                replace: bool = False) -> FlavorPlan:
+    """Desired vs actual, field by field (pure)."""
+    if current is None:
+        return FlavorPlan(spec.name, Action.CREATE, spec, None, [Change("flavor", None, "new", True)], project_ids)
+    p = FlavorPlan(spec.name, Action.NOOP, spec, current, project_ids=project_ids)
+    want = {"vcpus": spec.vcpus, "ram": spec.ram, "disk": spec.disk, "ephemeral": 0, "swap": 0,
+            "is_public": spec.is_public}
+    have = _actual(current)
+    for key in IMMUTABLE:
+        if have[key] != want[key]:
+            p.changes.append(Change(key, have[key], want[key], False))
+    if spec.id is not None and current["id"] != spec.id:
+        p.changes.append(Change("id", current["id"], spec.id, False))
+    if (current.get("description") or None) != (spec.description or None):
+        p.changes.append(Change("description", current.get("description"), spec.description, True))
+    specs_have, specs_want = current.get("extra_specs") or {}, spec.extra_specs()
+    for key in sorted(set(specs_have) | set(specs_want)):
+        if specs_have.get(key) != specs_want.get(key):
+            p.changes.append(Change(f"extra_specs.{key}", specs_have.get(key), specs_want.get(key), True))
+    if not spec.is_public and tuple(sorted(current.get("projects") or [])) != project_ids:
+        p.changes.append(Change("projects", sorted(current.get("projects") or []), list(project_ids), True))
+    if not p.changes:
+        return p
+    if any(not c.mutable for c in p.changes):
+        p.action = Action.REPLACE if replace else Action.DRIFT
+        if not replace:
+            p.note = ("flavors are immutable in Nova: " + ", ".join(c.field for c in p.changes if not c.mutable)
+                      + " differ; re-create with --replace (same ID)")
+    else:
+        p.action = Action.UPDATE
+    return p
+
+
+def plan(conn, flavor_file: FlavorFile, *, replace: bool = False, prune: bool = False,
+         flavors: list[dict] | None = None) -> Plan:
+    flavors = list_flavors(conn) if flavors is None else flavors
+    by_name = {f["name"]: f for f in flavors}
+    out = []
+    for spec in flavor_file.flavors:
+        projects = resolve_projects(conn, spec.projects) if spec.projects else ()
+        out.append(plan_flavor(spec, by_name.get(spec.name), projects, replace=replace))
+    listed = {s.name for s in flavor_file.flavors}
+    for f in flavors:
+        if f["name"] not in listed and (f.get("extra_specs") or {}).get(MANAGED_KEY) == "true":
+            action = Action.PRUNE if prune else Action.UNLISTED
+            out.append(FlavorPlan(f["name"], action, None, f, [Change("flavor", f["id"], None, True)],
+                                  note=None if prune else f"managed by nodeforge, not in {flavor_file.path}; "
+                                                          "delete with --prune"))
+    return Plan(out)
+
+
+# ----------------------------------------------------------------------------- apply
+
+def _create(conn, spec: FlavorSpec, project_ids: tuple[str, ...], flavor_id: str | None) -> dict:
+    body = {"flavor": {"name": spec.name, "vcpus": spec.vcpus, "ram": spec.ram, "disk": spec.disk,
+                       "OS-FLV-EXT-DATA:ephemeral": 0, "swap": 0, "os-flavor-access:is_public": spec.is_public,
+                       "description": spec.description}}
+    if flavor_id:
+        body["flavor"]["id"] = flavor_id
+    flavor = _call(conn, "POST", "/flavors", f"create flavor {spec.name}", body=body)["flavor"]
+    try:
+        _set_specs(conn, flavor["id"], spec.name, spec.extra_specs())
+        for pid in project_ids:
+            _call(conn, "POST", f"/flavors/{flavor['id']}/action", f"access of {spec.name}",
+                  body={"addTenantAccess": {"tenant": pid}})
+    except NovaError:
+        # A half-made flavor would schedule onto anything: remove it.
+        _call(conn, "DELETE", f"/flavors/{flavor['id']}", f"delete flavor {spec.name}", ok=(202, 204, 404))
+        raise
+    return flavor
+
+
+def _set_specs(conn, flavor_id: str, name: str, specs: dict[str, str]) -> None:
+    """Set extra specs in one call; when Nova refuses them (its message does
+    not name the key), find and name the refused ones."""
+    try:
+        _call(conn, "POST", f"/flavors/{flavor_id}/os-extra_specs", f"extra specs of {name}",
+              body={"extra_specs": specs})
+    except NovaError as exc:
+        if "(HTTP 400)" not in str(exc) or len(specs) == 1:
+            raise
+        for key, value in specs.items():   # raises at the first refused key
+            _call(conn, "POST", f"/flavors/{flavor_id}/os-extra_specs", f"extra spec {key}={value} of {name}",
+                  body={"extra_specs": {key: value}})
+        raise
+
+
+def _update(conn, p: FlavorPlan) -> None:
+    fid = p.current["id"]
+    for c in p.changes:
+        if c.field == "description":
+            _call(conn, "PUT", f"/flavors/{fid}", f"description of {p.name}",
+                  body={"flavor": {"description": c.desired}})
+    sets = {c.field.split(".", 1)[1]: c.desired for c in p.changes
+            if c.field.startswith("extra_specs.") and c.desired is not None}
+    if sets:
+        _set_specs(conn, fid, p.name, sets)
+    for c in p.changes:
+        if c.field.startswith("extra_specs.") and c.desired is None:
+            key = c.field.split(".", 1)[1]
+            _call(conn, "DELETE", f"/flavors/{fid}/os-extra_specs/{key}", f"unset {key} of {p.name}",
+                  ok=(200, 202, 204, 404))
+        if c.field == "projects":
+            for pid in sorted(set(c.desired) - set(c.current)):
+                _call(conn, "POST", f"/flavors/{fid}/action", f"access of {p.name}",
+                      body={"addTenantAccess": {"tenant": pid}})
+            for pid in sorted(set(c.current) - set(c.desired)):
+                _call(conn, "POST", f"/flavors/{fid}/action", f"access of {p.name}",
+                      body={"removeTenantAccess": {"tenant": pid}})
+
+
+@dataclasses.dataclass
+class Result:
+    name: str
+    action: Action
+    id: str | None
+    ok: bool
+    error: str | None = None
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "action": self.action.value, "id": self.id, "ok": self.ok, "error": self.error}
+
+
+def apply(conn, plan_: Plan) -> list[Result]:
+    """Carry out the plan. Drift and unlisted flavors are not written; each
+    flavor's failure is its own (the others go on)."""
+    results = []
+    for p in plan_.flavors:
+        try:
+            if p.action is Action.CREATE:
+                fid = _create(conn, p.spec, p.project_ids, p.spec.id)["id"]
+            elif p.action is Action.UPDATE:
+                _update(conn, p)
+                fid = p.current["id"]
+            elif p.action is Action.REPLACE:
+                fid = p.spec.id or p.current["id"]
+                _call(conn, "DELETE", f"/flavors/{p.current['id']}", f"delete flavor {p.name}", ok=(202, 204, 404))
+                _create(conn, p.spec, p.project_ids, fid)
+            elif p.action is Action.PRUNE:
+                fid = p.current["id"]
+                _call(conn, "DELETE", f"/flavors/{fid}", f"delete flavor {p.name}", ok=(202, 204, 404))
+            else:
+                results.append(Result(p.name, p.action, p.flavor_id, p.action is Action.NOOP, p.note))
+                continue
+        except NovaError as exc:
+            results.append(Result(p.name, p.action, p.flavor_id, False, str(exc)))
+            continue
+        log.info("flavor %s: %s", p.name, p.action.value)
+        results.append(Result(p.name, p.action, fid, True))
+    return results
+
+
+# ----------------------------------------------------------------------------- shape and capacity
+
+@dataclasses.dataclass(frozen=True)
+class Shape:
+    """What a flavor asks Placement for, read from its extra specs."""
+
+    resource_classes: dict[str, str]      # CUSTOM_X -> amount
+    zeroed: frozenset[str]                 # standard resources overridden to 0
+    required: frozenset[str]
+    forbidden: frozenset[str]
+
+    @classmethod
+    def of(cls, flavor: dict) -> "Shape":
+        specs = flavor.get("extra_specs") or {}
+        rcs, zeroed, req, forb = {}, set(), set(), set()
+        for key, value in specs.items():
+            if m := _RC_SPEC.match(key):
+                rcs[m.group(2)] = str(value)
+            elif key.startswith("resources:") and str(value) == "0":
+                zeroed.add(key.split(":", 1)[1])
+            elif m := _TRAIT_SPEC.match(key):
+                (req if value == "required" else forb if value == "forbidden" else set()).add(m.group(2))
+        return cls(rcs, frozenset(zeroed), frozenset(req), frozenset(forb))
+
+    @property
+    def resource_class(self) -> str | None:
+        return next(iter(self.resource_classes)) if len(self.resource_classes) == 1 else None
+
+    def problems(self) -> list[str]:
+        """Why this is not a bare-metal flavor (empty: it is one)."""
+        out = []
+        if not self.resource_classes:
+            out.append("no resources:CUSTOM_<RC>=1 extra spec (not a bare-metal flavor)")
+        elif len(self.resource_classes) > 1:
+            out.append(f"asks for several custom resource classes ({', '.join(sorted(self.resource_classes))})")
+        elif list(self.resource_classes.values()) != ["1"]:
+            out.append(f"resources:{self.resource_class}={self.resource_classes[self.resource_class]}, must be 1")
+        missing = [r for r in ZERO_RESOURCES if r not in self.zeroed]
+        if missing:
+            out.append("does not zero " + ", ".join(f"resources:{r}" for r in missing)
+                       + " (Nova would also ask Placement for VCPU/RAM/disk a bare-metal node does not report)")
+        return out
+
+    def fits(self, node: dict) -> bool:
+        if node.get("resource_class") is None or self.resource_class is None:
+            return False
+        traits = set(node.get("traits") or [])
+        return (hw.placement_resource_class(node["resource_class"]) == self.resource_class
+                and self.required <= traits and not (self.forbidden & traits))
+
+
+def node_available(node: dict) -> bool:
+    return node.get("provision_state") == IC.ProvisionState.AVAILABLE.value and not node.get("maintenance")
+
+
+def capacity(flavors: list[dict], nodes: list[dict]) -> list[dict]:
+    """Per bare-metal flavor: nodes matching its resource class and traits,
+    how many are ``available`` and not in maintenance (schedulable), and
+    how many are deployed or in maintenance."""
+    rows = []
+    for f in sorted(flavors, key=lambda f: f["name"]):
+        shape = Shape.of(f)
+        if not shape.resource_classes:
+            continue
+        fitting = [n for n in nodes if shape.fits(n)]
+        rows.append({"flavor": f["name"], "id": f["id"], "resource_class": shape.resource_class,
+                     "required_traits": sorted(shape.required),
+                     "available": sum(1 for n in fitting if node_available(n)),
+                     "active": sum(1 for n in fitting if n.get("provision_state") == "active"),
+                     "maintenance": sum(1 for n in fitting if n.get("maintenance")),
+                     "total": len(fitting), "problems": shape.problems()})
+    return rows
