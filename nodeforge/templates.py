@@ -1,0 +1,392 @@
+"""Magnum cluster templates from declarations: render and check the chain
+template -> approved image -> flavor -> available bare-metal nodes.
+
+A template file (``manifests/templates/NAME.yaml``) declares what its author
+decides: name, Kubernetes minor, an image *selector* (approved, minor,
+variant, OS; never an ID), node groups (role, variant, flavor, count),
+labels and other Magnum fields. See docs/flavors-and-templates.md.
+
+* :func:`resolve` reads Glance (the approved-image catalog), Nova (flavors)
+  and Ironic (nodes) once and returns every broken link (:class:`Issue`):
+  image missing, not approved, hidden, or of another Kubernetes version than
+  the template's ``kube_tag``; flavor missing, not bare-metal-shaped, or with
+  fewer available nodes than the template's node count.
+* :func:`render` turns a clean resolution into the Magnum cluster-template
+  body and the equivalent ``openstack coe cluster template create`` command
+  (plus ``nodegroup create`` commands for extra node groups).
+
+There is no Magnum service involved: everything comes from Glance, Nova and
+Ironic data.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import shlex
+from pathlib import Path
+
+from nodeforge.compute import flavors as F
+from nodeforge.errors import ConfigError, NodeforgeError
+from nodeforge.imagebuild import glance as g, yamlfile
+
+DEFAULT_DIR = Path("manifests/templates")
+_MINOR = re.compile(r"^1\.\d+$")
+_VERSION = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?")
+VARIANTS = ("vm", "baremetal")
+ROLES = ("master", "worker")
+# Magnum cluster-template fields a template may set besides the managed ones.
+MAGNUM_FIELDS = {"keypair_id", "external_network_id", "fixed_network", "fixed_subnet", "network_driver",
+                 "volume_driver", "dns_nameserver", "docker_volume_size", "docker_storage_driver", "http_proxy",
+                 "https_proxy", "no_proxy", "public", "hidden", "master_lb_enabled", "floating_ip_enabled",
+                 "tls_disabled", "registry_enabled", "insecure_registry", "apiserver_port"}
+_KEYS = {"name", "description", "kubernetes", "coe", "image", "node_groups", "labels", "magnum"}
+_GROUP_KEYS = {"name", "role", "variant", "flavor", "count"}
+_SELECTOR_KEYS = {"k8s", "os_distro", "os_version"}
+
+
+class TemplateBroken(NodeforgeError):
+    message = "template {name} has {count} broken link(s):\n  {details}"
+
+
+def minor_of(version: str | None) -> str | None:
+    m = _VERSION.match(str(version or ""))
+    return f"{m.group(1)}.{m.group(2)}" if m else None
+
+
+# ----------------------------------------------------------------------------- declarations
+
+@dataclasses.dataclass(frozen=True)
+class NodeGroup:
+    name: str
+    role: str
+    variant: str
+    flavor: str
+    count: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Template:
+    name: str
+    path: str
+    kubernetes: str                       # minor, "1.36"
+    selector: dict                        # k8s, os_distro, os_version
+    groups: tuple[NodeGroup, ...]
+    labels: dict
+    magnum: dict
+    coe: str = "kubernetes"
+    description: str | None = None
+
+    @property
+    def kube_tag(self) -> str | None:
+        """The author's explicit ``kube_tag`` label, if any."""
+        return self.labels.get("kube_tag")
+
+    @property
+    def kube_minor(self) -> str:
+        """The Kubernetes minor the template stands for: its kube_tag's, else ``kubernetes``."""
+        return minor_of(self.kube_tag) or self.kubernetes
+
+    def default_groups(self) -> tuple[NodeGroup, NodeGroup]:
+        master = next(gr for gr in self.groups if gr.role == "master")
+        worker = next(gr for gr in self.groups if gr.role == "worker")
+        return master, worker
+
+
+def parse(doc, label: str) -> Template:
+    problems: list[str] = []
+    if not isinstance(doc, dict):
+        raise ConfigError(path=label, detail="must be a mapping (name, kubernetes, image, node_groups, labels)")
+    for key in sorted(set(doc) - _KEYS):
+        problems.append(f"unknown key '{key}' (one of {', '.join(sorted(_KEYS))})")
+    name = doc.get("name")
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}", name):
+        problems.append("name: required (letters, digits, '.', '_', '-')")
+    minor = str(doc.get("kubernetes") or "")
+    if not _MINOR.match(minor):
+        problems.append("kubernetes: required, a minor such as \"1.36\" (quote it)")
+    selector = doc.get("image") or {}
+    if not isinstance(selector, dict):
+        problems.append("image: must be a selector mapping (k8s, os_distro, os_version), never an ID")
+        selector = {}
+    for key in sorted(set(selector) - _SELECTOR_KEYS):
+        problems.append(f"image.{key}: unknown selector key (one of {', '.join(sorted(_SELECTOR_KEYS))}); "
+                        "images are chosen by selector, never by ID")
+    selector = {k: str(v) for k, v in selector.items() if k in _SELECTOR_KEYS}
+    groups = []
+    raw_groups = doc.get("node_groups")
+    if not isinstance(raw_groups, list) or not raw_groups:
+        problems.append("node_groups: required, a list of {name, role, variant, flavor, count}")
+        raw_groups = []
+    for i, gr in enumerate(raw_groups):
+        line = yamlfile.line_of(raw_groups, i)
+        where = (f"line {line}: " if line else "") + f"node_groups[{i}]"
+        if not isinstance(gr, dict):
+            problems.append(f"{where}: must be a mapping")
+            continue
+        for key in sorted(set(gr) - _GROUP_KEYS):
+            problems.append(f"{where}: unknown key '{key}'")
+        role = gr.get("role", "worker")
+        if role not in ROLES:
+            problems.append(f"{where}.role: one of {', '.join(ROLES)}")
+        variant = gr.get("variant")
+        if variant not in VARIANTS:
+            problems.append(f"{where}.variant: required, one of {', '.join(VARIANTS)}")
+        if not isinstance(gr.get("flavor"), str) or not gr.get("flavor"):
+            problems.append(f"{where}.flavor: required (a Nova flavor name)")
+        count = gr.get("count", 1)
+        if not isinstance(count, int) or isinstance(count, bool) or count < (1 if role == "master" else 0):
+            problems.append(f"{where}.count: an integer >= {1 if role == 'master' else 0}")
+            count = 1
+        groups.append(NodeGroup(str(gr.get("name") or f"default-{role}"), str(role), str(variant),
+                                str(gr.get("flavor")), count))
+    roles = [gr.role for gr in groups]
+    if groups and (roles.count("master") != 1 or "worker" not in roles):
+        problems.append("node_groups: exactly one master group and at least one worker group")
+    elif groups:
+        master = next(gr for gr in groups if gr.role == "master")
+        worker = next(gr for gr in groups if gr.role == "worker")
+        if master.variant != worker.variant:
+            problems.append(f"node_groups: the master group and the first worker group share the template's one "
+                            f"image in Magnum; their variants differ ({master.variant}, {worker.variant}). Put "
+                            "the other variant in an additional worker group")
+    if len({gr.name for gr in groups}) != len(groups):
+        problems.append("node_groups: names must be unique")
+    labels = doc.get("labels") or {}
+    if not isinstance(labels, dict):
+        problems.append("labels: must be a mapping")
+        labels = {}
+    magnum = doc.get("magnum") or {}
+    if not isinstance(magnum, dict):
+        problems.append("magnum: must be a mapping")
+        magnum = {}
+    for key in sorted(set(magnum) - MAGNUM_FIELDS):
+        problems.append(f"magnum.{key}: not a cluster-template field nodeforge passes through "
+                        f"({', '.join(sorted(MAGNUM_FIELDS))})")
+    if problems:
+        raise ConfigError(path=label, detail=f"{len(problems)} problem(s):\n  " + "\n  ".join(problems))
+    return Template(name=name, path=label, kubernetes=minor, selector=selector, groups=tuple(groups),
+                    labels={str(k): str(v) for k, v in labels.items()}, magnum=dict(magnum),
+                    coe=str(doc.get("coe") or "kubernetes"), description=doc.get("description"))
+
+
+def load_all(directory: Path | str = DEFAULT_DIR) -> dict[str, Template]:
+    directory = Path(directory)
+    files = sorted(directory.glob("*.yaml")) + sorted(directory.glob("*.yml"))
+    if not files:
+        raise ConfigError(path=str(directory), detail="no template files (*.yaml)")
+    out: dict[str, Template] = {}
+    for f in files:
+        t = parse(yamlfile.load(f), str(f))
+        if t.name in out:
+            raise ConfigError(path=str(f), detail=f"template name '{t.name}' also in {out[t.name].path}")
+        out[t.name] = t
+    return out
+
+
+def select(templates: dict[str, Template], names) -> list[Template]:
+    if not names:
+        return list(templates.values())
+    missing = [n for n in names if n not in templates]
+    if missing:
+        raise ConfigError(path=", ".join(missing), detail=f"no such template (have: {', '.join(templates)})")
+    return [templates[n] for n in names]
+
+
+# ----------------------------------------------------------------------------- cloud state
+
+@dataclasses.dataclass
+class CloudState:
+    """What resolution reads, fetched once: nodeforge images, flavors, nodes."""
+
+    images: list[dict]
+    flavors: list[dict]
+    nodes: list[dict]
+
+    @classmethod
+    def fetch(cls, conn, baremetal_conn) -> "CloudState":
+        from nodeforge.ironic.provisioner import SdkProvisioner
+
+        images = [i for i in g.list_images(conn, tag=[g.TAG]) if i.get(f"{g.P}role") == "image"]
+        return cls(images, F.list_flavors(conn), SdkProvisioner(baremetal_conn).list_nodes())
+
+
+# ----------------------------------------------------------------------------- resolution
+
+@dataclasses.dataclass(frozen=True)
+class Issue:
+    template: str
+    kind: str            # image | flavor | capacity | kube_version
+    subject: str         # node group(s) or image
+    detail: str
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def __str__(self) -> str:
+        return f"{self.kind} ({self.subject}): {self.detail}"
+
+
+@dataclasses.dataclass
+class Resolution:
+    template: Template
+    images: dict[str, dict]          # variant -> chosen image
+    flavors: dict[str, dict]         # flavor name -> Nova flavor
+    issues: list[Issue]
+    capacity: dict[str, dict]
+
+    @property
+    def ok(self) -> bool:
+        return not self.issues
+
+    def to_dict(self) -> dict:
+        return {"template": self.template.name, "ok": self.ok, "issues": [i.to_dict() for i in self.issues],
+                "images": {v: {"id": i["id"], "name": i.get("name"), "kube_version": i.get("kube_version")}
+                           for v, i in self.images.items()},
+                "flavors": {n: f["id"] for n, f in self.flavors.items()}, "capacity": self.capacity}
+
+
+def _describe_selector(t: Template, variant: str) -> str:
+    parts = [f"Kubernetes {t.selector.get('k8s', t.kubernetes)}", f"variant {variant}"]
+    if "os_distro" in t.selector or "os_version" in t.selector:
+        parts.append("os " + " ".join(t.selector[k] for k in ("os_distro", "os_version") if k in t.selector))
+    return ", ".join(parts)
+
+
+def _why_unusable(image: dict) -> str | None:
+    tags = set(image.get("tags") or [])
+    if image.get("status") != g.ACTIVE:
+        return f"status {image.get('status')}"
+    if g.TAG_APPROVED not in tags:
+        return "not approved (candidate)" if g.TAG_CANDIDATE in tags else "not approved"
+    if image.get("os_hidden"):
+        return "hidden (superseded or withdrawn)"
+    return None
+
+
+def choose_image(t: Template, variant: str, images: list[dict]) -> tuple[dict | None, str | None]:
+    """The newest approved, visible, active image the selector picks, or why none."""
+    minor = t.selector.get("k8s", t.kubernetes)
+    group = [i for i in images
+             if i.get(f"{g.P}k8s_minor") == minor and i.get(f"{g.P}variant") == variant
+             and all(str(i.get(k)) == v for k, v in t.selector.items() if k in ("os_distro", "os_version"))]
+    usable = [i for i in group if _why_unusable(i) is None]
+    if usable:
+        usable.sort(key=lambda i: (i.get(f"{g.P}promoted_at") or "", i.get("created_at") or ""), reverse=True)
+        return usable[0], None
+    what = f"no approved image for {_describe_selector(t, variant)}"
+    if group:
+        return None, what + ": " + "; ".join(f"{i['id']} ({i.get('name')}) is {_why_unusable(i)}" for i in group)
+    others = sorted({i.get(f"{g.P}k8s_minor") for i in images
+                     if i.get(f"{g.P}variant") == variant and _why_unusable(i) is None} - {None})
+    return None, what + ": the catalog has none" + (
+        f" (approved {variant} images exist for Kubernetes {', '.join(others)})" if others else "")
+
+
+def resolve(t: Template, state: CloudState) -> Resolution:
+    issues: list[Issue] = []
+    images: dict[str, dict] = {}
+    by_variant: dict[str, list[str]] = {}
+    for gr in t.groups:
+        by_variant.setdefault(gr.variant, []).append(gr.name)
+    for variant, groups in by_variant.items():
+        subject = ", ".join(groups)
+        image, why = choose_image(t, variant, state.images)
+        if image is None:
+            issues.append(Issue(t.name, "image", subject, why))
+            continue
+        images[variant] = image
+        version = image.get("kube_version")
+        if minor_of(version) != t.kube_minor:
+            source = f"kube_tag {t.kube_tag}" if t.kube_tag else f"kubernetes {t.kubernetes}"
+            issues.append(Issue(t.name, "kube_version", subject,
+                                f"image {image['id']} ({image.get('name')}) is Kubernetes {version} "
+                                f"(minor {minor_of(version)}) but the template's {source} is minor {t.kube_minor}"))
+        elif t.kube_tag and str(version).lstrip("v") != t.kube_tag.lstrip("v"):
+            issues.append(Issue(t.name, "kube_version", subject,
+                                f"image {image['id']} ({image.get('name')}) is Kubernetes {version} but the "
+                                f"template's kube_tag is {t.kube_tag}"))
+    flavors_by_name = {f["name"]: f for f in state.flavors}
+    flavors_by_id = {f["id"]: f for f in state.flavors}
+    chosen: dict[str, dict] = {}
+    need: dict[str, list[NodeGroup]] = {}
+    for gr in t.groups:
+        flavor = flavors_by_name.get(gr.flavor) or flavors_by_id.get(gr.flavor)
+        if flavor is None:
+            issues.append(Issue(t.name, "flavor", gr.name, f"flavor '{gr.flavor}' not found in Nova"))
+            continue
+        chosen[gr.flavor] = flavor
+        if gr.variant == "baremetal":
+            for problem in F.Shape.of(flavor).problems():
+                issues.append(Issue(t.name, "flavor", gr.name,
+                                    f"flavor '{gr.flavor}' is not bare-metal-shaped: {problem}"))
+            need.setdefault(gr.flavor, []).append(gr)
+    capacity = {}
+    for name, groups in need.items():
+        flavor = chosen[name]
+        shape = F.Shape.of(flavor)
+        if shape.problems():
+            continue
+        available = sum(1 for n in state.nodes if shape.fits(n) and F.node_available(n))
+        wanted = sum(gr.count for gr in groups)
+        capacity[name] = {"available": available, "needed": wanted}
+        if available < wanted:
+            issues.append(Issue(t.name, "capacity", ", ".join(gr.name for gr in groups),
+                                f"flavor '{name}' has {available} available node(s) (resource class "
+                                f"{shape.resource_class}, traits {', '.join(sorted(shape.required)) or 'none'}; "
+                                f"'available', not in maintenance); the template needs {wanted} ("
+                                + " + ".join(f"{gr.name} {gr.count}" for gr in groups) + ")"))
+    return Resolution(t, images, chosen, issues, capacity)
+
+
+# ----------------------------------------------------------------------------- render
+
+def render(res: Resolution) -> dict:
+    """The Magnum cluster-template body, node groups, and CLI commands."""
+    t = res.template
+    if not res.ok:
+        raise TemplateBroken(name=t.name, count=len(res.issues), details="\n  ".join(map(str, res.issues)))
+    master, worker = t.default_groups()
+    image = res.images[master.variant]
+    labels = {**t.labels, "kube_tag": t.kube_tag or image.get("kube_version")}
+    body = {"name": t.name, "coe": t.coe, "image_id": image["id"],
+            "master_flavor_id": res.flavors[master.flavor]["id"], "flavor_id": res.flavors[worker.flavor]["id"],
+            "server_type": "bm" if worker.variant == "baremetal" else "vm",
+            "os_distro": image.get("os_distro"), "labels": labels, **t.magnum}
+    extra = [gr for gr in t.groups if gr not in (master, worker)]
+    groups = [{"name": gr.name, "role": gr.role, "flavor_id": res.flavors[gr.flavor]["id"], "flavor": gr.flavor,
+               "image_id": res.images[gr.variant]["id"], "node_count": gr.count} for gr in t.groups]
+    return {"template": t.name, "cluster_template": body, "node_groups": groups,
+            "cluster_defaults": {"master_count": master.count, "node_count": worker.count},
+            "commands": [create_command(body)] + [nodegroup_command(gr, res) for gr in extra]}
+
+
+def create_command(body: dict) -> str:
+    args = ["openstack", "coe", "cluster", "template", "create", body["name"], "--coe", body["coe"],
+            "--image", body["image_id"], "--master-flavor", body["master_flavor_id"],
+            "--flavor", body["flavor_id"], "--server-type", body["server_type"]]
+    flags = {"keypair_id": "--keypair", "external_network_id": "--external-network", "fixed_network":
+             "--fixed-network", "fixed_subnet": "--fixed-subnet", "network_driver": "--network-driver",
+             "volume_driver": "--volume-driver", "dns_nameserver": "--dns-nameserver",
+             "docker_volume_size": "--docker-volume-size", "docker_storage_driver": "--docker-storage-driver",
+             "http_proxy": "--http-proxy", "https_proxy": "--https-proxy", "no_proxy": "--no-proxy",
+             "insecure_registry": "--insecure-registry"}
+    for key, flag in flags.items():
+        if body.get(key) is not None:
+            args += [flag, str(body[key])]
+    switches = {"public": "--public", "hidden": "--hidden", "master_lb_enabled": "--master-lb-enabled",
+                "tls_disabled": "--tls-disabled", "registry_enabled": "--registry-enabled"}
+    for key, flag in switches.items():
+        if body.get(key) is True:
+            args.append(flag)
+    if body.get("floating_ip_enabled") is False:
+        args.append("--floating-ip-disabled")
+    for key, value in sorted(body["labels"].items()):
+        args += ["--labels", f"{key}={value}"]
+    return shlex.join(args)
+
+
+def nodegroup_command(gr: NodeGroup, res: Resolution) -> str:
+    return shlex.join(["openstack", "coe", "nodegroup", "create", "CLUSTER", gr.name,
+                       "--flavor", res.flavors[gr.flavor]["id"], "--image", res.images[gr.variant]["id"],
+                       "--node-count", str(gr.count), "--role", gr.role])

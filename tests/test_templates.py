@@ -1,0 +1,120 @@
+"""Cluster templates: declarations validated, image chosen by selector from
+catalog records, every broken link reported precisely, render body and
+command. Pure: Glance/Nova/Ironic records in (tests/data/templates)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+
+from nodeforge import templates as T
+from nodeforge.compute import flavors as F
+from nodeforge.errors import ConfigError
+from nodeforge.imagebuild import yamlfile
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = Path(__file__).parent / "data" / "templates"
+
+
+def image(id_, minor="1.36", patch="0", variant="baremetal", approved=True, hidden=False, promoted="2026-01-02"):
+    return {"id": id_, "name": f"nodeforge-k8s-{minor}.{patch}-{variant}", "status": "active",
+            "tags": ["nodeforge", f"nodeforge-k8s-{minor}", f"nodeforge-{variant}",
+                     "nodeforge-approved" if approved else "nodeforge-candidate"],
+            "os_hidden": hidden, "kube_version": f"v{minor}.{patch}", "os_distro": "debian", "os_version": "12",
+            "nodeforge_k8s_minor": minor, "nodeforge_variant": variant, "nodeforge_role": "image",
+            "nodeforge_promoted_at": promoted}
+
+
+def flavor(name, rc, traits):
+    s = F.FlavorSpec(name=name, resource_class=rc, required_traits=tuple(traits))
+    return {"id": f"id-{name}", "name": name, "extra_specs": s.extra_specs()}
+
+
+def node(rc, traits, state="available", maintenance=False):
+    return {"resource_class": rc, "traits": traits, "provision_state": state, "maintenance": maintenance}
+
+
+@pytest.fixture
+def state() -> T.CloudState:
+    return T.CloudState(
+        images=[image("old", promoted="2026-01-01", hidden=True), image("new"), image("cand", approved=False),
+                image("other", minor="1.35")],
+        flavors=[flavor("bm.compute", "baremetal-compute", ["CUSTOM_LOCAL_NVME", "CUSTOM_NIC_25G"]),
+                 flavor("bm.storage", "baremetal-storage", ["CUSTOM_HDD_POOL", "CUSTOM_NIC_10G"]),
+                 {"id": "id-m1", "name": "m1.large", "extra_specs": {}}],
+        nodes=[node("baremetal-compute", ["CUSTOM_LOCAL_NVME", "CUSTOM_NIC_25G"]) for _ in range(3)]
+        + [node("baremetal-compute", ["CUSTOM_LOCAL_NVME", "CUSTOM_NIC_25G"], maintenance=True),
+           node("baremetal-storage", ["CUSTOM_HDD_POOL", "CUSTOM_NIC_10G"])])
+
+
+@pytest.fixture
+def template() -> T.Template:
+    return T.load_all(ROOT / "manifests" / "templates")["k8s-1.36-baremetal"]
+
+
+def test_render_picks_the_newest_approved_visible_image(template, state):
+    res = T.resolve(template, state)
+    assert res.ok, res.issues
+    out = T.render(res)
+    body = out["cluster_template"]
+    assert body["image_id"] == "new" and body["flavor_id"] == "id-bm.compute" and body["server_type"] == "bm"
+    assert body["labels"]["kube_tag"] == "v1.36.0"
+    assert out["cluster_defaults"] == {"master_count": 1, "node_count": 2}
+    cmd = shlex.split(out["commands"][0])
+    assert cmd[:6] == ["openstack", "coe", "cluster", "template", "create", "k8s-1.36-baremetal"]
+    assert cmd[cmd.index("--image") + 1] == "new" and "kube_tag=v1.36.0" in cmd
+    assert "--floating-ip-disabled" in cmd
+    assert out["commands"][1].startswith("openstack coe nodegroup create CLUSTER storage --flavor id-bm.storage")
+    assert json.dumps(out)  # serialisable for -o json
+
+
+def test_every_broken_link_is_reported(template, state):
+    state.images = [i for i in state.images if i["id"] != "new"]
+    state.flavors = [f for f in state.flavors if f["name"] != "bm.storage"]
+    state.nodes[0]["provision_state"] = "active"
+    issues = [str(i) for i in T.resolve(template, state).issues]
+    assert issues == [
+        "image (default-master, default-worker, storage): no approved image for Kubernetes 1.36, variant "
+        "baremetal, os debian 12: old (nodeforge-k8s-1.36.0-baremetal) is hidden (superseded or withdrawn); "
+        "cand (nodeforge-k8s-1.36.0-baremetal) is not approved (candidate)",
+        "flavor (storage): flavor 'bm.storage' not found in Nova",
+        "capacity (default-master, default-worker): flavor 'bm.compute' has 2 available node(s) (resource class "
+        "CUSTOM_BAREMETAL_COMPUTE, traits CUSTOM_LOCAL_NVME, CUSTOM_NIC_25G; 'available', not in maintenance); "
+        "the template needs 3 (default-master 1 + default-worker 2)"]
+    with pytest.raises(T.TemplateBroken, match="3 broken link"):
+        T.render(T.resolve(template, state))
+
+
+def test_kube_tag_minor_mismatch_and_vm_flavor_not_baremetal(template, state):
+    doc = yamlfile.load(ROOT / "manifests" / "templates" / "k8s-1.36-baremetal.yaml")
+    doc["labels"]["kube_tag"] = "v1.35.4"
+    doc["node_groups"][2]["flavor"] = "m1.large"
+    issues = [str(i) for i in T.resolve(T.parse(doc, "t"), state).issues]
+    assert issues[0] == ("kube_version (default-master, default-worker, storage): image new "
+                         "(nodeforge-k8s-1.36.0-baremetal) is Kubernetes v1.36.0 (minor 1.36) but the template's "
+                         "kube_tag v1.35.4 is minor 1.35")
+    assert issues[1].startswith("flavor (storage): flavor 'm1.large' is not bare-metal-shaped: no resources:CUSTOM_")
+    # The template's own minor moves on: 1.35 picks the 1.35 image, whose version the kube_tag contradicts ...
+    doc["labels"]["kube_tag"] = "v1.36.0"
+    doc["kubernetes"] = "1.35"
+    issues = [str(i) for i in T.resolve(T.parse(doc, "t"), state).issues]
+    assert issues[0].endswith("image other (nodeforge-k8s-1.35.0-baremetal) is Kubernetes v1.35.0 (minor 1.35) "
+                              "but the template's kube_tag v1.36.0 is minor 1.36")
+    # ... and without a 1.35 image the selector finds nothing, saying which minors exist.
+    del doc["labels"]["kube_tag"]
+    state.images = [i for i in state.images if i["id"] != "other"]
+    issues = [str(i) for i in T.resolve(T.parse(doc, "t"), state).issues]
+    assert "no approved image for Kubernetes 1.35, variant baremetal, os debian 12: the catalog has none" \
+        in issues[0] and "approved baremetal images exist for Kubernetes 1.36" in issues[0]
+
+
+def test_invalid_template_reports_every_problem():
+    with pytest.raises(ConfigError) as exc:
+        T.parse(yamlfile.load(DATA / "invalid.yaml"), "invalid.yaml")
+    text = str(exc.value)
+    for expected in ("kubernetes: required", "image.id: unknown selector key", "never by ID",
+                     "variant: required", "exactly one master group", "magnum.image_id: not a cluster-template"):
+        assert expected in text, (expected, text)
