@@ -205,7 +205,8 @@ def load(path: Path | str) -> BuildDir:
         fmt = str(entry.get("format") or ("qcow2" if file.suffix == ".qcow2" else "raw"))
         firmware = str(entry.get("firmware") or ("uefi" if variant == "baremetal" else "bios"))
         variants[variant] = VariantImage(variant, file, fmt, digests["sha256"], digests["sha512"],
-                                         file.stat().st_size, _verify_status(verify_doc, variant), firmware)
+                                         file.stat().st_size, _verify_status(verify_doc, variant, digests["sha256"]),
+                                         firmware)
     if not variants:
         raise BuildDirError(path=root, detail="no images found (no manifest 'images' and no .qcow2/.raw in SHA*SUMS)")
     return BuildDir(
@@ -272,9 +273,10 @@ def _verdict(node) -> VerifyStatus | None:
     return None
 
 
-def _verify_status(doc: dict | None, variant: str) -> VerifyStatus:
+def _verify_status(doc: dict | None, variant: str, image_sha256: str | None = None) -> VerifyStatus:
     """A variant passed only if its own section (``variants.<v>`` or ``<v>``)
-    says so; a top-level failure fails every variant."""
+    says so; a top-level failure fails every variant; a section recorded for
+    other image bytes (its ``image_sha256`` is not this image's) is a failure."""
     if doc is None:
         return VerifyStatus.ABSENT
     section = _first(doc, f"variants.{variant}") or doc.get(variant)
@@ -283,4 +285,7 @@ def _verify_status(doc: dict | None, variant: str) -> VerifyStatus:
         return VerifyStatus.FAILED
     if section is None:
         return top or VerifyStatus.ABSENT
+    if isinstance(section, dict) and image_sha256 and section.get("image_sha256") not in (None, image_sha256):
+        log.warning("verify.json: the %s result is for other image bytes; treating it as failed", variant)
+        return VerifyStatus.FAILED
     return _verdict(section) or VerifyStatus.FAILED
