@@ -1,0 +1,77 @@
+"""``nodeforge image verify`` (added to the ``image`` group in image.py); docs/boot-verification.md."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from nodeforge import options, output
+from nodeforge.imagebuild import boottest, builddir
+
+
+@click.command()
+@click.argument("build_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--variant", "variants", multiple=True, type=click.Choice(sorted(builddir.VARIANT_FORMATS)),
+              help="Only this variant (repeatable).  [default: every image in the build]")
+@click.option("--timeout", type=click.FloatRange(min=10), default=boottest.DEFAULT_TIMEOUT, show_default=True,
+              help="Seconds a boot may take until the guest reports; then QEMU is stopped and the variant fails.")
+@click.option("--accel", type=click.Choice(["auto", "kvm", "tcg"]), default="auto", show_default=True,
+              envvar=boottest.ENV_ACCEL, help="KVM if /dev/kvm works (auto), or force one.")
+@click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path), envvar="NODEFORGE_CACHE_DIR",
+              help="Artifact cache (for the pinned crictl/containerd archives' file digests).  "
+                   "[default: $XDG_CACHE_HOME/nodeforge/artifacts]")
+@click.option("--work-dir", type=click.Path(file_okay=False, path_type=Path), envvar=boottest.ENV_WORK_DIR,
+              help="Scratch space for overlays and seeds.  [default: $TMPDIR]")
+@click.option("--keep-work", is_flag=True, help="Keep the scratch directory (overlay, seed) for debugging.")
+@options.pass_app
+def verify(app, build_dir, variants, timeout, accel, cache_dir, work_dir, keep_work):
+    """Boot each image of a build under QEMU and check it against its manifest and the hardening profile.
+
+    Refuses a build whose SHA256SUMS/SHA512SUMS do not match. Boots a
+    throwaway overlay (the image is never written), talks only over serial
+    ports, writes verify.json and verify-<variant>-console.log into BUILD_DIR,
+    and exits non-zero if any check fails: 'image promote' refuses builds that
+    did not pass."""
+    req = boottest.VerifyRequest(build_dir=build_dir, variants=tuple(variants), timeout=timeout, accel=accel,
+                                 cache_dir=cache_dir, work_dir=work_dir, keep_work=keep_work,
+                                 stream=lambda line: click.echo(line, err=True))
+    try:
+        results = boottest.verify(req)
+    except boottest.BootError:
+        _emit(app, build_dir, variants)
+        raise
+    _emit(app, build_dir, [r.variant for r in results])
+    failed = [f"{r.variant}: {', '.join(c['id'] for c in r.checks if not c['passed'])}"
+              for r in results if not r.passed]
+    if failed:
+        raise boottest.VerifyFailed(detail="; ".join(failed),
+                                    hint=f"details in {build_dir / builddir.VERIFY} and the console logs beside it")
+
+
+def _emit(app, build_dir: Path, variants) -> None:
+    try:
+        doc = boottest.read_report(build_dir)
+    except FileNotFoundError:
+        return
+    if variants:
+        doc["variants"] = {k: v for k, v in doc["variants"].items() if k in variants}
+    rows = []
+    for variant, section in doc["variants"].items():
+        for c in section.get("checks", []):
+            bad = [i for i in c["items"] if not i["passed"]]
+            shown = bad or c["items"][:1]
+            rows.append({"variant": variant, "check": c["id"], "result": "pass" if c["passed"] else "FAIL",
+                         "expected": "; ".join(_short(i["what"], i["expected"]) for i in shown),
+                         "observed": "; ".join(_short(i["what"], i["observed"]) for i in shown),
+                         "title": c["title"]})
+    output.emit(doc, app.output, rows=rows, columns=["variant", "check", "result", "title", "expected", "observed"])
+
+
+def _short(what: str, value) -> str:
+    text = value if isinstance(value, str) else output.dumps(value, "json").replace("\n", "").replace("  ", "")
+    text = f"{what}: {text}" if len(what) < 48 else text
+    return text if len(text) <= 90 else text[:87] + "..."
+
+
+COMMANDS = (verify,)

@@ -1,0 +1,602 @@
+"""``nodeforge image verify``: boot each built variant under QEMU and check it.
+
+Steps per build directory (``docs/boot-verification.md``):
+
+1. **refuse** before anything boots if ``SHA256SUMS``/``SHA512SUMS`` do not
+   match the files (:func:`checksums.verify_sums`);
+2. per variant, **offline facts** from the image file itself: the root
+   partition is found in the GPT and read with ``debugfs`` at its byte offset
+   (``file?offset=N``: no mount, no loop device; a qcow2 is converted to a
+   scratch raw first): the image-scope hardening checks (no SSH host keys,
+   empty machine-id, no build leftovers) and ``/etc/nodeforge/hardening.json``;
+3. **boot** a throwaway copy-on-write overlay (``qemu-img create -b IMAGE``,
+   2 GiB larger than the image so grow-root has something to grow into; the
+   built image is opened read-only by QEMU and never written): ``vm`` with
+   SeaBIOS and a cloud-init NoCloud seed (ISO9660 ``cidata``), ``baremetal``
+   with OVMF (UEFI, a private copy of the variables store) and an OpenStack
+   config drive (ISO9660 ``config-2``), as Ironic gives it. KVM when
+   ``/dev/kvm`` works, else TCG. No network is needed: serial port 1 is the
+   console (kept as ``verify-<variant>-console.log`` in the build directory),
+   serial port 2 carries only the report;
+4. the seed's user-data starts :mod:`.verify_guest` (sent inside the seed,
+   never baked into the image) as a transient unit; it waits until boot has
+   finished, collects what the probes ask for, writes the framed report to
+   ``ttyS1`` and powers off. The host stops QEMU as soon as the report is in;
+5. :func:`verifychecks.evaluate` decides, and ``verify.json`` gets the
+   variant's section (``passed``, per-check id/expected/observed/evidence).
+
+A boot that produces no report within the timeout is stopped and fails the
+variant; the error carries the console's last lines.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import datetime
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import struct
+import subprocess
+import tarfile
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Callable
+
+from nodeforge import hosttools
+from nodeforge.errors import MissingToolError, NodeforgeError
+from nodeforge.imagebuild import builddir, checksums, verify_guest, verifychecks as vc
+from nodeforge.imagebuild.cache import Cache
+
+log = logging.getLogger(__name__)
+
+REPO = Path(__file__).resolve().parents[2]
+PROFILE = REPO / "elements" / "k8s-hardening" / "profile.yaml"
+VERIFY_SCHEMA = "nodeforge-image-verify/1"
+QEMU = "qemu-system-x86_64"
+TOOLS = (QEMU, "qemu-img", "genisoimage", "debugfs")
+OVMF_PAIRS = (("/usr/share/OVMF/OVMF_CODE_4M.fd", "/usr/share/OVMF/OVMF_VARS_4M.fd"),
+              ("/usr/share/OVMF/OVMF_CODE.fd", "/usr/share/OVMF/OVMF_VARS.fd"))
+GROW = 2 << 30
+MEMORY_MB = 2048
+DEFAULT_TIMEOUT = 600
+ENV_ACCEL = "NODEFORGE_VERIFY_ACCEL"
+ENV_WORK_DIR = "NODEFORGE_WORK_DIR"
+LINUX_ROOT_X86_64 = uuid.UUID("4f68bce3-e8cd-4db1-96e7-fbcaf984b709")
+LINUX_DATA = uuid.UUID("0fc63daf-8483-4772-8e79-3d69d8477de4")
+GUEST_SCRIPT = Path(__file__).with_name("verify_guest.py")
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][A-Z0-9]|\x1b[=>]")
+
+
+class VerifyRefused(NodeforgeError):
+    message = "{path}: {detail}; refusing to boot"
+
+
+class BootError(NodeforgeError):
+    message = "{variant}: {detail}\n--- console (last {lines} lines of {log}) ---\n{tail}"
+
+
+class VerifyFailed(NodeforgeError):
+    message = "boot verification failed: {detail}"
+
+
+class ReportError(NodeforgeError):
+    message = "verification report: {detail}"
+
+
+@dataclasses.dataclass
+class VariantResult:
+    variant: str
+    passed: bool
+    checks: list[dict]
+    image: str
+    image_sha256: str
+    accel: str
+    firmware: str
+    console_log: str
+    seconds: dict[str, float]
+    error: str | None = None
+
+    def section(self) -> dict:
+        return {
+            "passed": self.passed, "image": self.image, "image_sha256": self.image_sha256,
+            "verified_at": datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat(),
+            "accel": self.accel, "firmware": self.firmware, "console_log": self.console_log,
+            "seconds": {k: round(v, 1) for k, v in self.seconds.items()},
+            "summary": vc.summary(self.checks), "error": self.error, "checks": self.checks,
+        }
+
+
+# --- host capabilities ------------------------------------------------------------------
+
+def require_tools() -> dict[str, str]:
+    return hosttools.require(*TOOLS, path=os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"]))
+
+
+def ovmf() -> tuple[Path, Path]:
+    for code, vars_ in OVMF_PAIRS:
+        if Path(code).is_file() and Path(vars_).is_file():
+            return Path(code), Path(vars_)
+    raise MissingToolError(tool="OVMF UEFI firmware (/usr/share/OVMF)", package="ovmf")
+
+
+def kvm_usable(qemu: str = QEMU) -> bool:
+    """/dev/kvm opens read-write and QEMU can run a vCPU on it (nested setups
+    often expose a /dev/kvm that fails on the first vCPU run)."""
+    if not os.access("/dev/kvm", os.R_OK | os.W_OK):
+        return False
+    try:
+        proc = subprocess.Popen([qemu, "-machine", "q35,accel=kvm", "-cpu", "host", "-nodefaults",
+                                 "-display", "none", "-m", "64", "-no-reboot", "-qmp", "stdio"],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    except OSError:
+        return False
+    try:
+        time.sleep(1.5)   # the firmware runs: a broken KVM aborts within this time
+        alive = proc.poll() is None
+        return alive
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+
+
+def choose_accel(requested: str = "auto") -> str:
+    requested = os.environ.get(ENV_ACCEL) or requested
+    if requested not in ("auto", "kvm", "tcg"):
+        raise NodeforgeError(f"unknown accelerator '{requested}' (auto, kvm or tcg)")
+    if requested == "auto":
+        return "kvm" if kvm_usable() else "tcg"
+    return requested
+
+
+# --- image file reading (offline) -----------------------------------------------------------
+
+def gpt_root_partition(raw: Path) -> tuple[int, int]:
+    """(byte offset, byte size) of the root partition in a GPT disk image: the
+    Linux x86-64 root type, else the last Linux data partition."""
+    with open(raw, "rb") as fh:
+        fh.seek(512)
+        header = fh.read(92)
+        if header[:8] != b"EFI PART":
+            raise NodeforgeError(f"{raw}: no GPT header")
+        entries_lba, count, size = struct.unpack_from("<QII", header, 72)
+        fh.seek(entries_lba * 512)
+        table = fh.read(count * size)
+    found = []
+    for i in range(count):
+        entry = table[i * size:(i + 1) * size]
+        type_guid = uuid.UUID(bytes_le=entry[:16])
+        first, last = struct.unpack_from("<QQ", entry, 32)
+        if type_guid in (LINUX_ROOT_X86_64, LINUX_DATA):
+            found.append((type_guid == LINUX_ROOT_X86_64, i, first * 512, (last - first + 1) * 512))
+    if not found:
+        raise NodeforgeError(f"{raw}: no Linux root partition in the GPT")
+    _, _, offset, length = max(found)
+    return offset, length
+
+
+class Ext4Reader:
+    """Read-only access to an ext4 file system at a byte offset of a disk file
+    with ``debugfs`` (never mounted, never written)."""
+
+    def __init__(self, disk: Path, offset: int, debugfs: str = "debugfs"):
+        self.spec = f"{disk}?offset={offset}"
+        self.debugfs = debugfs
+
+    def _run(self, request: str) -> subprocess.CompletedProcess:
+        return subprocess.run([self.debugfs, "-R", request, self.spec], capture_output=True)
+
+    def listdir(self, path: str) -> dict[str, dict] | None:
+        """``{name: {mode, size}}`` of a directory, None if it does not exist."""
+        proc = self._run(f'ls -p "{path}"')
+        err = proc.stderr.decode("utf-8", "replace")
+        if "File not found" in err or "not a directory" in err.lower():
+            return None
+        out = {}
+        for line in proc.stdout.decode("utf-8", "replace").splitlines():
+            # /inode/mode/uid/gid/name/size/
+            parts = line.split("/")
+            if len(parts) >= 7 and parts[0] == "":
+                name = "/".join(parts[5:-2])
+                out[name] = {"mode": parts[2], "size": int(parts[-2]) if parts[-2].isdigit() else None}
+        if not out and proc.returncode != 0:
+            raise NodeforgeError(f"debugfs could not read {path} in {self.spec}: {err.strip()[-300:]}")
+        return out
+
+    def read(self, path: str) -> bytes | None:
+        parent, _, name = path.rpartition("/")
+        listing = self.listdir(parent or "/")
+        if not listing or name not in listing:
+            return None
+        return self._run(f'cat "{path}"').stdout
+
+
+def image_facts(raw: Path, controls: list[dict], debugfs: str = "debugfs") -> dict:
+    """What the image-scope checks need, read from the image file."""
+    offset, length = gpt_root_partition(raw)
+    fs = Ext4Reader(raw, offset, debugfs)
+    globs, files = vc.image_paths(controls)
+    facts: dict = {"root_partition_offset": offset, "root_partition_bytes": length, "globs": {}, "files": {}}
+    for pattern in globs:
+        directory = pattern.rpartition("/")[0] or "/"
+        if any(ch in directory for ch in "*?["):
+            raise NodeforgeError(f"hardening check path {pattern}: only the last component may be a glob")
+        listing = fs.listdir(directory)
+        facts["globs"][pattern] = vc.glob_in_listing(pattern, None if listing is None else list(listing))
+    for path in files:
+        parent, _, name = path.rpartition("/")
+        listing = fs.listdir(parent or "/") or {}
+        facts["files"][path] = {"size": listing[name]["size"]} if name in listing else None
+    data = fs.read(vc.HARDENING_IN_IMAGE)
+    if data is None:
+        facts["hardening"], facts["hardening_error"] = None, f"{vc.HARDENING_IN_IMAGE} missing"
+    else:
+        try:
+            facts["hardening"] = json.loads(data)
+        except ValueError as exc:
+            facts["hardening"], facts["hardening_error"] = None, f"not JSON: {exc}"
+    return facts
+
+
+# --- expectations ------------------------------------------------------------------------
+
+def member_sha256(archive: Path, member: str) -> str | None:
+    want = member.lstrip("./")
+    with tarfile.open(archive) as tar:
+        for info in tar:
+            if info.isfile() and info.name.lstrip("./") == want:
+                fh = tar.extractfile(info)
+                return hashlib.sha256(fh.read()).hexdigest() if fh else None
+    return None
+
+
+def artifact_expectations(manifest: dict, cache: Cache) -> dict[str, dict]:
+    """component -> {version, sha256 of the installed file (None if unknown), note}."""
+    pins = {a["component"]: a for a in manifest.get("artifacts", []) if isinstance(a, dict)}
+    out = {}
+    for probe in vc.ARTIFACTS:
+        pin = pins.get(probe.component)
+        if pin is None:
+            continue
+        entry = {"version": str(pin["version"]).lstrip("v"), "sha256": pin["sha256"], "note": None}
+        if probe.member:
+            archive = cache.lookup(pin["sha256"])
+            if archive is None:
+                entry.update(sha256=None, note=f"pinned archive {pin['sha256'][:16]}... not in the artifact cache "
+                                                f"{cache.root}; run 'nodeforge release prefetch' or pass --cache-dir")
+            else:
+                entry.update(sha256=member_sha256(archive, probe.member),
+                             note=f"{probe.member} inside the pinned archive sha256:{pin['sha256']}")
+        out[probe.component] = entry
+    return out
+
+
+def hardening_controls(manifest: dict, image_doc: dict | None, profile_path: Path = PROFILE) -> tuple[list, str]:
+    """The controls to check: the repository's profile when it is the build's
+    profile and version, else the one recorded inside the image."""
+    import yaml
+
+    want = manifest.get("hardening") or {}
+    try:
+        repo = yaml.safe_load(profile_path.read_text())
+    except (OSError, ValueError):
+        repo = None
+    if isinstance(repo, dict) and (repo.get("profile"), str(repo.get("version"))) == \
+            (want.get("profile"), str(want.get("version"))):
+        return repo["controls"], f"{profile_path.relative_to(REPO) if profile_path.is_relative_to(REPO) else profile_path}"
+    if isinstance(image_doc, dict) and isinstance(image_doc.get("controls"), list):
+        return image_doc["controls"], f"{vc.HARDENING_IN_IMAGE} in the image (repository profile is another version)"
+    return [], "none found"
+
+
+# --- seed ----------------------------------------------------------------------------------
+
+def user_data(probes: dict, guest_script: str | None = None) -> str:
+    """cloud-config that writes the collector and its probes to /run and starts
+    it as a transient unit (outside the boot transaction, so it can wait for
+    the boot to finish)."""
+    script = guest_script if guest_script is not None else GUEST_SCRIPT.read_text()
+    files = [("/run/nodeforge-verify/collect.py", "0700", script.encode()),
+             ("/run/nodeforge-verify/probes.json", "0600", json.dumps(probes, sort_keys=True).encode())]
+    lines = ["#cloud-config", "# nodeforge image verify: throwaway verification boot (not part of any image)",
+             "write_files:"]
+    for path, mode, data in files:
+        lines += [f"  - path: {path}", f"    permissions: '{mode}'", "    encoding: b64",
+                  f"    content: {base64.b64encode(data).decode()}"]
+    lines += ["runcmd:",
+              "  - [systemd-run, --unit=nodeforge-verify, --description=nodeforge image verify collector, "
+              "/usr/bin/python3, /run/nodeforge-verify/collect.py, /run/nodeforge-verify/probes.json]"]
+    return "\n".join(lines) + "\n"
+
+
+def seed_files(variant: str, probes: dict, instance_id: str, guest_script: str | None = None) -> tuple[str, dict]:
+    """(volume label, {relative path: bytes}): a NoCloud seed for ``vm``, an
+    OpenStack config drive for ``baremetal`` (what Ironic attaches)."""
+    ud = user_data(probes, guest_script).encode()
+    hostname = f"nf-verify-{variant}"
+    if variant == "baremetal":
+        meta = {"uuid": instance_id, "hostname": hostname, "name": hostname, "launch_index": 0,
+                "availability_zone": "nova", "files": [], "meta": {}}
+        return "config-2", {"openstack/latest/meta_data.json": json.dumps(meta).encode(),
+                            "openstack/latest/user_data": ud}
+    return "cidata", {"meta-data": f"instance-id: {instance_id}\nlocal-hostname: {hostname}\n".encode(),
+                      "user-data": ud}
+
+
+def make_seed(path: Path, label: str, files: dict[str, bytes], genisoimage: str = "genisoimage") -> Path:
+    tree = path.with_suffix(".d")
+    for rel, data in files.items():
+        target = tree / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+    proc = subprocess.run([genisoimage, "-quiet", "-output", str(path), "-volid", label, "-joliet", "-rock",
+                           str(tree)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise NodeforgeError(f"genisoimage failed: {proc.stderr.strip()[-500:]}")
+    shutil.rmtree(tree)
+    return path
+
+
+# --- QEMU ---------------------------------------------------------------------------------
+
+def qemu_argv(*, variant: str, overlay: Path, seed: Path, console: Path, report: Path, accel: str,
+              firmware: tuple[Path, Path] | None = None, smp: int = 2, memory_mb: int = MEMORY_MB) -> list[str]:
+    argv = [QEMU, "-name", f"nodeforge-verify-{variant}", "-nodefaults", "-display", "none", "-no-reboot",
+            "-machine", f"q35,accel={accel}", "-cpu", "host" if accel == "kvm" else "max",
+            "-smp", str(smp), "-m", str(memory_mb)]
+    if firmware:
+        code, vars_copy = firmware
+        argv += ["-drive", f"if=pflash,format=raw,unit=0,readonly=on,file={code}",
+                 "-drive", f"if=pflash,format=raw,unit=1,file={vars_copy}"]
+    argv += ["-drive", f"file={overlay},format=qcow2,if=virtio,cache=unsafe",
+             "-drive", f"file={seed},format=raw,if=virtio,readonly=on",
+             # A NIC as Nova/Ironic give one; isolated (no route out), only slirp's DHCP answers.
+             "-nic", "user,model=virtio-net-pci,restrict=on",
+             "-serial", f"file:{console}", "-serial", f"file:{report}"]
+    return argv
+
+
+def console_tail(path: Path, lines: int = 25) -> str:
+    try:
+        text = path.read_bytes().decode("utf-8", "replace")
+    except OSError:
+        return "(no console output)"
+    text = _ANSI.sub("", text).replace("\r", "\n")
+    kept = [line.rstrip() for line in text.split("\n") if line.strip()]
+    return "\n".join(kept[-lines:]) or "(no console output)"
+
+
+def parse_report(text: str) -> dict | None:
+    """The framed report in ``text`` (None if it is not complete yet)."""
+    begin = text.rfind(verify_guest.MAGIC_BEGIN)
+    if begin < 0:
+        return None
+    end = text.find(verify_guest.MAGIC_END, begin)
+    if end < 0:
+        return None
+    block = text[begin:end].replace("\r", "").split("\n")
+    head = block[0].split()
+    if len(head) != 4 or head[1] != str(verify_guest.FORMAT):
+        raise ReportError(detail=f"unexpected header {block[0][:80]!r}")
+    payload_b64 = "".join(line.strip() for line in block[1:] if line.strip())
+    try:
+        payload = base64.b64decode(payload_b64, validate=True)
+    except ValueError as exc:
+        raise ReportError(detail=f"damaged base64 ({exc})") from None
+    if len(payload) != int(head[3]) or hashlib.sha256(payload).hexdigest() != head[2]:
+        raise ReportError(detail="payload does not match its sha256 (serial output damaged)")
+    return json.loads(payload)
+
+
+def boot(argv: list[str], *, console: Path, report: Path, timeout: float, variant: str,
+         stop: Callable[[], bool] = lambda: False) -> tuple[dict, float]:
+    """Run QEMU until the report arrives (then stop it), it exits, or ``timeout``."""
+    t0 = time.monotonic()
+    log.info("booting %s: %s", variant, " ".join(argv))
+    stderr = open(console.with_suffix(".qemu-stderr"), "w+")
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr,
+                            start_new_session=True)
+    try:
+        while True:
+            found = None
+            for source in (report, console):
+                try:
+                    text = source.read_bytes().decode("utf-8", "replace")
+                except OSError:
+                    continue
+                found = parse_report(text)
+                if found is not None:
+                    break
+            if found is not None:
+                return found, time.monotonic() - t0
+            if proc.poll() is not None:
+                stderr.seek(0)
+                err = stderr.read().strip()[-500:]
+                raise BootError(variant=variant, detail=f"QEMU exited with {proc.returncode} before the guest "
+                                                        f"reported" + (f": {err}" if err else ""),
+                                lines=25, log=console.name, tail=console_tail(console))
+            if time.monotonic() - t0 > timeout or stop():
+                raise BootError(variant=variant, detail=f"no report within {timeout:.0f} s (boot hung or too "
+                                                        f"slow); QEMU stopped",
+                                lines=25, log=console.name, tail=console_tail(console))
+            time.sleep(0.5)
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        stderr.close()
+        Path(stderr.name).unlink(missing_ok=True)
+
+
+# --- the command --------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class VerifyRequest:
+    build_dir: Path
+    variants: tuple[str, ...] = ()          # empty: every image in the build
+    timeout: float = DEFAULT_TIMEOUT
+    accel: str = "auto"
+    cache_dir: Path | None = None
+    work_dir: Path | None = None
+    keep_work: bool = False
+    grow: int = GROW
+    profile_path: Path = PROFILE
+    stream: Callable[[str], None] | None = None
+
+
+def refuse_bad_checksums(path: Path) -> None:
+    for sums in checksums.SUMS_FILES.values():
+        if not (path / sums).is_file():
+            raise VerifyRefused(path=path, detail=f"no {sums}")
+    bad = checksums.verify_sums(path)
+    if bad:
+        raise VerifyRefused(path=path, detail=f"{', '.join(bad)} do(es) not match SHA256SUMS/SHA512SUMS",
+                            hint="the build directory was changed after the build; rebuild it")
+
+
+def verify(req: VerifyRequest) -> list[VariantResult]:
+    say = req.stream or (lambda line: log.info("%s", line))
+    build = builddir.load(req.build_dir)
+    root = build.path
+    variants = req.variants or tuple(sorted(build.variants, key=lambda v: (v != "vm", v)))
+    for v in variants:
+        build.variant(v)
+    tools = require_tools()
+    firmware = ovmf() if "baremetal" in variants else None
+    say(f"checking {root.name}: SHA256SUMS and SHA512SUMS")
+    refuse_bad_checksums(root)
+    manifest = json.loads(build.manifest_path.read_text())
+    accel = choose_accel(req.accel)
+    cache = Cache(req.cache_dir)
+    artifacts = artifact_expectations(manifest, cache)
+    results = []
+    errors: list[BootError] = []
+    for variant in variants:
+        image = build.variant(variant)
+        work = Path(tempfile.mkdtemp(prefix=f"nodeforge-verify-{variant}-",
+                                     dir=req.work_dir or os.environ.get(ENV_WORK_DIR) or None))
+        console = root / f"verify-{variant}-console.log"
+        seconds: dict[str, float] = {}
+        t_all = time.monotonic()
+        try:
+            say(f"{variant}: reading {image.path.name} offline")
+            t = time.monotonic()
+            raw = image.path
+            if image.disk_format == "qcow2":
+                raw = work / "image.raw"
+                _run([tools["qemu-img"], "convert", "-f", "qcow2", "-O", "raw", str(image.path), str(raw)])
+            pre = image_facts(raw, [], tools["debugfs"])  # hardening.json first: it may define the controls
+            controls, source = hardening_controls(manifest, pre.get("hardening"), req.profile_path)
+            facts = image_facts(raw, controls, tools["debugfs"])
+            if raw != image.path:
+                raw.unlink()
+            seconds["offline"] = time.monotonic() - t
+
+            virtual = _virtual_size(tools["qemu-img"], image.path, image.disk_format)
+            exp = vc.Expectations(
+                variant=variant, artifacts=artifacts, controls=controls,
+                hardening=manifest.get("hardening") or {}, controls_source=source,
+                manifest_sha256=build.manifest_sha256, disk_bytes=virtual + req.grow,
+                image_root_partition_bytes=facts["root_partition_bytes"])
+            instance = str(uuid.uuid4())
+            probes = vc.probes(exp, probe_id=instance, wait_seconds=max(60, int(req.timeout * 0.6)))
+            overlay = work / "overlay.qcow2"
+            _run([tools["qemu-img"], "create", "-q", "-f", "qcow2", "-b", str(image.path.resolve()),
+                  "-F", image.disk_format, str(overlay), str(virtual + req.grow)])
+            label, files = seed_files(variant, probes, instance)
+            seed = make_seed(work / "seed.iso", label, files, tools["genisoimage"])
+            fw = None
+            if variant == "baremetal" and firmware:
+                vars_copy = work / "OVMF_VARS.fd"
+                shutil.copyfile(firmware[1], vars_copy)
+                fw = (firmware[0], vars_copy)
+            report = work / "report.serial"
+            console.unlink(missing_ok=True)
+            argv = qemu_argv(variant=variant, overlay=overlay, seed=seed, console=console, report=report,
+                             accel=accel, firmware=fw)
+            say(f"{variant}: booting ({accel}, {'UEFI' if fw else 'BIOS'}; timeout {req.timeout:.0f} s)")
+            error = None
+            try:
+                guest, seconds["boot_to_verdict"] = boot(argv, console=console, report=report,
+                                                         timeout=req.timeout, variant=variant)
+            except (BootError, ReportError) as exc:
+                error, guest = exc, {"error": str(exc).splitlines()[0]}
+                seconds["boot_to_verdict"] = time.monotonic() - t
+            checks = vc.evaluate(exp, guest, facts)
+            seconds["total"] = time.monotonic() - t_all
+            result = VariantResult(variant, all(c["passed"] for c in checks) and error is None, checks,
+                                   image.path.name, image.sha256, accel, "uefi" if fw else "bios", console.name,
+                                   seconds, str(error).splitlines()[0] if error else None)
+            results.append(result)
+            write_report(root, build, [result])
+            failed = [c["id"] for c in checks if not c["passed"]]
+            say(f"{variant}: {'passed' if result.passed else 'FAILED'} ({len(checks) - len(failed)}/{len(checks)} "
+                f"checks) in {seconds['boot_to_verdict']:.0f} s" + (f"; failed: {', '.join(failed)}" if failed else ""))
+            if isinstance(error, BootError):
+                errors.append(error)
+            elif error is not None:
+                errors.append(BootError(variant=variant, detail=str(error), lines=25, log=console.name,
+                                        tail=console_tail(console)))
+        finally:
+            if req.keep_work:
+                say(f"{variant}: work directory kept: {work}")
+            else:
+                shutil.rmtree(work, ignore_errors=True)
+    if errors:
+        raise errors[0]
+    return results
+
+
+def write_report(root: Path, build: builddir.BuildDir, results: list[VariantResult]) -> dict:
+    """Merge ``results`` into ``root/verify.json`` (other variants' sections are
+    kept when they belong to this same build and manifest). No top-level
+    verdict: each variant passes or fails on its own section."""
+    path = root / builddir.VERIFY
+    doc = {}
+    if path.is_file():
+        try:
+            doc = json.loads(path.read_text())
+        except ValueError:
+            doc = {}
+    if not isinstance(doc, dict) or doc.get("schema") != VERIFY_SCHEMA or \
+            doc.get("manifest_sha256") != build.manifest_sha256:
+        doc = {}
+    variants = dict(doc.get("variants") or {})
+    for r in results:
+        variants[r.variant] = r.section()
+    doc = {"schema": VERIFY_SCHEMA, "build_id": build.build_id, "manifest_sha256": build.manifest_sha256,
+           "variants": {k: variants[k] for k in sorted(variants)}}
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(doc, indent=2) + "\n")
+    os.replace(tmp, path)
+    return doc
+
+
+def read_report(root: Path) -> dict:
+    """``verify.json`` of a build directory (FileNotFoundError if absent)."""
+    doc = json.loads((Path(root) / builddir.VERIFY).read_text())
+    doc.setdefault("variants", {})
+    return doc
+
+
+def _virtual_size(qemu_img: str, path: Path, fmt: str) -> int:
+    out = _run([qemu_img, "info", "--output", "json", "-f", fmt, str(path)])
+    return int(json.loads(out)["virtual-size"])
+
+
+def _run(argv: list[str]) -> str:
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise NodeforgeError(f"{Path(argv[0]).name} failed ({proc.returncode}): {proc.stderr.strip()[-500:]}")
+    return proc.stdout

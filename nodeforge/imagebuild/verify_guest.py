@@ -1,0 +1,255 @@
+#!/usr/bin/python3
+"""Guest side of ``nodeforge image verify``: collect facts, print them, power off.
+
+This file is shipped *as text* inside the cloud-init seed of the throwaway
+verification boot (never baked into an image) and runs under the image's own
+``python3`` (cloud-init's interpreter), so it uses the standard library only
+and imports nothing from nodeforge.
+
+It only **observes**: the host sends a list of probes (``probes.json``), this
+script answers each with what it sees (versions printed, file digests, unit
+states, sysctls, ``sshd -T``, file modes, globs, sizes), and the host decides
+pass/fail (``nodeforge.imagebuild.verifychecks``), so every expectation lives
+in one place and is unit-tested on the host.
+
+The report goes to the second serial port (``/dev/ttyS1``, a file on the host
+that nothing else writes to) framed as::
+
+    NODEFORGE-VERIFY-BEGIN 1 <sha256 of payload> <payload bytes>
+    <payload: base64 of the JSON report, 76-character lines>
+    NODEFORGE-VERIFY-END
+
+and, if ``ttyS1`` does not exist, to the console (``/dev/ttyS0``), where the
+host looks too. Then the machine powers off.
+"""
+
+import base64
+import glob
+import grp
+import hashlib
+import json
+import os
+import pwd
+import re
+import subprocess
+import sys
+import time
+
+MAGIC_BEGIN = "NODEFORGE-VERIFY-BEGIN"
+MAGIC_END = "NODEFORGE-VERIFY-END"
+FORMAT = 1
+OUTPUT_LIMIT = 2000
+
+
+def run(argv, timeout=60):
+    try:
+        p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout)
+        return {"rc": p.returncode, "output": p.stdout.decode("utf-8", "replace")[:OUTPUT_LIMIT]}
+    except FileNotFoundError:
+        return {"rc": 127, "output": "not found: %s" % argv[0]}
+    except subprocess.TimeoutExpired:
+        return {"rc": 124, "output": "timed out after %ss" % timeout}
+    except OSError as exc:
+        return {"rc": 126, "output": str(exc)}
+
+
+def sha256(path):
+    try:
+        h = hashlib.sha256()
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+        return {"sha256": h.hexdigest(), "size": os.path.getsize(path)}
+    except OSError as exc:
+        return {"error": exc.strerror or str(exc)}
+
+
+def unit(name):
+    props = "LoadState,ActiveState,SubState,UnitFileState"
+    out = run(["systemctl", "show", "--property=" + props, name])
+    state = {}
+    for line in out["output"].splitlines():
+        key, _, value = line.partition("=")
+        if key in props.split(","):
+            state[key] = value
+    return state
+
+
+def sysctl(key):
+    try:
+        with open("/proc/sys/" + key.replace(".", "/")) as fh:
+            return fh.read().strip()
+    except OSError as exc:
+        return {"error": exc.strerror or str(exc)}
+
+
+def loaded_modules():
+    names = set()
+    try:
+        with open("/proc/modules") as fh:
+            names = {line.split()[0] for line in fh if line.strip()}
+    except OSError:
+        pass
+    return names
+
+
+def module_present(name, loaded):
+    # Built-in modules do not show in /proc/modules but have /sys/module/<name>.
+    return name in loaded or os.path.isdir("/sys/module/" + name.replace("-", "_"))
+
+
+def sshd_values(keys):
+    out = run(["/usr/sbin/sshd", "-T"])
+    values = {}
+    for line in out["output"].splitlines():
+        key, _, value = line.strip().partition(" ")
+        if key in keys:
+            values[key] = value.strip()
+    return {"rc": out["rc"], "values": values,
+            "output": "" if out["rc"] == 0 else out["output"][-500:]}
+
+
+def stat(path):
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        return {"error": exc.strerror or str(exc)}
+    try:
+        owner = pwd.getpwuid(st.st_uid).pw_name
+    except KeyError:
+        owner = str(st.st_uid)
+    try:
+        group = grp.getgrgid(st.st_gid).gr_name
+    except KeyError:
+        group = str(st.st_gid)
+    return {"mode": "%04o" % (st.st_mode & 0o7777), "owner": owner, "group": group}
+
+
+def read(path, limit=4096):
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(limit).decode("utf-8", "replace")
+    except OSError as exc:
+        return {"error": exc.strerror or str(exc)}
+
+
+def rootfs():
+    """Sizes of the root filesystem, its partition and the disk under it."""
+    info = {}
+    st = os.stat("/")
+    vfs = os.statvfs("/")
+    info["fs_bytes"] = vfs.f_blocks * vfs.f_frsize
+    info["fs_avail_bytes"] = vfs.f_bavail * vfs.f_frsize
+    info["source"] = run(["findmnt", "-n", "-o", "SOURCE,FSTYPE", "/"])["output"].strip()
+    sysdir = "/sys/dev/block/%d:%d" % (os.major(st.st_dev), os.minor(st.st_dev))
+    real = os.path.realpath(sysdir)
+    info["device"] = os.path.basename(real)
+
+    def num(path):
+        try:
+            with open(path) as fh:
+                return int(fh.read().strip())
+        except (OSError, ValueError):
+            return None
+
+    size, start = num(real + "/size"), num(real + "/start")
+    info["partition_bytes"] = size * 512 if size is not None else None
+    info["partition_start_bytes"] = start * 512 if start is not None else None
+    parent_size = num(os.path.dirname(real) + "/size") if start is not None else None
+    info["disk"] = os.path.basename(os.path.dirname(real)) if start is not None else None
+    info["disk_bytes"] = parent_size * 512 if parent_size is not None else None
+    info["lsblk"] = run(["lsblk", "-b", "-o", "NAME,SIZE,TYPE,FSTYPE,MOUNTPOINTS"])["output"]
+    return info
+
+
+def wait_running(timeout):
+    """Wait until systemd finished booting (running or degraded); we are not part
+    of the boot transaction (started with systemd-run), so this cannot deadlock."""
+    out = run(["systemctl", "is-system-running", "--wait"], timeout=timeout)
+    return out["output"].strip() or ("timed out" if out["rc"] == 124 else "rc=%s" % out["rc"])
+
+
+def wait_units(units, timeout):
+    deadline = time.monotonic() + timeout
+    for name in units:
+        while time.monotonic() < deadline:
+            state = unit(name).get("ActiveState")
+            if state in ("active", "failed"):
+                break
+            time.sleep(1)
+
+
+def collect(probes):
+    t0 = time.monotonic()
+    report = {"format": FORMAT, "probes": probes.get("id")}
+    report["system_state"] = wait_running(probes.get("wait_seconds", 240))
+    wait_units(probes.get("wait_units", []), probes.get("wait_seconds", 240))
+    report["waited_seconds"] = round(time.monotonic() - t0, 1)
+    report["uptime_seconds"] = float(read("/proc/uptime").split()[0]) if isinstance(read("/proc/uptime"), str) else None
+    report["kernel"] = os.uname().release
+    report["cmdline"] = read("/proc/cmdline").strip() if isinstance(read("/proc/cmdline"), str) else None
+    report["failed_units"] = run(["systemctl", "list-units", "--failed", "--plain", "--no-legend"])["output"]
+    report["cloud_init"] = run(["cloud-init", "status", "--long"])["output"]
+    report["commands"] = {name: run(argv) for name, argv in sorted(probes.get("commands", {}).items())}
+    report["files"] = {path: sha256(path) for path in probes.get("files", [])}
+    report["units"] = {name: unit(name) for name in probes.get("units", [])}
+    report["sysctls"] = {key: sysctl(key) for key in probes.get("sysctls", [])}
+    loaded = loaded_modules()
+    report["modules"] = {name: module_present(name, loaded) for name in probes.get("modules", [])}
+    report["sshd"] = sshd_values(set(probes.get("sshd", []))) if probes.get("sshd") else None
+    report["stat"] = {path: stat(path) for path in probes.get("stat", [])}
+    report["globs"] = {pattern: sorted(glob.glob(pattern)) for pattern in probes.get("globs", [])}
+    report["swaps"] = [line for line in read("/proc/swaps").splitlines()[1:] if line.strip()] \
+        if isinstance(read("/proc/swaps"), str) else None
+    report["machine_id"] = read("/etc/machine-id")
+    report["rootfs"] = rootfs()
+    report["collect_seconds"] = round(time.monotonic() - t0, 1)
+    return report
+
+
+def frame(report):
+    payload = json.dumps(report, sort_keys=True).encode()
+    b64 = base64.b64encode(payload).decode()
+    lines = [b64[i:i + 76] for i in range(0, len(b64), 76)]
+    head = "%s %d %s %d" % (MAGIC_BEGIN, FORMAT, hashlib.sha256(payload).hexdigest(), len(payload))
+    return "\r\n".join(["", head] + lines + [MAGIC_END, ""])
+
+
+def emit(text):
+    # Quiet the kernel on the console so nothing interleaves with the fallback path.
+    run(["dmesg", "--console-level", "1"])
+    for port in ("/dev/ttyS1", "/dev/ttyS0"):
+        try:
+            fd = os.open(port, os.O_WRONLY | os.O_NOCTTY)
+        except OSError:
+            continue
+        try:
+            data = text.encode()
+            while data:
+                data = data[os.write(fd, data):]
+        finally:
+            os.close(fd)
+        return port
+    return None
+
+
+def main(argv):
+    with open(argv[1]) as fh:
+        probes = json.load(fh)
+    try:
+        report = collect(probes)
+    except Exception as exc:  # report the failure instead of hanging the host until its timeout
+        report = {"format": FORMAT, "probes": probes.get("id"), "error": "%s: %s" % (type(exc).__name__, exc)}
+    port = emit(frame(report))
+    try:
+        with open("/dev/console", "w") as con:
+            con.write("\r\nnodeforge verify: report written to %s\r\n" % port)
+    except OSError:
+        pass
+    if probes.get("poweroff", True):
+        subprocess.run(["systemctl", "poweroff", "--no-block"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

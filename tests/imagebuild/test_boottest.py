@@ -1,0 +1,407 @@
+"""nodeforge image verify: check evaluation, report framing, seeds, refusal; real boots (slow).
+
+Fast tests need no QEMU. The slow ones boot the session build
+(``tests/image_fixture.py``, cached under .cache/images) once per variant
+through a hard-linked copy of its build directory (the images are only ever
+opened read-only as overlay backing files; verify.json and console logs go
+into the copy), and break one thing in a real copy of the image to show that
+exactly that check fails.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from nodeforge import cli
+from nodeforge.imagebuild import boottest, builddir, verify_guest, verifychecks as vc
+from nodeforge.imagebuild.cache import Cache
+from tests.imagebuild.builddir_factory import make_build_dir
+
+REPO = Path(__file__).resolve().parents[2]
+PROFILE = yaml.safe_load((REPO / "elements/k8s-hardening/profile.yaml").read_text())
+SBIN_PATH = os.environ.get("PATH", "") + ":/usr/sbin:/sbin"
+SHA = {c: hashlib.sha256(c.encode()).hexdigest() for c in ("kubelet", "kubeadm", "kubectl", "crictl",
+                                                           "containerd", "runc", "manifest")}
+VERSIONS = {"kubelet": "1.36.0", "kubeadm": "1.36.0", "kubectl": "1.36.0", "crictl": "1.36.0",
+            "containerd": "2.3.4", "runc": "1.4.3"}
+OUTPUTS = {"kubelet": "Kubernetes v1.36.0", "kubeadm": "v1.36.0", "kubectl": "Client Version: v1.36.0\n"
+           "Kustomize Version: v5.7.1", "crictl": "crictl version v1.36.0",
+           "containerd": "containerd github.com/containerd/containerd/v2 v2.3.4 0123abc",
+           "runc": "runc version 1.4.3\ncommit: v1.4.3-0-g0\nspec: 1.2.1"}
+GIB = 1 << 30
+
+
+# --- a healthy system, as the collector would report it -----------------------------------
+
+def expectations(controls=None) -> vc.Expectations:
+    return vc.Expectations(
+        variant="vm", artifacts={c: {"version": v, "sha256": SHA[c], "note": None} for c, v in VERSIONS.items()},
+        controls=copy.deepcopy(controls or PROFILE["controls"]),
+        hardening={"profile": PROFILE["profile"], "version": PROFILE["version"]}, controls_source="test",
+        manifest_sha256=SHA["manifest"], disk_bytes=4 * GIB, image_root_partition_bytes=GIB + GIB // 2)
+
+
+def healthy_guest(exp: vc.Expectations) -> dict:
+    """Answer every probe the way a correct image does."""
+    p = vc.probes(exp, probe_id="t")
+    units = {}
+    for u in p["units"]:
+        units[u] = {"LoadState": "loaded", "ActiveState": "active", "SubState": "running", "UnitFileState": "enabled"}
+    sysctls, sshd, stat, globs = {}, {}, {}, {g: [] for g in p["globs"]}
+    for control in exp.controls:
+        for c in control["checks"]:
+            if c["kind"] == "service" and c["state"] == "masked":
+                units[c["unit"]] = {"LoadState": "masked", "ActiveState": "inactive", "UnitFileState": "masked"}
+            elif c["kind"] == "sysctl":
+                sysctls[c["key"]] = c["value"]
+            elif c["kind"] == "sshd":
+                sshd[c["key"]] = c["value"]
+            elif c["kind"] == "file_mode":
+                stat[c["path"]] = {"mode": c["mode"], "owner": c["owner"], "group": c["group"]}
+    globs["/etc/ssh/ssh_host_*_key"] = ["/etc/ssh/ssh_host_ed25519_key", "/etc/ssh/ssh_host_rsa_key"]
+    files = {path: {"sha256": SHA["manifest"], "size": 100} for path in p["files"]}
+    for a in vc.ARTIFACTS:
+        files[a.path] = {"sha256": SHA[a.component], "size": 10}
+    return {
+        "format": 1, "system_state": "running", "kernel": "6.1.0-test", "cmdline": "console=ttyS0",
+        "commands": {c: {"rc": 0, "output": OUTPUTS[c]} for c in VERSIONS}, "files": files, "units": units,
+        "sysctls": sysctls, "modules": {m: True for m in p["modules"]},
+        "sshd": {"rc": 0, "values": sshd, "output": ""}, "stat": stat, "globs": globs, "swaps": [],
+        "machine_id": "0123456789abcdef0123456789abcdef\n", "failed_units": "", "cloud_init": "status: done",
+        "rootfs": {"disk_bytes": 4 * GIB, "partition_start_bytes": 130 << 20,
+                   "partition_bytes": 4 * GIB - (130 << 20) - (1 << 20), "fs_bytes": int(3.7 * GIB),
+                   "source": "/dev/vda3 ext4", "device": "vda3", "disk": "vda", "lsblk": "vda ..."},
+    }
+
+
+def healthy_image(exp: vc.Expectations) -> dict:
+    globs, files = vc.image_paths(exp.controls)
+    return {"globs": {g: [] for g in globs}, "files": {f: {"size": 0} for f in files},
+            "hardening": {"profile": PROFILE["profile"], "version": PROFILE["version"],
+                          "controls": copy.deepcopy(exp.controls)},
+            "root_partition_bytes": exp.image_root_partition_bytes}
+
+
+def failed_ids(checks) -> list[str]:
+    return [c["id"] for c in checks if not c["passed"]]
+
+
+# --- check evaluation ------------------------------------------------------------------
+
+def test_healthy_system_passes_every_check_and_covers_every_control():
+    exp = expectations()
+    checks = vc.evaluate(exp, healthy_guest(exp), healthy_image(exp))
+    assert failed_ids(checks) == []
+    ids = [c["id"] for c in checks]
+    assert [c["id"] for c in PROFILE["controls"]] == [i for i in ids if i.startswith("NF-HARD-")]
+    assert {f"artifact-{c}" for c in VERSIONS} | {"containerd-active", "kubelet-enabled", "rootfs-grown",
+                                                  "manifest", "hardening-profile", "boot"} <= set(ids)
+    for c in checks:
+        assert set(c) >= {"id", "title", "passed", "expected", "observed", "items", "evidence"}
+        assert c["items"] and set(c["expected"]) == set(c["observed"])
+
+
+@pytest.mark.parametrize("breakage, failing", [
+    (lambda g, i: g["sysctls"].update({"net.ipv4.ip_forward": "0"}), "NF-HARD-003"),
+    (lambda g, i: g["files"]["/usr/local/bin/kubelet"].update(sha256="0" * 64), "artifact-kubelet"),
+    (lambda g, i: g["commands"]["containerd"].update(output="containerd github.com/x/v2 v2.3.5"),
+     "artifact-containerd"),
+    (lambda g, i: g["sshd"]["values"].update(permitrootlogin="yes"), "NF-HARD-006"),
+    (lambda g, i: g["units"]["auditd.service"].update(ActiveState="failed"), "NF-HARD-007"),
+    (lambda g, i: g["units"]["containerd.service"].update(ActiveState="failed"), "containerd-active"),
+    (lambda g, i: g["units"]["kubelet.service"].update(UnitFileState="disabled"), "kubelet-enabled"),
+    (lambda g, i: g.update(swaps=["/swapfile file 1048572 0 -2"]), "NF-HARD-001"),
+    (lambda g, i: g["modules"].update(br_netfilter=False), "NF-HARD-002"),
+    (lambda g, i: g["stat"]["/etc/shadow"].update(mode="0644"), "NF-HARD-009"),
+    (lambda g, i: i["globs"].update({"/etc/ssh/ssh_host_*_key": ["/etc/ssh/ssh_host_rsa_key"]}), "NF-HARD-010"),
+    (lambda g, i: g.update(machine_id="uninitialized\n"), "NF-HARD-011"),
+    (lambda g, i: i["files"].update({"/etc/machine-id": {"size": 33}}), "NF-HARD-011"),
+    (lambda g, i: i["globs"].update({"/var/lib/cloud/instance*": ["/var/lib/cloud/instance"]}), "NF-HARD-012"),
+    (lambda g, i: i["globs"].update({"/var/log/*.log": ["/var/log/dpkg.log"]}), "NF-HARD-013"),
+    (lambda g, i: g["rootfs"].update(partition_bytes=GIB + GIB // 2, fs_bytes=GIB), "rootfs-grown"),
+    (lambda g, i: g["files"][vc.MANIFEST_IN_IMAGE].update(sha256="1" * 64), "manifest"),
+    (lambda g, i: i["hardening"]["controls"].pop(), "hardening-profile"),
+    (lambda g, i: g.update(system_state="starting"), "boot"),
+])
+def test_one_breakage_fails_exactly_its_check(breakage, failing):
+    exp = expectations()
+    guest, image = healthy_guest(exp), healthy_image(exp)
+    breakage(guest, image)
+    assert failed_ids(vc.evaluate(exp, guest, image)) == [failing]
+
+
+def test_unknown_archive_member_digest_fails_with_the_reason():
+    exp = expectations()
+    exp.artifacts["crictl"] = {"version": "1.36.0", "sha256": None, "note": "pinned archive not in the cache"}
+    checks = {c["id"]: c for c in vc.evaluate(exp, healthy_guest(exp), healthy_image(exp))}
+    assert not checks["artifact-crictl"]["passed"]
+    assert "not in the cache" in checks["artifact-crictl"]["expected"]["sha256"]
+
+
+def test_collector_error_fails_everything_it_did_not_report():
+    exp = expectations()
+    checks = vc.evaluate(exp, {"error": "no report within 600 s"}, healthy_image(exp))
+    failed = failed_ids(checks)
+    assert "boot" in failed and "manifest" in failed and "artifact-kubelet" in failed
+    assert "hardening-profile" not in failed   # offline facts still hold
+
+
+@pytest.mark.parametrize("out, want", [("Kubernetes v1.36.0", "1.36.0"), ("v1.36.0-rc.1", "1.36.0-rc.1"),
+                                       ("containerd github.com/containerd/containerd/v2 v2.3.4 abc", "2.3.4"),
+                                       ("runc version 1.4.3\ncommit: x", "1.4.3"), ("garbage", None)])
+def test_parse_version(out, want):
+    assert vc.parse_version(out) == want
+
+
+def test_probes_cover_the_profile():
+    exp = expectations()
+    p = vc.probes(exp, probe_id="x")
+    assert "net.ipv4.ip_forward" in p["sysctls"] and "br_netfilter" in p["modules"]
+    assert "permitrootlogin" in p["sshd"] and "/etc/shadow" in p["stat"]
+    assert "swap.target" in p["units"] and "kubelet.service" in p["units"]
+    assert "/var/log/*.log" not in p["globs"]        # image scope only: never probed at boot
+    assert "/etc/ssh/ssh_host_*_key" in p["globs"]    # keys generated at first boot
+    globs, files = vc.image_paths(exp.controls)
+    assert "/var/log/*.log" in globs and files == ["/etc/machine-id"]
+
+
+def test_glob_in_listing():
+    assert vc.glob_in_listing("/etc/ssh/ssh_host_*_key", ["ssh_host_rsa_key", "ssh_host_rsa_key.pub", "moduli"]) \
+        == ["/etc/ssh/ssh_host_rsa_key"]
+    assert vc.glob_in_listing("/var/lib/cloud/instance*", None) == []
+
+
+# --- report framing (guest) and parsing (host) -----------------------------------------------
+
+def test_report_round_trip_through_noise():
+    report = {"format": 1, "system_state": "running", "x": "é" * 500}
+    framed = verify_guest.frame(report)
+    text = "login: \x1b[0m[  12.3] kernel noise\r\n" + framed + "\r\nlogin: "
+    assert boottest.parse_report(text) == report
+    assert boottest.parse_report(text[: len(text) // 2]) is None          # still arriving
+
+
+def test_damaged_report_is_an_error():
+    framed = verify_guest.frame({"a": 1, "b": "x" * 300})
+    lines = framed.split("\r\n")
+    lines[3] = lines[3][:-4] + "AAAA"
+    with pytest.raises(boottest.ReportError, match="sha256"):
+        boottest.parse_report("\r\n".join(lines))
+
+
+def test_guest_collector_helpers_on_this_host(tmp_path):
+    f = tmp_path / "f"
+    f.write_bytes(b"abc")
+    assert verify_guest.sha256(str(f)) == {"sha256": hashlib.sha256(b"abc").hexdigest(), "size": 3}
+    assert "error" in verify_guest.sha256(str(tmp_path / "missing"))
+    assert verify_guest.stat(str(f))["mode"] == "%04o" % (f.stat().st_mode & 0o7777)
+    assert verify_guest.sysctl("kernel.ostype") == "Linux"
+    r = verify_guest.rootfs()
+    assert r["fs_bytes"] > 0
+
+
+# --- seed -----------------------------------------------------------------------------------
+
+def _iso_volume_id(path: Path) -> str:
+    with open(path, "rb") as fh:
+        fh.seek(16 * 2048)
+        pvd = fh.read(2048)
+    assert pvd[1:6] == b"CD001"
+    return pvd[40:72].decode().strip()
+
+
+def test_user_data_writes_the_collector_and_probes():
+    probes = {"id": "abc", "sysctls": ["net.ipv4.ip_forward"]}
+    ud = boottest.user_data(probes)
+    assert ud.startswith("#cloud-config\n")
+    doc = yaml.safe_load(ud)
+    files = {f["path"]: base64.b64decode(f["content"]) for f in doc["write_files"]}
+    assert files["/run/nodeforge-verify/collect.py"] == boottest.GUEST_SCRIPT.read_bytes()
+    assert json.loads(files["/run/nodeforge-verify/probes.json"]) == probes
+    assert all(f["path"].startswith("/run/") for f in doc["write_files"])      # nothing persistent
+    run = doc["runcmd"][0]
+    assert run[0] == "systemd-run" and "/run/nodeforge-verify/collect.py" in run
+
+
+@pytest.mark.parametrize("variant, label, paths", [
+    ("vm", "cidata", {"meta-data", "user-data"}),
+    ("baremetal", "config-2", {"openstack/latest/meta_data.json", "openstack/latest/user_data"}),
+])
+def test_seed_iso(tmp_path, variant, label, paths):
+    if not shutil.which("genisoimage"):
+        pytest.skip("genisoimage not installed (make setup)")
+    got_label, files = boottest.seed_files(variant, {"id": "i-1"}, "i-1")
+    assert got_label == label and set(files) == paths
+    if variant == "baremetal":
+        assert json.loads(files["openstack/latest/meta_data.json"])["uuid"] == "i-1"
+    else:
+        assert b"instance-id: i-1" in files["meta-data"]
+    iso = boottest.make_seed(tmp_path / "seed.iso", label, files)
+    assert _iso_volume_id(iso) == label
+    assert iso.stat().st_size < 2 << 20
+
+
+def test_qemu_argv_boots_the_overlay_never_the_image(tmp_path):
+    common = dict(overlay=tmp_path / "o.qcow2", seed=tmp_path / "s.iso", console=tmp_path / "c.log",
+                  report=tmp_path / "r", accel="tcg")
+    vm = boottest.qemu_argv(variant="vm", **common)
+    bm = boottest.qemu_argv(variant="baremetal", firmware=(Path("/code.fd"), tmp_path / "vars.fd"), **common)
+    for argv in (vm, bm):
+        assert f"file={tmp_path / 'o.qcow2'},format=qcow2,if=virtio,cache=unsafe" in argv
+        assert f"file:{tmp_path / 'c.log'}" in argv and f"file:{tmp_path / 'r'}" in argv
+        assert "q35,accel=tcg" in argv and "-no-reboot" in argv
+    assert not any("pflash" in a for a in vm)
+    assert "if=pflash,format=raw,unit=0,readonly=on,file=/code.fd" in bm
+    assert f"if=pflash,format=raw,unit=1,file={tmp_path / 'vars.fd'}" in bm
+
+
+# --- boot supervision without QEMU ---------------------------------------------------------
+
+def test_hung_boot_ends_at_the_timeout_with_the_console_tail(tmp_path):
+    console, report = tmp_path / "console.log", tmp_path / "report"
+    argv = ["sh", "-c", f"printf 'GRUB loading\\r\\n\\033[0mBegin: Mounting root file system ...\\r\\n' > {console};"
+                        "sleep 60"]
+    t = time.monotonic()
+    with pytest.raises(boottest.BootError) as err:
+        boottest.boot(argv, console=console, report=report, timeout=2, variant="vm")
+    assert time.monotonic() - t < 15
+    msg = str(err.value)
+    assert "no report within 2 s" in msg and "Begin: Mounting root file system ..." in msg
+    assert "\x1b" not in msg
+
+
+def test_report_ends_the_boot(tmp_path):
+    console, report = tmp_path / "console.log", tmp_path / "report"
+    framed = verify_guest.frame({"format": 1, "ok": True})
+    script = tmp_path / "fake-qemu"
+    script.write_text(f"#!/bin/sh\nsleep 1\ncat > {report} <<'EOF'\n{framed}\nEOF\nsleep 60\n")
+    script.chmod(0o755)
+    got, seconds = boottest.boot([str(script)], console=console, report=report, timeout=30, variant="vm")
+    assert got == {"format": 1, "ok": True} and seconds < 15
+
+
+def test_qemu_exiting_early_is_an_error(tmp_path):
+    with pytest.raises(boottest.BootError, match="exited with 3 before the guest reported"):
+        boottest.boot(["sh", "-c", "echo bad option >&2; exit 3"], console=tmp_path / "c", report=tmp_path / "r",
+                      timeout=30, variant="baremetal")
+
+
+# --- build directory: refusal and the verify.json the publisher reads -----------------------------
+
+def test_checksum_mismatch_is_refused_before_booting(tmp_path, monkeypatch, capsys):
+    d = make_build_dir(tmp_path, verify=None)
+    image = next(d.glob("*.raw"))
+    with open(image, "r+b") as fh:
+        fh.seek(100)
+        fh.write(b"tampered")
+    booted = []
+    monkeypatch.setattr(boottest, "boot", lambda *a, **k: booted.append(a))
+    monkeypatch.setattr(boottest, "choose_accel", lambda *a: booted.append("accel") or "tcg")
+    code = cli.main(["image", "verify", str(d), "--accel", "tcg"])
+    err = capsys.readouterr().err
+    assert code != 0 and booted == []
+    assert image.name in err and "refusing to boot" in err
+    assert not (d / "verify.json").exists()
+
+
+def _result(variant: str, passed: bool, sha: str) -> boottest.VariantResult:
+    checks = [{"id": "boot", "title": "t", "passed": True, "expected": {}, "observed": {}, "items": [],
+               "evidence": []},
+              {"id": "NF-HARD-003", "title": "t", "passed": passed, "expected": {}, "observed": {}, "items": [],
+               "evidence": []}]
+    return boottest.VariantResult(variant, passed, checks, f"{variant}.img", sha, "tcg", "bios",
+                                  f"verify-{variant}-console.log", {"boot_to_verdict": 1.0})
+
+
+def test_verify_json_is_what_the_publisher_reads(tmp_path):
+    d = make_build_dir(tmp_path, verify=None)
+    b = builddir.load(d)
+    assert b.variant("vm").verify is builddir.VerifyStatus.ABSENT
+    boottest.write_report(d, b, [_result("vm", True, b.variant("vm").sha256)])
+    b = builddir.load(d)
+    assert b.variant("vm").verify is builddir.VerifyStatus.PASSED
+    assert b.variant("baremetal").verify is builddir.VerifyStatus.ABSENT   # not verified yet
+    boottest.write_report(d, b, [_result("baremetal", False, b.variant("baremetal").sha256)])
+    b = builddir.load(d)
+    assert (b.variant("vm").verify, b.variant("baremetal").verify) == ("passed", "failed")
+    doc = json.loads((d / "verify.json").read_text())
+    assert doc["schema"] == boottest.VERIFY_SCHEMA and doc["manifest_sha256"] == b.manifest_sha256
+    assert doc["variants"]["baremetal"]["summary"]["failed"] == ["NF-HARD-003"]
+
+
+def test_verify_json_for_other_image_bytes_does_not_count(tmp_path):
+    d = make_build_dir(tmp_path, verify=None)
+    b = builddir.load(d)
+    boottest.write_report(d, b, [_result("vm", True, "0" * 64)])
+    assert builddir.load(d).variant("vm").verify is builddir.VerifyStatus.FAILED
+
+
+def test_member_digest_from_the_pinned_archive(tmp_path):
+    from tests.demo.fixture_artifacts import artifact_bytes
+    from nodeforge.imagebuild.lockfile import Arch, Component
+
+    data = artifact_bytes(Component.CONTAINERD, "2.3.4", Arch.AMD64)
+    sha = hashlib.sha256(data).hexdigest()
+    cache = Cache(tmp_path / "cache")
+    cache.path_for(sha).parent.mkdir(parents=True)
+    cache.path_for(sha).write_bytes(data)
+    manifest = {"artifacts": [{"component": "containerd", "version": "2.3.4", "sha256": sha},
+                              {"component": "kubelet", "version": "1.36.0", "sha256": "ab" * 32},
+                              {"component": "crictl", "version": "1.36.0", "sha256": "cd" * 32}]}
+    exp = boottest.artifact_expectations(manifest, cache)
+    import io
+    import tarfile
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        member = tar.extractfile("bin/containerd").read()
+    assert exp["containerd"]["sha256"] == hashlib.sha256(member).hexdigest()
+    assert exp["kubelet"] == {"version": "1.36.0", "sha256": "ab" * 32, "note": None}
+    assert exp["crictl"]["sha256"] is None and "prefetch" in exp["crictl"]["note"]
+
+
+# --- offline reading of a GPT disk with an ext4 root ------------------------------------------
+
+@pytest.mark.skipif(not all(shutil.which(t, path=SBIN_PATH) for t in ("sgdisk", "mkfs.ext4", "debugfs")),
+                    reason="disk tools not installed (make setup)")
+def test_image_facts_read_the_root_partition_without_mounting(tmp_path):
+    tree = tmp_path / "tree"
+    for p in ("etc/ssh", "etc/nodeforge", "var/log", "var/lib/cloud"):
+        (tree / p).mkdir(parents=True)
+    (tree / "etc/machine-id").write_text("")
+    (tree / "etc/ssh/ssh_host_ed25519_key").write_text("KEY")
+    (tree / "etc/ssh/sshd_config").write_text("x")
+    (tree / "var/log/dpkg.log").write_text("x")
+    (tree / "etc/nodeforge/hardening.json").write_text(json.dumps({"profile": "p", "controls": []}))
+    disk = tmp_path / "disk.raw"
+    with open(disk, "wb") as fh:
+        fh.truncate(64 << 20)
+    sb = shutil.which("sgdisk", path=SBIN_PATH)
+    subprocess.run([sb, "-n", "1:2048:+1M", "-t", "1:EF02", "-n", "2:0:+4M", "-t", "2:EF00", "-n", "3:0:0",
+                    "-t", "3:8304", str(disk)], check=True, capture_output=True)
+    offset, length = boottest.gpt_root_partition(disk)
+    assert offset == (2048 + 2048 + 8192) * 512 and length > 40 << 20
+    subprocess.run([shutil.which("mkfs.ext4", path=SBIN_PATH), "-q", "-d", str(tree), "-E", f"offset={offset}",
+                    str(disk), f"{length // 1024}k"], check=True, capture_output=True)
+    controls = [{"id": "NF-HARD-010", "checks": [{"kind": "absent", "path": "/etc/ssh/ssh_host_*_key",
+                                                  "scope": "image"}]},
+                {"id": "NF-HARD-011", "checks": [{"kind": "empty_file", "path": "/etc/machine-id"},
+                                                 {"kind": "absent", "path": "/var/lib/dbus/machine-id",
+                                                  "scope": "image"}]},
+                {"id": "NF-HARD-013", "checks": [{"kind": "absent", "path": "/var/log/*.log", "scope": "image"},
+                                                 {"kind": "absent", "path": "/tmp/in_target.d", "scope": "image"}]}]
+    facts = boottest.image_facts(disk, controls, shutil.which("debugfs", path=SBIN_PATH))
+    assert facts["globs"] == {"/etc/ssh/ssh_host_*_key": ["/etc/ssh/ssh_host_ed25519_key"],
+                              "/var/lib/dbus/machine-id": [], "/var/log/*.log": ["/var/log/dpkg.log"],
+                              "/tmp/in_target.d": []}
+    assert facts["files"] == {"/etc/machine-id": {"size": 0}}
+    assert facts["hardening"] == {"profile": "p", "controls": []}
