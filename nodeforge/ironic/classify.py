@@ -199,8 +199,12 @@ class ApplyResult:
                 "error": self.error}
 
 
-def apply(plan_: Plan, provisioner: Provisioner, *, jobs: int = 4) -> list[ApplyResult]:
-    """Write the ``update`` nodes; flagged nodes are reported as failed (not written)."""
+def apply(plan_: Plan, provisioner: Provisioner, *, jobs: int = 1) -> list[ApplyResult]:
+    """Write the ``update`` nodes; flagged nodes are reported as failed (not written).
+
+    One node at a time by default: two writes per node are cheap, and parallel
+    trait writes made the local cloud's SQLite-backed Ironic answer 500
+    ("database is locked")."""
     def one(nc: NodeClass) -> ApplyResult:
         if nc.outcome is Outcome.NOOP:
             return ApplyResult(nc.name, nc.uuid, nc.outcome, True)
