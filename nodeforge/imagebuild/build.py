@@ -205,7 +205,7 @@ def preflight(req: BuildRequest) -> Plan:
                              hint="choose a new --out (each build gets its own directory)")
     work_root = Path(req.work_dir or os.environ.get(ENV_WORK_DIR) or tempfile.gettempdir()).absolute()
     out_parent = _existing_parent(out)
-    _check_space(work_root, req.min_free_work, "work directory", f"--work-dir or ${ENV_WORK_DIR}")
+    _check_space(_existing_parent(work_root), req.min_free_work, "work directory", f"--work-dir or ${ENV_WORK_DIR}")
     _check_space(out_parent, req.min_free_out, "output directory", "--out")
 
     mirrors = debian_mirrors()

@@ -155,3 +155,9 @@ def test_failed_build_leaves_no_output_under_the_final_name(fixture_lock, tmp_pa
     assert [p.name for p in out.iterdir()] == ["b1.failed.log"]   # no staging leftovers
     assert "assemble the vm disk" in (out / "b1.failed.log").read_text()
     assert not list(tmp_path.glob("nodeforge-build.*")), "scratch directory removed"
+
+
+def test_work_and_output_directories_may_not_exist_yet(fixture_lock, tmp_path):
+    plan = build.preflight(_req(fixture_lock, tmp_path, work_dir=tmp_path / "not" / "yet",
+                                out=tmp_path / "new" / "deeper" / "b1"))
+    assert plan.work_root == tmp_path / "not" / "yet"
