@@ -32,6 +32,7 @@ variant; the error carries the console's last lines.
 from __future__ import annotations
 
 import base64
+import concurrent.futures
 import dataclasses
 import datetime
 import hashlib
@@ -44,6 +45,7 @@ import struct
 import subprocess
 import tarfile
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -452,6 +454,7 @@ class VerifyRequest:
     keep_work: bool = False
     grow: int = GROW
     profile_path: Path = PROFILE
+    parallel: bool = True                   # boot the variants at the same time (one vCPU each)
     stream: Callable[[str], None] | None = None
 
 
@@ -466,96 +469,126 @@ def refuse_bad_checksums(path: Path) -> None:
 
 
 def verify(req: VerifyRequest) -> list[VariantResult]:
+    """Verify the requested variants (all by default); write ``verify.json``.
+
+    Returns the results (a failed check is a result, not an exception); raises
+    :class:`VerifyRefused` before booting on bad checksums and
+    :class:`BootError` (after recording the failure) if a boot hung or died."""
     say = req.stream or (lambda line: log.info("%s", line))
     build = builddir.load(req.build_dir)
-    root = build.path
     variants = req.variants or tuple(sorted(build.variants, key=lambda v: (v != "vm", v)))
     for v in variants:
         build.variant(v)
     tools = require_tools()
     firmware = ovmf() if "baremetal" in variants else None
-    say(f"checking {root.name}: SHA256SUMS and SHA512SUMS")
-    refuse_bad_checksums(root)
+    say(f"checking {build.path.name}: SHA256SUMS and SHA512SUMS")
+    refuse_bad_checksums(build.path)
     manifest = json.loads(build.manifest_path.read_text())
     accel = choose_accel(req.accel)
-    cache = Cache(req.cache_dir)
-    artifacts = artifact_expectations(manifest, cache)
-    results = []
-    errors: list[BootError] = []
-    for variant in variants:
-        image = build.variant(variant)
-        work = Path(tempfile.mkdtemp(prefix=f"nodeforge-verify-{variant}-",
-                                     dir=req.work_dir or os.environ.get(ENV_WORK_DIR) or None))
-        console = root / f"verify-{variant}-console.log"
-        seconds: dict[str, float] = {}
-        t_all = time.monotonic()
-        try:
-            say(f"{variant}: reading {image.path.name} offline")
-            t = time.monotonic()
-            raw = image.path
-            if image.disk_format == "qcow2":
-                raw = work / "image.raw"
-                _run([tools["qemu-img"], "convert", "-f", "qcow2", "-O", "raw", str(image.path), str(raw)])
-            pre = image_facts(raw, [], tools["debugfs"])  # hardening.json first: it may define the controls
-            controls, source = hardening_controls(manifest, pre.get("hardening"), req.profile_path)
-            facts = image_facts(raw, controls, tools["debugfs"])
-            if raw != image.path:
-                raw.unlink()
-            seconds["offline"] = time.monotonic() - t
-
-            virtual = _virtual_size(tools["qemu-img"], image.path, image.disk_format)
-            exp = vc.Expectations(
-                variant=variant, artifacts=artifacts, controls=controls,
-                hardening=manifest.get("hardening") or {}, controls_source=source,
-                manifest_sha256=build.manifest_sha256, disk_bytes=virtual + req.grow,
-                image_root_partition_bytes=facts["root_partition_bytes"])
-            instance = str(uuid.uuid4())
-            probes = vc.probes(exp, probe_id=instance, wait_seconds=max(60, int(req.timeout * 0.6)))
-            overlay = work / "overlay.qcow2"
-            _run([tools["qemu-img"], "create", "-q", "-f", "qcow2", "-b", str(image.path.resolve()),
-                  "-F", image.disk_format, str(overlay), str(virtual + req.grow)])
-            label, files = seed_files(variant, probes, instance)
-            seed = make_seed(work / "seed.iso", label, files, tools["genisoimage"])
-            fw = None
-            if variant == "baremetal" and firmware:
-                vars_copy = work / "OVMF_VARS.fd"
-                shutil.copyfile(firmware[1], vars_copy)
-                fw = (firmware[0], vars_copy)
-            report = work / "report.serial"
-            console.unlink(missing_ok=True)
-            argv = qemu_argv(variant=variant, overlay=overlay, seed=seed, console=console, report=report,
-                             accel=accel, firmware=fw)
-            say(f"{variant}: booting ({accel}, {'UEFI' if fw else 'BIOS'}; timeout {req.timeout:.0f} s)")
-            error = None
-            try:
-                guest, seconds["boot_to_verdict"] = boot(argv, console=console, report=report,
-                                                         timeout=req.timeout, variant=variant)
-            except (BootError, ReportError) as exc:
-                error, guest = exc, {"error": str(exc).splitlines()[0]}
-                seconds["boot_to_verdict"] = time.monotonic() - t
-            checks = vc.evaluate(exp, guest, facts)
-            seconds["total"] = time.monotonic() - t_all
-            result = VariantResult(variant, all(c["passed"] for c in checks) and error is None, checks,
-                                   image.path.name, image.sha256, accel, "uefi" if fw else "bios", console.name,
-                                   seconds, str(error).splitlines()[0] if error else None)
-            results.append(result)
-            write_report(root, build, [result])
-            failed = [c["id"] for c in checks if not c["passed"]]
-            say(f"{variant}: {'passed' if result.passed else 'FAILED'} ({len(checks) - len(failed)}/{len(checks)} "
-                f"checks) in {seconds['boot_to_verdict']:.0f} s" + (f"; failed: {', '.join(failed)}" if failed else ""))
-            if isinstance(error, BootError):
-                errors.append(error)
-            elif error is not None:
-                errors.append(BootError(variant=variant, detail=str(error), lines=25, log=console.name,
-                                        tail=console_tail(console)))
-        finally:
-            if req.keep_work:
-                say(f"{variant}: work directory kept: {work}")
-            else:
-                shutil.rmtree(work, ignore_errors=True)
+    artifacts = artifact_expectations(manifest, Cache(req.cache_dir))
+    parallel = req.parallel and len(variants) > 1
+    # Concurrent boots share the CPUs: one vCPU each (a boot is mostly serial work).
+    smp = max(1, (os.cpu_count() or 1) // len(variants)) if parallel else min(2, os.cpu_count() or 1)
+    ctx = _Context(req, build, manifest, tools, firmware, accel, artifacts, smp, say, threading.Lock())
+    if parallel:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=len(variants)) as pool:
+            outcomes = list(pool.map(lambda v: _verify_variant(ctx, v), variants))
+    else:
+        outcomes = [_verify_variant(ctx, v) for v in variants]
+    errors = [e for _, e in outcomes if e is not None]
     if errors:
         raise errors[0]
-    return results
+    return [r for r, _ in outcomes]
+
+
+@dataclasses.dataclass
+class _Context:
+    req: VerifyRequest
+    build: builddir.BuildDir
+    manifest: dict
+    tools: dict[str, str]
+    firmware: tuple[Path, Path] | None
+    accel: str
+    artifacts: dict[str, dict]
+    smp: int
+    say: Callable[[str], None]
+    lock: threading.Lock
+
+
+def _verify_variant(ctx: _Context, variant: str) -> tuple[VariantResult, BootError | None]:
+    req, build, tools, say = ctx.req, ctx.build, ctx.tools, ctx.say
+    root, image = build.path, build.variant(variant)
+    work = Path(tempfile.mkdtemp(prefix=f"nodeforge-verify-{variant}-",
+                                 dir=req.work_dir or os.environ.get(ENV_WORK_DIR) or None))
+    console = root / f"verify-{variant}-console.log"
+    seconds: dict[str, float] = {}
+    t_all = time.monotonic()
+    try:
+        say(f"{variant}: reading {image.path.name} offline")
+        raw = image.path
+        if image.disk_format == "qcow2":
+            raw = work / "image.raw"
+            _run([tools["qemu-img"], "convert", "-f", "qcow2", "-O", "raw", str(image.path), str(raw)])
+        pre = image_facts(raw, [], tools["debugfs"])  # hardening.json first: it may define the controls
+        controls, source = hardening_controls(ctx.manifest, pre.get("hardening"), req.profile_path)
+        facts = image_facts(raw, controls, tools["debugfs"])
+        if raw != image.path:
+            raw.unlink()
+        seconds["offline"] = time.monotonic() - t_all
+
+        virtual = _virtual_size(tools["qemu-img"], image.path, image.disk_format)
+        exp = vc.Expectations(
+            variant=variant, artifacts=ctx.artifacts, controls=controls,
+            hardening=ctx.manifest.get("hardening") or {}, controls_source=source,
+            manifest_sha256=build.manifest_sha256, disk_bytes=virtual + req.grow,
+            image_root_partition_bytes=facts["root_partition_bytes"])
+        instance = str(uuid.uuid4())
+        probes = vc.probes(exp, probe_id=instance, wait_seconds=max(60, int(req.timeout * 0.6)))
+        overlay = work / "overlay.qcow2"
+        _run([tools["qemu-img"], "create", "-q", "-f", "qcow2", "-b", str(image.path.resolve()),
+              "-F", image.disk_format, str(overlay), str(virtual + req.grow)])
+        label, files = seed_files(variant, probes, instance)
+        seed = make_seed(work / "seed.iso", label, files, tools["genisoimage"])
+        fw = None
+        if variant == "baremetal" and ctx.firmware:
+            vars_copy = work / "OVMF_VARS.fd"
+            shutil.copyfile(ctx.firmware[1], vars_copy)
+            fw = (ctx.firmware[0], vars_copy)
+        report = work / "report.serial"
+        console.unlink(missing_ok=True)
+        argv = qemu_argv(variant=variant, overlay=overlay, seed=seed, console=console, report=report,
+                         accel=ctx.accel, firmware=fw, smp=ctx.smp)
+        say(f"{variant}: booting ({ctx.accel}, {'UEFI' if fw else 'BIOS'}, {ctx.smp} vCPU; "
+            f"timeout {req.timeout:.0f} s)")
+        error: BootError | None = None
+        t = time.monotonic()
+        try:
+            guest, seconds["boot_to_verdict"] = boot(argv, console=console, report=report,
+                                                     timeout=req.timeout, variant=variant)
+        except BootError as exc:
+            error, guest = exc, {"error": str(exc).splitlines()[0]}
+        except ReportError as exc:
+            error = BootError(variant=variant, detail=str(exc), lines=25, log=console.name,
+                              tail=console_tail(console))
+            guest = {"error": str(exc)}
+        seconds.setdefault("boot_to_verdict", time.monotonic() - t)
+        checks = vc.evaluate(exp, guest, facts)
+        seconds["total"] = time.monotonic() - t_all
+        result = VariantResult(variant, all(c["passed"] for c in checks) and error is None, checks,
+                               image.path.name, image.sha256, ctx.accel, "uefi" if fw else "bios", console.name,
+                               seconds, str(error).splitlines()[0] if error else None)
+        with ctx.lock:
+            write_report(root, build, [result])
+        failed = [c["id"] for c in checks if not c["passed"]]
+        say(f"{variant}: {'passed' if result.passed else 'FAILED'} ({len(checks) - len(failed)}/{len(checks)} "
+            f"checks), boot to verdict {seconds['boot_to_verdict']:.0f} s"
+            + (f"; failed: {', '.join(failed)}" if failed else ""))
+        return result, error
+    finally:
+        if req.keep_work:
+            say(f"{variant}: work directory kept: {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 def write_report(root: Path, build: builddir.BuildDir, results: list[VariantResult]) -> dict:

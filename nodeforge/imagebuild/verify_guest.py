@@ -30,7 +30,6 @@ import hashlib
 import json
 import os
 import pwd
-import re
 import subprocess
 import sys
 import time
@@ -41,10 +40,10 @@ FORMAT = 1
 OUTPUT_LIMIT = 2000
 
 
-def run(argv, timeout=60):
+def run(argv, timeout=60, limit=OUTPUT_LIMIT):
     try:
         p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout)
-        return {"rc": p.returncode, "output": p.stdout.decode("utf-8", "replace")[:OUTPUT_LIMIT]}
+        return {"rc": p.returncode, "output": p.stdout.decode("utf-8", "replace")[:limit]}
     except FileNotFoundError:
         return {"rc": 127, "output": "not found: %s" % argv[0]}
     except subprocess.TimeoutExpired:
@@ -99,7 +98,7 @@ def module_present(name, loaded):
 
 
 def sshd_values(keys):
-    out = run(["/usr/sbin/sshd", "-T"])
+    out = run(["/usr/sbin/sshd", "-T"], limit=1 << 20)   # ~100 lines; only the asked keys are kept
     values = {}
     for line in out["output"].splitlines():
         key, _, value = line.strip().partition(" ")
@@ -131,6 +130,12 @@ def read(path, limit=4096):
             return fh.read(limit).decode("utf-8", "replace")
     except OSError as exc:
         return {"error": exc.strerror or str(exc)}
+
+
+def text(path):
+    """File content, or None if unreadable."""
+    value = read(path)
+    return value if isinstance(value, str) else None
 
 
 def rootfs():
@@ -185,9 +190,10 @@ def collect(probes):
     report["system_state"] = wait_running(probes.get("wait_seconds", 240))
     wait_units(probes.get("wait_units", []), probes.get("wait_seconds", 240))
     report["waited_seconds"] = round(time.monotonic() - t0, 1)
-    report["uptime_seconds"] = float(read("/proc/uptime").split()[0]) if isinstance(read("/proc/uptime"), str) else None
+    uptime = text("/proc/uptime")
+    report["uptime_seconds"] = float(uptime.split()[0]) if uptime else None
     report["kernel"] = os.uname().release
-    report["cmdline"] = read("/proc/cmdline").strip() if isinstance(read("/proc/cmdline"), str) else None
+    report["cmdline"] = (text("/proc/cmdline") or "").strip() or None
     report["failed_units"] = run(["systemctl", "list-units", "--failed", "--plain", "--no-legend"])["output"]
     report["cloud_init"] = run(["cloud-init", "status", "--long"])["output"]
     report["commands"] = {name: run(argv) for name, argv in sorted(probes.get("commands", {}).items())}
@@ -199,8 +205,8 @@ def collect(probes):
     report["sshd"] = sshd_values(set(probes.get("sshd", []))) if probes.get("sshd") else None
     report["stat"] = {path: stat(path) for path in probes.get("stat", [])}
     report["globs"] = {pattern: sorted(glob.glob(pattern)) for pattern in probes.get("globs", [])}
-    report["swaps"] = [line for line in read("/proc/swaps").splitlines()[1:] if line.strip()] \
-        if isinstance(read("/proc/swaps"), str) else None
+    swaps = text("/proc/swaps")
+    report["swaps"] = [line for line in swaps.splitlines()[1:] if line.strip()] if swaps is not None else None
     report["machine_id"] = read("/etc/machine-id")
     report["rootfs"] = rootfs()
     report["collect_seconds"] = round(time.monotonic() - t0, 1)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import re
 import hashlib
 import json
 import os
@@ -347,6 +348,32 @@ def test_verify_json_for_other_image_bytes_does_not_count(tmp_path):
     assert builddir.load(d).variant("vm").verify is builddir.VerifyStatus.FAILED
 
 
+def test_cli_prints_the_report_and_exits_non_zero_on_a_failed_check(tmp_path, monkeypatch, capsys):
+    d = make_build_dir(tmp_path, verify=None)
+    seen = {}
+
+    def fake_verify(req):
+        seen["req"] = req
+        b = builddir.load(req.build_dir)
+        results = [_result("vm", True, b.variant("vm").sha256), _result("baremetal", False,
+                                                                       b.variant("baremetal").sha256)]
+        results = [r for r in results if r.variant in (req.variants or ("vm", "baremetal"))]
+        boottest.write_report(req.build_dir, b, results)
+        return results
+
+    monkeypatch.setattr(boottest, "verify", fake_verify)
+    code = cli.main(["image", "verify", str(d), "--accel", "tcg", "--timeout", "300", "-o", "json"])
+    out, err = capsys.readouterr()
+    assert code == 1 and "baremetal: NF-HARD-003" in err
+    doc = json.loads(out)
+    assert doc["variants"]["vm"]["passed"] is True and doc["variants"]["baremetal"]["passed"] is False
+    assert seen["req"].timeout == 300 and seen["req"].accel == "tcg" and seen["req"].parallel
+    code = cli.main(["image", "verify", str(d), "--variant", "vm", "--sequential"])
+    out, _ = capsys.readouterr()
+    assert code == 0 and "NF-HARD-003" in out and "baremetal" not in out   # table of the verified variant
+    assert seen["req"].variants == ("vm",) and not seen["req"].parallel
+
+
 def test_member_digest_from_the_pinned_archive(tmp_path):
     from tests.demo.fixture_artifacts import artifact_bytes
     from nodeforge.imagebuild.lockfile import Arch, Component
@@ -405,3 +432,126 @@ def test_image_facts_read_the_root_partition_without_mounting(tmp_path):
                               "/tmp/in_target.d": []}
     assert facts["files"] == {"/etc/machine-id": {"size": 0}}
     assert facts["hardening"] == {"profile": "p", "controls": []}
+
+
+# --- real boots (slow): the session build, both variants, and a broken copy -------------------------
+
+try:
+    from tests.image_fixture import built_image  # noqa: F401  (session fixture)
+except ImportError:  # pragma: no cover - the fixture module needs the devcloud mirror
+    built_image = None
+
+ARTIFACT_CACHE = REPO / ".cache" / "artifacts"
+BOOT_TIMEOUT = float(os.environ.get("NODEFORGE_VERIFY_TEST_TIMEOUT", "900"))
+
+
+def _linked_copy(src: Path, dest: Path, *, skip: tuple[str, ...] = ()) -> Path:
+    """The build directory with its files hard-linked (verify only reads the
+    images; its own outputs go into ``dest``)."""
+    dest.mkdir(parents=True)
+    for f in src.iterdir():
+        if f.is_file() and not f.name.startswith("verify") and f.name not in skip:
+            os.link(f, dest / f.name)
+    return dest
+
+
+def _verify(build_dir: Path, **kw) -> list[boottest.VariantResult]:
+    return boottest.verify(boottest.VerifyRequest(build_dir=build_dir, cache_dir=ARTIFACT_CACHE,
+                                                  timeout=kw.pop("timeout", BOOT_TIMEOUT), **kw))
+
+
+def _qemu_children() -> list[str]:
+    out = subprocess.run(["pgrep", "-f", "nodeforge-verify-"], capture_output=True, text=True).stdout
+    return [p for p in out.split() if p.strip() and int(p) != os.getpid()]
+
+
+@pytest.fixture(scope="module")
+def verified(built_image, tmp_path_factory):  # noqa: F811
+    """Both variants of the session build booted once (at the same time) for every check below."""
+    d = _linked_copy(built_image.path, tmp_path_factory.mktemp("verify") / built_image.path.name)
+    t = time.monotonic()
+    results = _verify(d)
+    print(f"\nboot verification: {', '.join(f'{r.variant} {r.seconds}' for r in results)} "
+          f"(wall {time.monotonic() - t:.0f} s)")
+    return d, {r.variant: r for r in results}
+
+
+@pytest.mark.slow
+def test_both_variants_boot_and_every_check_passes(verified, built_image):  # noqa: F811
+    d, results = verified
+    assert set(results) == {"vm", "baremetal"}
+    for variant, r in results.items():
+        failed = {c["id"]: c["items"] for c in r.checks if not c["passed"]}
+        assert failed == {}, f"{variant}: {json.dumps(failed, indent=1)[:3000]}"
+        assert (d / f"verify-{variant}-console.log").stat().st_size > 0
+    assert (results["vm"].firmware, results["baremetal"].firmware) == ("bios", "uefi")
+    b = builddir.load(d)
+    assert {v: b.variant(v).verify for v in b.variants} == {"vm": "passed", "baremetal": "passed"}
+    ids = {c["id"] for c in results["vm"].checks}
+    assert {c["id"] for c in PROFILE["controls"]} <= ids
+    assert _qemu_children() == []
+
+
+@pytest.mark.slow
+def test_the_built_images_are_never_written(verified, built_image):  # noqa: F811
+    from nodeforge.imagebuild import checksums
+
+    d, _ = verified
+    assert checksums.verify_sums(d) == []
+    for variant in ("vm", "baremetal"):
+        assert (d / built_image.manifest["images"][variant]).stat().st_ino == \
+            built_image.image(variant).stat().st_ino   # the same inode the build wrote, unchanged
+
+
+def _debugfs(spec: str, *requests: str, write: bool = False) -> str:
+    """Run debugfs requests on ``spec`` (``file?offset=N``); ``write`` opens it read-write."""
+    argv = [shutil.which("debugfs", path=SBIN_PATH)] + (["-w"] if write else []) + ["-f", "-", spec]
+    return subprocess.run(argv, input="\n".join(requests) + "\n", capture_output=True, text=True,
+                          check=True).stdout
+
+
+@pytest.mark.slow
+def test_a_changed_sysctl_in_a_copy_fails_exactly_that_check(built_image, tmp_path):  # noqa: F811
+    """Copy the VM image, set net.ipv4.ip_forward = 0 in its ext4 root (debugfs
+    at the partition's offset, no mount), re-sum the copy: only NF-HARD-003 fails."""
+    from nodeforge.imagebuild import checksums
+
+    vm_name = built_image.manifest["images"]["vm"]
+    d = _linked_copy(built_image.path, tmp_path / "broken", skip=(vm_name,))
+    raw = tmp_path / "vm.raw"
+    subprocess.run(["qemu-img", "convert", "-f", "qcow2", "-O", "raw", str(built_image.image("vm")), str(raw)],
+                   check=True)
+    offset, _ = boottest.gpt_root_partition(raw)
+    spec = f"{raw}?offset={offset}"
+    path = "/etc/sysctl.d/90-nodeforge.conf"
+    text = _debugfs(spec, f"cat {path}").split("\n", 1)[1]   # first line: debugfs echoes the request
+    changed = re.sub(r"(?m)^net\.ipv4\.ip_forward = 1\b", "net.ipv4.ip_forward = 0", text)
+    assert changed != text
+    local = tmp_path / "90-nodeforge.conf"
+    local.write_text(changed)
+    _debugfs(spec, f"rm {path}", f"write {local} {path}", f"sif {path} mode 0100644", f"sif {path} uid 0",
+             f"sif {path} gid 0", write=True)
+    assert "net.ipv4.ip_forward = 0" in _debugfs(spec, f"cat {path}")
+    subprocess.run(["qemu-img", "convert", "-f", "raw", "-O", "qcow2", str(raw), str(d / vm_name)], check=True)
+    raw.unlink()
+    names = [*built_image.manifest["images"].values(), "manifest.json", "sbom.cdx.json"]
+    checksums.write_sums(d, names)
+
+    [r] = _verify(d, variants=("vm",))
+    failed = {c["id"]: [i for i in c["items"] if not i["passed"]] for c in r.checks if not c["passed"]}
+    assert list(failed) == ["NF-HARD-003"]
+    assert failed["NF-HARD-003"] == [{"what": "sysctl net.ipv4.ip_forward", "expected": "1", "observed": "0",
+                                      "passed": False}]
+    assert builddir.load(d).variant("vm").verify is builddir.VerifyStatus.FAILED
+
+
+@pytest.mark.slow
+def test_a_hung_boot_ends_at_the_timeout_with_the_console_tail(built_image, tmp_path):  # noqa: F811
+    d = _linked_copy(built_image.path, tmp_path / "hung")
+    with pytest.raises(boottest.BootError) as err:
+        _verify(d, variants=("vm",), timeout=20, accel="tcg")
+    msg = str(err.value)
+    assert "no report within 20 s" in msg and "--- console (last" in msg
+    assert len(msg.split("---\n", 1)[1].strip()) > 0         # what the console showed before the timeout
+    assert builddir.load(d).variant("vm").verify is builddir.VerifyStatus.FAILED
+    assert (d / "verify-vm-console.log").is_file() and _qemu_children() == []
