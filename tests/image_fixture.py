@@ -9,8 +9,8 @@ The build directory is cached under ``.cache/images/<key>/`` in the checkout
 (git-ignored). The key digests every input: the demo lockfile, the rendered
 element tree, the image-build code and the diskimage-builder version, so a
 change to any of them builds afresh and an unchanged checkout reuses the image
-(CI builds once per run; a developer rarely waits twice). Older keys are
-removed when a new image is built. ``NODEFORGE_IMAGE_FIXTURE_REBUILD=1`` forces
+(CI builds once per run; a developer rarely waits twice). When a new image is
+built, all but the newest older one are removed. ``NODEFORGE_IMAGE_FIXTURE_REBUILD=1`` forces
 a rebuild.
 """
 
@@ -67,9 +67,10 @@ def build_demo_image(workdir: Path) -> BuiltImage:
         if os.environ.get("NODEFORGE_IMAGE_FIXTURE_REBUILD") == "1" and out.exists():
             shutil.rmtree(out)
         if not (out / "manifest.json").is_file():
-            for old in CACHE.glob("k8s-*"):
-                if old != out:
-                    shutil.rmtree(old, ignore_errors=True)
+            # Keep the newest other build (a concurrent session may still be booting it).
+            others = sorted((p for p in CACHE.glob("k8s-*") if p != out), key=lambda p: p.stat().st_mtime)
+            for old in others[:-1]:
+                shutil.rmtree(old, ignore_errors=True)
             with MirrorServer(up.root) as server:
                 write_sources(lock, server)
                 build.build(build.BuildRequest(

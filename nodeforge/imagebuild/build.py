@@ -192,10 +192,10 @@ def preflight(req: BuildRequest) -> Plan:
                                  hint="run 'make setup' (installs diskimage-builder into .venv)")
         dic = Path(found)
     if os.geteuid() != 0:
-        ok = subprocess.run(["sudo", "-n", "true"], capture_output=True).returncode == 0
-        if not ok:
-            raise PreflightError(detail="diskimage-builder needs password-less sudo",
-                                 hint="run as root or allow this user 'sudo -n' for the build")
+        # diskimage-builder chroots, and the disk assembly reads and writes every
+        # file of the image (root-owned, some unreadable to users).
+        raise PreflightError(detail="image build must run as root",
+                             hint="run it as root, e.g. sudo .venv/bin/nodeforge image build ...")
 
     out = Path(req.out) if req.out else REPO / "build" / "images" / f"k8s-{lock.minor(req.minor).version}-" \
         f"{datetime.datetime.now(datetime.timezone.utc).strftime('%Y%m%dT%H%M%SZ')}"

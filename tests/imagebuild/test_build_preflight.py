@@ -161,3 +161,10 @@ def test_work_and_output_directories_may_not_exist_yet(fixture_lock, tmp_path):
     plan = build.preflight(_req(fixture_lock, tmp_path, work_dir=tmp_path / "not" / "yet",
                                 out=tmp_path / "new" / "deeper" / "b1"))
     assert plan.work_root == tmp_path / "not" / "yet"
+
+
+def test_needs_root(fixture_lock, tmp_path, monkeypatch):
+    monkeypatch.setattr(build.os, "geteuid", lambda: 1000)
+    with pytest.raises(build.PreflightError) as exc:
+        build.preflight(_req(fixture_lock, tmp_path))
+    assert "must run as root" in str(exc.value) and "sudo" in exc.value.hint
