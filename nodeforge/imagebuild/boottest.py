@@ -271,8 +271,9 @@ def artifact_expectations(manifest: dict, cache: Cache) -> dict[str, dict]:
         if probe.member:
             archive = cache.lookup(pin["sha256"])
             if archive is None:
-                entry.update(sha256=None, note=f"pinned archive {pin['sha256'][:16]}... not in the artifact cache "
-                                                f"{cache.root}; run 'nodeforge release prefetch' or pass --cache-dir")
+                entry.update(sha256=None,
+                             note=f"pinned archive {pin['sha256'][:16]}... not in the artifact cache {cache.root}; "
+                                  "run 'nodeforge release prefetch' or pass --cache-dir")
             else:
                 entry.update(sha256=member_sha256(archive, probe.member),
                              note=f"{probe.member} inside the pinned archive sha256:{pin['sha256']}")
@@ -292,7 +293,8 @@ def hardening_controls(manifest: dict, image_doc: dict | None, profile_path: Pat
         repo = None
     if isinstance(repo, dict) and (repo.get("profile"), str(repo.get("version"))) == \
             (want.get("profile"), str(want.get("version"))):
-        return repo["controls"], f"{profile_path.relative_to(REPO) if profile_path.is_relative_to(REPO) else profile_path}"
+        shown = profile_path.relative_to(REPO) if profile_path.is_relative_to(REPO) else profile_path
+        return repo["controls"], str(shown)
     if isinstance(image_doc, dict) and isinstance(image_doc.get("controls"), list):
         return image_doc["controls"], f"{vc.HARDENING_IN_IMAGE} in the image (repository profile is another version)"
     return [], "none found"
@@ -312,6 +314,9 @@ def user_data(probes: dict, guest_script: str | None = None) -> str:
     for path, mode, data in files:
         lines += [f"  - path: {path}", f"    permissions: '{mode}'", "    encoding: b64",
                   f"    content: {base64.b64encode(data).decode()}"]
+    # Keep the host keys the image's own first-boot unit (nodeforge-ssh-host-keys) made: NF-HARD-010's
+    # runtime item then tests the image's mechanism, and emulation skips a second round of key generation.
+    lines += ["ssh_deletekeys: false", "ssh_genkeytypes: []"]
     lines += ["runcmd:",
               "  - [systemd-run, --unit=nodeforge-verify, --description=nodeforge image verify collector, "
               "/usr/bin/python3, /run/nodeforge-verify/collect.py, /run/nodeforge-verify/probes.json]"]

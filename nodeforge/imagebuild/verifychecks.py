@@ -167,8 +167,8 @@ def evaluate(exp: Expectations, guest: dict, image: dict) -> list[dict]:
     checks += [_artifact(a, exp.artifacts.get(a.component), guest) for a in ARTIFACTS]
     for check_id, unit, state in SERVICE_CHECKS:
         observed = _unit_state(guest, unit, state)
-        checks.append(_check(check_id, f"{unit} {state}", [_item(f"{unit} {state}", True, observed,
-                                                                   observed is True)],
+        item = _item(f"{unit} {state}", True, observed, observed is True)
+        checks.append(_check(check_id, f"{unit} {state}", [item],
                              [f"{unit}: {json.dumps(guest.get('units', {}).get(unit), sort_keys=True)}"]))
     checks.append(_hardening_profile(exp, image))
     for control in exp.controls:

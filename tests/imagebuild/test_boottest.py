@@ -231,6 +231,7 @@ def test_user_data_writes_the_collector_and_probes():
     assert files["/run/nodeforge-verify/collect.py"] == boottest.GUEST_SCRIPT.read_bytes()
     assert json.loads(files["/run/nodeforge-verify/probes.json"]) == probes
     assert all(f["path"].startswith("/run/") for f in doc["write_files"])      # nothing persistent
+    assert doc["ssh_deletekeys"] is False and doc["ssh_genkeytypes"] == []   # the image's own keys are kept
     run = doc["runcmd"][0]
     assert run[0] == "systemd-run" and "/run/nodeforge-verify/collect.py" in run
 
@@ -355,8 +356,8 @@ def test_cli_prints_the_report_and_exits_non_zero_on_a_failed_check(tmp_path, mo
     def fake_verify(req):
         seen["req"] = req
         b = builddir.load(req.build_dir)
-        results = [_result("vm", True, b.variant("vm").sha256), _result("baremetal", False,
-                                                                       b.variant("baremetal").sha256)]
+        results = [_result("vm", True, b.variant("vm").sha256),
+                   _result("baremetal", False, b.variant("baremetal").sha256)]
         results = [r for r in results if r.variant in (req.variants or ("vm", "baremetal"))]
         boottest.write_report(req.build_dir, b, results)
         return results
@@ -436,10 +437,7 @@ def test_image_facts_read_the_root_partition_without_mounting(tmp_path):
 
 # --- real boots (slow): the session build, both variants, and a broken copy -------------------------
 
-try:
-    from tests.image_fixture import built_image  # noqa: F401  (session fixture)
-except ImportError:  # pragma: no cover - the fixture module needs the devcloud mirror
-    built_image = None
+from tests.image_fixture import built_image  # noqa: E402,F401  (session fixture)
 
 ARTIFACT_CACHE = REPO / ".cache" / "artifacts"
 BOOT_TIMEOUT = float(os.environ.get("NODEFORGE_VERIFY_TEST_TIMEOUT", "900"))
