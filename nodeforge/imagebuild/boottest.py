@@ -67,7 +67,7 @@ OVMF_PAIRS = (("/usr/share/OVMF/OVMF_CODE_4M.fd", "/usr/share/OVMF/OVMF_VARS_4M.
               ("/usr/share/OVMF/OVMF_CODE.fd", "/usr/share/OVMF/OVMF_VARS.fd"))
 GROW = 2 << 30
 MEMORY_MB = 2048
-DEFAULT_TIMEOUT = 600
+DEFAULT_TIMEOUT = 900   # seconds: TCG boots take 3 min idle, up to 13 min on a loaded 2-core host
 ENV_ACCEL = "NODEFORGE_VERIFY_ACCEL"
 ENV_WORK_DIR = "NODEFORGE_WORK_DIR"
 LINUX_ROOT_X86_64 = uuid.UUID("4f68bce3-e8cd-4db1-96e7-fbcaf984b709")
