@@ -159,8 +159,14 @@ class DroppingProxy:
     passes ``limit`` bytes (a network drop mid-upload); ``delay`` seconds per
     64 KiB slow uploads down."""
 
-    def __init__(self, target: tuple[str, int], limit: int, delay: float = 0.0):
+    def __init__(self, target: tuple[str, int], limit: int, delay: float = 0.0, hold_after: int | None = None):
         self.target, self.limit, self.delay = target, limit, delay
+        # With hold_after, a connection stops forwarding once that many bytes
+        # went through (``held`` is set) until ``release`` is set: the upload
+        # is then provably mid-stream, whatever the machine's load.
+        self.hold_after = hold_after
+        self.held = threading.Event()
+        self.release = threading.Event()
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         self.cuts = 0
@@ -175,7 +181,11 @@ class DroppingProxy:
             threading.Thread(target=self._handle, args=(client,), daemon=True).start()
 
     def _handle(self, client):
-        upstream = socket.create_connection(self.target)
+        try:
+            upstream = socket.create_connection(self.target)
+        except OSError:  # the server is down: refuse, as it would
+            client.close()
+            return
 
         def back():
             try:
@@ -196,6 +206,9 @@ class DroppingProxy:
                     client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
                     break
                 upstream.sendall(data)
+                if self.hold_after is not None and sent > self.hold_after and not self.release.is_set():
+                    self.held.set()
+                    self.release.wait(timeout=300)
                 if self.delay:
                     time.sleep(self.delay)
         except OSError:
@@ -298,9 +311,11 @@ def test_glance_restarted_mid_upload_then_rerun_cleans_and_completes(tmp_path, m
         conn = connection.Connection(config=conf.get_one("nodeforge-dev"))
         b = builddir.load(make_build_dir(tmp_path, variants=("baremetal",), size=16 * 1024 * 1024))
         glance_url = urllib.parse.urlsplit(conn.image.get_endpoint())
-        proxy = DroppingProxy((glance_url.hostname, glance_url.port), limit=1 << 40, delay=0.05)
-        slow = connection.Connection(config=conf.get_one("nodeforge-dev"),
-                                     image_endpoint_override=f"http://127.0.0.1:{proxy.port}")
+        proxy = DroppingProxy((glance_url.hostname, glance_url.port), limit=1 << 40, hold_after=4 * 1024 * 1024)
+        # The override must be part of the cloud config: Connection() ignores
+        # it when given a ready config.
+        slow = connection.Connection(config=conf.get_one(
+            "nodeforge-dev", image_endpoint_override=f"http://127.0.0.1:{proxy.port}", api_timeout=30))
         errors: list[Exception] = []
 
         def run():
@@ -311,12 +326,11 @@ def test_glance_restarted_mid_upload_then_rerun_cleans_and_completes(tmp_path, m
 
         worker = threading.Thread(target=run, daemon=True)
         worker.start()
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not any(
-                i["status"] == "saving" for i in g.list_images(conn, nodeforge_build_id=b.build_id)):
-            time.sleep(0.2)
+        assert proxy.held.wait(timeout=120), f"the upload never got 4 MiB into Glance: {errors or 'no error'}, alive={worker.is_alive()}"
         cloud.supervisor.stop("glance")
+        proxy.release.set()
         worker.join(timeout=120)
+        assert not worker.is_alive(), "publish still running two minutes after Glance stopped"
         proxy.close()
         assert errors and isinstance(errors[0], g.PublishError | g.GlanceError), errors
         cloud.up(["image"])

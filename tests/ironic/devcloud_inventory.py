@@ -24,7 +24,7 @@ def redfish_node(paths, tmp: Path, index: int, *, prefix: str, password: str | N
     creds = bmc.credentials(paths)
     pw = password if password is not None else creds.redfish.password.reveal()
     return {"name": f"{prefix}rf-{index:03d}",
-            "bmc": {"address": f"redfish+https://127.0.0.1:{bmc.REDFISH_PORT}/redfish/v1/Systems/{system.uuid}",
+            "bmc": {"address": f"redfish+https://127.0.0.1:{bmc.redfish_port()}/redfish/v1/Systems/{system.uuid}",
                     "username": creds.redfish.username,
                     "password": write_secret(tmp, f"rf-{index}.pw", pw),
                     "verify_ca": str(bmc.ca_bundle(paths))},
