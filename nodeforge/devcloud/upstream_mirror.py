@@ -236,6 +236,14 @@ class MirrorServer:
         if self._thread:
             self._thread.join(timeout=5)
 
+    def wait(self) -> None:
+        """Serve until interrupted (Ctrl-C); for command-line use."""
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            pass
+
     def __enter__(self) -> "MirrorServer":
         return self.start()
 
@@ -305,11 +313,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"serving {args.root} at {server.url}; per-source base URL: {server.url}/<source>", flush=True)
         for name, value in server.mirror_env().items():
             print(f"  {name}={value}", flush=True)
-        try:
-            while True:
-                time.sleep(3600)
-        except KeyboardInterrupt:
-            pass
+        server.wait()
     return 0
 
 

@@ -19,7 +19,6 @@ import argparse
 import hashlib
 import io
 import tarfile
-import time
 from pathlib import Path
 
 from nodeforge.devcloud.upstream_mirror import FixtureUpstream, MirrorServer
@@ -134,11 +133,7 @@ def main(argv=None) -> int:
     with MirrorServer(up.root, args.port) as server:
         write_sources(lock, server)
         print(f"lockfile: {lock} (sources.yaml beside it points at {server.url})", flush=True)
-        try:
-            while True:
-                time.sleep(3600)
-        except KeyboardInterrupt:
-            pass
+        server.wait()
     return 0
 
 
