@@ -459,7 +459,7 @@ class VerifyRequest:
     keep_work: bool = False
     grow: int = GROW
     profile_path: Path = PROFILE
-    parallel: bool = True                   # boot the variants at the same time (one vCPU each)
+    parallel: bool = False                  # boot the variants at the same time (one vCPU each)
     stream: Callable[[str], None] | None = None
 
 

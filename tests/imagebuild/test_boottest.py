@@ -368,11 +368,11 @@ def test_cli_prints_the_report_and_exits_non_zero_on_a_failed_check(tmp_path, mo
     assert code == 1 and "baremetal: NF-HARD-003" in err
     doc = json.loads(out)
     assert doc["variants"]["vm"]["passed"] is True and doc["variants"]["baremetal"]["passed"] is False
-    assert seen["req"].timeout == 300 and seen["req"].accel == "tcg" and seen["req"].parallel
-    code = cli.main(["image", "verify", str(d), "--variant", "vm", "--sequential"])
+    assert seen["req"].timeout == 300 and seen["req"].accel == "tcg" and not seen["req"].parallel
+    code = cli.main(["image", "verify", str(d), "--variant", "vm", "--parallel"])
     out, _ = capsys.readouterr()
     assert code == 0 and "NF-HARD-003" in out and "baremetal" not in out   # table of the verified variant
-    assert seen["req"].variants == ("vm",) and not seen["req"].parallel
+    assert seen["req"].variants == ("vm",) and seen["req"].parallel
 
 
 def test_member_digest_from_the_pinned_archive(tmp_path):
@@ -468,7 +468,7 @@ def _qemu_children() -> list[str]:
 
 @pytest.fixture(scope="module")
 def verified(built_image, tmp_path_factory):  # noqa: F811
-    """Both variants of the session build booted once (at the same time) for every check below."""
+    """Both variants of the session build booted once each (one after the other) for every check below."""
     d = _linked_copy(built_image.path, tmp_path_factory.mktemp("verify") / built_image.path.name)
     t = time.monotonic()
     results = _verify(d)
