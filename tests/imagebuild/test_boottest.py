@@ -462,8 +462,10 @@ def _verify(build_dir: Path, **kw) -> list[boottest.VariantResult]:
 
 
 def _qemu_children() -> list[str]:
-    out = subprocess.run(["pgrep", "-f", "nodeforge-verify-"], capture_output=True, text=True).stdout
-    return [p for p in out.split() if p.strip() and int(p) != os.getpid()]
+    """QEMUs this test process started and left running (other runs on the host are not ours)."""
+    out = subprocess.run(["pgrep", "-P", str(os.getpid()), "-f", "nodeforge-verify-"], capture_output=True,
+                         text=True).stdout
+    return out.split()
 
 
 @pytest.fixture(scope="module")
