@@ -93,6 +93,13 @@ def test_up_status_env_down(second_cloud, monkeypatch):
             assert not any(s in cmdline for s in secrets), f"secret on the command line of pid {proc_dir.name}"
     for text in (up.stdout, up.stderr, exports):
         assert not any(s in text for s in secrets)
+    # ...nor in any service or set-up log (keystone-manage bootstrap gets the
+    # admin password through its environment), nor in a pidfile.
+    logs = [f for d in (cloud.paths.log, cloud.paths.run) for f in d.rglob("*") if f.is_file()]
+    assert any(f.name == "keystone-setup.log" for f in logs)
+    for f in logs:
+        text = f.read_text(errors="replace")
+        assert not any(s in text for s in secrets), f"a local-cloud secret is in {f}"
 
     pid = keystone["pid"]
     down = nodeforge("devcloud", "down", "--output", "json", env=env)
