@@ -307,7 +307,12 @@ def test_glance_restarted_mid_upload_then_rerun_cleans_and_completes(tmp_path, m
     cloud = DevCloud(Paths(root))
     try:
         cloud.up(["image"])
+        # openstacksdk puts OS_CLIENT_CONFIG_FILE (the session's cloud, set by
+        # conftest) before any config_files given here: point it at this cloud.
+        monkeypatch.setenv("OS_CLIENT_CONFIG_FILE", str(cloud.paths.clouds_yaml))
         conf = openstack.config.OpenStackConfig(config_files=[str(cloud.paths.clouds_yaml)])
+        assert conf.get_one("nodeforge-dev").config["auth"]["auth_url"].endswith(f":{5000 + 23000}/v3"), \
+            "this test must talk to its own cloud, not the session's"
         conn = connection.Connection(config=conf.get_one("nodeforge-dev"))
         b = builddir.load(make_build_dir(tmp_path, variants=("baremetal",), size=16 * 1024 * 1024))
         glance_url = urllib.parse.urlsplit(conn.image.get_endpoint())
