@@ -20,7 +20,9 @@ def _checks(cloud: DevCloud) -> list[tuple[str, str, Callable[[], str]]]:
     def conn(name):
         from openstack import config as os_config
 
-        region = os_config.OpenStackConfig(config_files=[config_file]).get_one(cloud=name)
+        # load_envvars=False: OS_CLIENT_CONFIG_FILE or OS_* must not redirect the check
+        # to another cloud (openstacksdk puts that file before config_files).
+        region = os_config.OpenStackConfig(config_files=[config_file], load_envvars=False).get_one(cloud=name)
         return openstack.connection.Connection(config=region)
 
     admin = conn(ADMIN_CLOUD)
