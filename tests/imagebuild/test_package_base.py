@@ -1,0 +1,206 @@
+"""The package base: its cache key (what it depends on, what it does not) and atomic, verified entries."""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import json
+import os
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from nodeforge.imagebuild import build, lockfile, package_base as pb, render
+from tests.demo.fixture_artifacts import COMPANIONS, KUBERNETES, make_demo
+
+MIRRORS = {"main": "http://deb.example.org/debian", "security": "http://deb.example.org/debian-security"}
+
+
+def _plan(lock_path: Path, tmp: Path) -> build.Plan:
+    lock = lockfile.load(lock_path)
+    req = build.BuildRequest(minor="1.36", lockfile_path=lock_path)
+    return build.Plan(req, lock, tmp / "out", tmp / "work", tmp / "dib", None, dict(MIRRORS), [],  # type: ignore[arg-type]
+                      "disk-image-create")
+
+
+def _key(lock_path: Path, tmp: Path, name: str, *, src: Path = render.ELEMENTS_SRC, mirrors=None,
+         minor: str = "1.36") -> str:
+    plan = _plan(lock_path, tmp)
+    if mirrors:
+        plan.mirrors = mirrors
+    rendered = render.render(plan.lock, minor, tmp / f"render-{name}", src=src)
+    base_elements = pb.write_element(tmp / f"base-{name}", pb.union_packages(
+        rendered.elements, list(render.NODEFORGE_ELEMENTS)), rendered.elements)
+    return build.package_base_spec(plan, rendered, base_elements).key()
+
+
+@pytest.fixture
+def demo(tmp_path):
+    up, lock = make_demo(tmp_path / "demo")
+    return up, lock
+
+
+def test_union_of_element_package_lists():
+    out = render.ELEMENTS_SRC
+    pkgs = pb.union_packages(out, list(render.NODEFORGE_ELEMENTS))
+    assert list(pkgs) == sorted(pkgs)
+    assert {"openssh-server", "auditd", "cloud-init", "conntrack", "qemu-guest-agent", "firmware-linux-free"} <= set(pkgs)
+    assert pkgs["grub-efi-amd64-bin"] == {"arch": "amd64"} and pkgs["kmod"] is None
+
+
+def test_union_rejects_conflicting_settings(tmp_path):
+    for name, text in (("a", "foo:\n  arch: amd64\n"), ("b", "foo:\n")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "package-installs.yaml").write_text(text)
+    with pytest.raises(pb.PackageBaseError, match="foo"):
+        pb.union_packages(tmp_path, ["a", "b"])
+
+
+def test_key_ignores_a_kubernetes_patch_bump(demo, tmp_path):
+    up, lock = demo
+    before = _key(lock, tmp_path, "before")
+    up.add_kubernetes("1.36.1")
+    lock.write_text(up.lockfile_text({**KUBERNETES, "1.36": "1.36.1"}, COMPANIONS))
+    assert str(lockfile.load(lock).minor("1.36").version) == "1.36.1"
+    assert _key(lock, tmp_path, "after") == before
+    # Nor does the minor matter: the packages are the same for every minor.
+    assert _key(lock, tmp_path, "other-minor", minor="1.35") == before
+
+
+def test_key_follows_package_lists_mirrors_and_dib(demo, tmp_path):
+    _, lock = demo
+    base = _key(lock, tmp_path, "base")
+    assert _key(lock, tmp_path, "again") == base     # deterministic
+    assert _key(lock, tmp_path, "mirror", mirrors={**MIRRORS, "main": "http://other/debian"}) != base
+
+    src = tmp_path / "elements"
+    subprocess.run(["cp", "-a", f"{render.ELEMENTS_SRC}/.", str(src)], check=True)
+    pkgs = src / "containerd" / "package-installs.yaml"
+    pkgs.write_text(pkgs.read_text() + "jq:\n")
+    assert _key(lock, tmp_path, "more-packages", src=src) != base
+    pkgs.write_text(pkgs.read_text().replace("jq:\n", ""))
+    # An install script (Kubernetes-specific step) is not an input of the base.
+    script = src / "kubernetes-node" / "install.d" / "50-kubernetes-node"
+    script.write_text(script.read_text() + "# changed\n")
+    assert _key(lock, tmp_path, "script", src=src) == base
+    # The block-device config shapes the base build.
+    bd = src / "nodeforge-rootfs" / "block-device-default.yaml"
+    bd.write_text(bd.read_text() + "# changed\n")
+    assert _key(lock, tmp_path, "blockdev", src=src) != base
+
+
+def test_spec_key_covers_every_field():
+    spec = pb.BaseSpec("debian-minimal", "bookworm", "main", "amd64", dict(MIRRORS), {"a": None}, "d" * 64, "3.43.0")
+    keys = {spec.key()}
+    for field, value in (("release", "trixie"), ("arch", "arm64"), ("components", "main contrib"),
+                         ("packages", {"a": None, "b": None}), ("element_digest", "e" * 64),
+                         ("dib_version", "3.44.0"), ("recipe", "nodeforge-package-base/2"),
+                         ("distro_element", "debian")):
+        keys.add(dataclasses.replace(spec, **{field: value}).key())
+    assert len(keys) == 9
+
+
+def _produce_tarball(dest: Path) -> None:
+    with gzip.open(dest, "wb") as gz, tarfile.open(fileobj=gz, mode="w") as tar:
+        info = tarfile.TarInfo("./etc/hostname")
+        data = b"base\n"
+        info.size = len(data)
+        import io
+        tar.addfile(info, io.BytesIO(data))
+
+
+def test_store_then_lookup(tmp_path):
+    cache = pb.BaseCache(tmp_path / "bases")
+    entry = cache.store("k" * 64, _produce_tarball, inputs={"x": 1})
+    assert entry.path == tmp_path / "bases" / ("k" * 64) and entry.tarball.is_file()
+    meta = json.loads((entry.path / "meta.json").read_text())
+    assert meta["key"] == "k" * 64 and meta["sha256"] == pb.file_sha256(entry.tarball) and meta["inputs"] == {"x": 1}
+    found = cache.lookup("k" * 64)
+    assert found is not None and found.meta == meta
+    assert cache.lookup("z" * 64) is None
+    assert [p.name for p in (tmp_path / "bases").iterdir() if not p.name.endswith(".lock")] == ["k" * 64]
+
+
+def test_failed_producer_leaves_no_entry(tmp_path):
+    cache = pb.BaseCache(tmp_path / "bases")
+
+    def half(dest: Path) -> None:
+        dest.write_bytes(b"\x1f\x8b partial")
+        raise RuntimeError("disk-image-create died")
+
+    with pytest.raises(RuntimeError):
+        cache.store("k" * 64, half)
+    assert cache.lookup("k" * 64) is None
+    assert list((tmp_path / "bases").iterdir()) == []
+
+
+def test_damaged_tarball_is_never_stored(tmp_path):
+    cache = pb.BaseCache(tmp_path / "bases")
+    with pytest.raises(pb.PackageBaseError, match="damaged"):
+        cache.store("k" * 64, lambda dest: dest.write_bytes(b"not gzip at all"))
+    assert not (tmp_path / "bases" / ("k" * 64)).exists()
+
+    def truncated(dest: Path) -> None:
+        _produce_tarball(dest)
+        data = dest.read_bytes()
+        dest.write_bytes(data[: len(data) - 12])
+
+    with pytest.raises(pb.PackageBaseError, match="damaged"):
+        cache.store("k" * 64, truncated)
+    assert list((tmp_path / "bases").iterdir()) == []
+
+
+@pytest.mark.parametrize("damage", ["flip-byte", "truncate", "no-meta", "bad-meta", "other-key", "partial-dir"])
+def test_damaged_entry_is_evicted_not_used(tmp_path, damage):
+    cache = pb.BaseCache(tmp_path / "bases")
+    key = "k" * 64
+    entry = cache.store(key, _produce_tarball)
+    meta_path = entry.path / "meta.json"
+    if damage == "flip-byte":
+        data = bytearray(entry.tarball.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        entry.tarball.write_bytes(bytes(data))
+    elif damage == "truncate":
+        with open(entry.tarball, "r+b") as fh:
+            fh.truncate(10)
+    elif damage == "no-meta":
+        meta_path.unlink()
+    elif damage == "bad-meta":
+        meta_path.write_text("{")
+    elif damage == "other-key":
+        meta_path.write_text(json.dumps({**json.loads(meta_path.read_text()), "key": "o" * 64}))
+    elif damage == "partial-dir":   # e.g. a crash left the tarball without meta.json in place
+        meta_path.unlink()
+        entry.tarball.unlink()
+    assert cache.lookup(key) is None
+    assert not entry.path.exists()
+    # The next build makes it again.
+    again = cache.store(key, _produce_tarball)
+    assert cache.lookup(key) == again
+
+
+def test_tar_to_base_adds_mount_points(tmp_path):
+    tree = tmp_path / "tree"
+    (tree / "etc").mkdir(parents=True)
+    (tree / "etc" / "hostname").write_text("x\n")
+    dib_tar = tmp_path / "rootfs.tar"
+    subprocess.run(["tar", "-C", str(tree), "-cf", str(dib_tar), "."], check=True)
+    dest = tmp_path / "base.tar.gz"
+    pb.tar_to_base(dib_tar, dest)
+    with tarfile.open(dest) as tar:
+        names = {m.name: m for m in tar.getmembers()}
+    assert {"./etc/hostname", "./proc", "./sys", "./dev"} <= set(names)
+    assert names["./proc"].isdir() and names["./proc"].mode == 0o555 and names["./proc"].uid == 0
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("nf-base-dirs.")]
+
+
+def test_image_cache_links_base_and_shared_apt(tmp_path):
+    cache = pb.BaseCache(tmp_path / "bases")
+    entry = cache.store("k" * 64, _produce_tarball)
+    shared = tmp_path / "dib"
+    ic = pb.image_cache_for(entry, tmp_path / "ic", shared, distro_name="debian", release="bookworm", arch="amd64")
+    tarball = ic / "debootstrap-debian-bookworm-amd64.tar.gz"
+    assert os.path.realpath(tarball) == str(entry.tarball)
+    assert (ic / "apt").resolve() == (shared / "apt").resolve() and (shared / "apt").is_dir()
