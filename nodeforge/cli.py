@@ -15,6 +15,7 @@ from nodeforge.commands import baremetal as baremetal_cmds
 from nodeforge.commands import devcloud as devcloud_cmds
 from nodeforge.commands import flavor as flavor_cmds
 from nodeforge.commands import image as image_cmds
+from nodeforge.commands import pipeline as pipeline_cmds
 from nodeforge.commands import release as release_cmds
 from nodeforge.commands import template as template_cmds
 from nodeforge.errors import ExitCode, NodeforgeError
@@ -40,6 +41,7 @@ cli.add_command(image_cmds.image)
 cli.add_command(baremetal_cmds.baremetal)
 cli.add_command(flavor_cmds.flavor)
 cli.add_command(template_cmds.template)
+cli.add_command(pipeline_cmds.pipeline)
 
 
 def main(argv: list[str] | None = None) -> int:

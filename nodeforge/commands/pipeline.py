@@ -1,0 +1,123 @@
+"""``nodeforge pipeline run|show|list``: the release pipeline (nodeforge/pipeline, docs/pipeline.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from nodeforge import options, output
+from nodeforge.imagebuild import boottest, lockfile, retention
+from nodeforge.pipeline import runrecord as rr
+from nodeforge.pipeline.run import DEFAULT_RUNS_DIR, Pipeline
+from nodeforge.pipeline.stages import PipelineConfig
+
+STAGE_COLUMNS = ["stage", "minor", "status", "seconds", "attempts", "result"]
+
+
+def _runs_dir_option(fn):
+    return click.option("--runs-dir", type=click.Path(file_okay=False, path_type=Path), default=DEFAULT_RUNS_DIR,
+                        show_default=True, envvar="NODEFORGE_RUNS_DIR", help="Where run records are kept.")(fn)
+
+
+def _stage_rows(doc: dict) -> list[dict]:
+    rows = []
+    for s in doc["stages"]:
+        result = (s.get("error") or {}).get("message") or (s.get("outputs") or {}).get("summary", "")
+        rows.append({"stage": s["name"], "minor": s.get("minor") or "", "status": s["status"],
+                     "seconds": s.get("seconds"), "attempts": s.get("attempts"), "result": result})
+    return rows
+
+
+def emit_run(app, doc: dict) -> None:
+    output.emit(doc, app.output, rows=_stage_rows(doc), columns=STAGE_COLUMNS,
+                title=f"pipeline run {doc['run_id']}: {doc['status']}")
+    if app.output != "table":
+        return
+    if doc.get("message"):
+        click.echo(doc["message"], err=True)
+    for minor, variants in (doc.get("approved") or {}).items():
+        for variant, image_id in variants.items():
+            click.echo(f"approved: Kubernetes {minor} {variant}: {image_id}")
+    for minor, lat in (doc.get("latency") or {}).items():
+        if lat.get("latency_seconds") is not None:
+            click.echo(f"patch latency {lat.get('version') or minor}: {lat['latency_seconds']:.0f}s "
+                       f"(release on the mirror {lat['published_at']} -> approved {lat['approved_at']})")
+        else:
+            click.echo(f"run time {lat.get('version') or minor}: {lat['run_seconds']:.0f}s to the approved image "
+                       "(release time unknown)")
+    click.echo(f"report: {doc['summary']}  (record: {doc['record']})")
+
+
+@click.group()
+def pipeline():
+    """The release pipeline: a new Kubernetes patch release to approved images, recorded."""
+
+
+@pipeline.command()
+@click.option("--minor", "minors", multiple=True, metavar="1.NN",
+              help="Only this minor (repeatable), even without a new patch.  [default: every minor with one]")
+@click.option("--resume", "resume_id", metavar="RUN_ID",
+              help="Resume a failed run from its failed stage (its recorded inputs are used).")
+@_runs_dir_option
+@click.option("--lockfile", "lockfile_path", type=click.Path(dir_okay=False, path_type=Path),
+              envvar="NODEFORGE_LOCKFILE", default=lockfile.DEFAULT_PATH, show_default="manifests/versions.yaml",
+              help="The version lockfile (bump rewrites it).")
+@click.option("--sources", "sources_file", type=click.Path(dir_okay=False, path_type=Path),
+              envvar="NODEFORGE_SOURCES", help="Mirror settings.  [default: sources.yaml beside the lockfile]")
+@click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path), envvar="NODEFORGE_CACHE_DIR",
+              help="Artifact cache.  [default: $XDG_CACHE_HOME/nodeforge/artifacts]")
+@click.option("--work-dir", type=click.Path(file_okay=False, path_type=Path), envvar="NODEFORGE_WORK_DIR",
+              help="Scratch space for build and verify.  [default: $TMPDIR]")
+@click.option("--dib-cache", type=click.Path(file_okay=False, path_type=Path), envvar="NODEFORGE_DIB_CACHE",
+              help="debootstrap/apt cache for builds.")
+@click.option("--retention", "retention_path", type=click.Path(dir_okay=False, path_type=Path),
+              default=retention.DEFAULT_PATH, show_default=True, envvar="NODEFORGE_IMAGE_RETENTION",
+              help="Retention policy for promote.")
+@click.option("--verify-timeout", type=click.FloatRange(min=10), default=boottest.DEFAULT_TIMEOUT,
+              show_default=True, help="Seconds each boot may take.")
+@click.option("--fixture-label", metavar="TEXT", envvar="NODEFORGE_FIXTURE_LABEL",
+              help="The artifacts come from a fixture mirror: label every image with this (refused with the "
+                   "production lockfile).")
+@options.dry_run
+@options.pass_app
+def run(app, minors, resume_id, runs_dir, lockfile_path, sources_file, cache_dir, work_dir, dib_cache,
+        retention_path, verify_timeout, fixture_label, dry_run):
+    """Check upstream; for each minor with a new patch: bump, prefetch, render,
+    build, verify, publish, and -- when all of that succeeded -- promote.
+
+    Writes RUNS_DIR/RUN_ID/run.json and summary.md. A failed run resumes from
+    the failed stage with --resume RUN_ID. Exit 0: images approved, or nothing
+    new upstream (says so); 1 (or the failed stage's code): failed, nothing
+    promoted."""
+    if resume_id and (minors or dry_run):
+        raise click.UsageError("--resume takes the run's recorded inputs; it goes without --minor/--dry-run")
+    config = PipelineConfig(lockfile=lockfile_path, sources_file=sources_file, cache_dir=cache_dir,
+                            os_cloud=app.os_cloud, retention=retention_path, work_dir=work_dir,
+                            dib_cache=dib_cache, verify_timeout=verify_timeout, fixture=fixture_label)
+    pipe = Pipeline(config, runs_dir=runs_dir, say=lambda line: click.echo(line, err=True))
+    if dry_run:
+        plan = pipe.plan(list(minors))
+        output.emit(plan.to_dict(), app.output, rows=plan.stages, columns=["stage", "minor", "action"],
+                    title=f"plan (dry run): {', '.join(plan.minors) or 'nothing new upstream'}")
+        return
+    record = pipe.resume(resume_id) if resume_id else pipe.run(list(minors))
+    emit_run(app, record.to_dict())
+
+
+@pipeline.command()
+@click.argument("run_id")
+@_runs_dir_option
+@options.pass_app
+def show(app, run_id, runs_dir):
+    """One run's record: stages, timings, outputs, image IDs, errors."""
+    emit_run(app, rr.RunRecord.load(runs_dir, run_id).to_dict())
+
+
+@pipeline.command("list")
+@_runs_dir_option
+@options.pass_app
+def list_cmd(app, runs_dir):
+    """Recorded runs, newest first."""
+    output.emit(rr.list_runs(runs_dir), app.output,
+                columns=["run_id", "status", "created", "minors", "failed_stage", "approved"])

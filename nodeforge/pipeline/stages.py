@@ -1,0 +1,291 @@
+"""The pipeline's stages: each a thin call into the existing library.
+
+A stage is ``fn(ctx: StageContext) -> dict``: it returns its outputs (kept in
+the run record; later stages read them through ``ctx.previous``) and raises
+on failure. ``check`` returns ``{"minors": [...]}``: the minors the rest of
+the run handles. Global stages (check, bump) run once; the others once per
+minor. Everything a stage writes goes under the run directory, into the
+lockfile (bump) or into Glance (publish: candidates only; promote).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import email.utils
+import hashlib
+import logging
+from pathlib import Path
+from typing import Callable
+
+import requests
+
+from nodeforge.errors import NodeforgeError, UsageError
+from nodeforge.imagebuild import lockfile as lf
+from nodeforge.imagebuild import release as release_mod
+from nodeforge.imagebuild.cache import Cache, Downloader, RetryPolicy
+from nodeforge.imagebuild.lockfile import Arch
+from nodeforge.imagebuild.sources import Sources
+from nodeforge.pipeline import runrecord as rr
+
+log = logging.getLogger(__name__)
+
+FIXTURE_PROPERTY = "nodeforge_fixture"
+FIXTURE_SOURCE_PROPERTY = "nodeforge_artifact_source"
+PRODUCTION_LOCKFILE = (Path(__file__).resolve().parents[2] / "manifests" / "versions.yaml")
+
+
+class StageFailed(NodeforgeError):
+    message = "{stage}: {detail}"
+
+
+@dataclasses.dataclass
+class PipelineConfig:
+    """Everything a run needs; recorded as the run's inputs (and reused by --resume)."""
+
+    lockfile: Path = lf.DEFAULT_PATH
+    sources_file: Path | None = None
+    cache_dir: Path | None = None
+    os_cloud: str | None = None
+    retention: Path = Path("manifests/image-retention.yaml")
+    work_dir: Path | None = None
+    dib_cache: Path | None = None
+    verify_timeout: float = 900.0
+    accel: str = "auto"
+    arch: str = Arch.AMD64.value
+    jobs: int = 4
+    fixture: str | None = None      # artifacts come from a fixture mirror: this label goes on every image
+
+    def to_dict(self) -> dict:
+        return {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(self).items()}
+
+    @classmethod
+    def from_dict(cls, doc: dict) -> "PipelineConfig":
+        paths = {"lockfile", "sources_file", "cache_dir", "retention", "work_dir", "dib_cache"}
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: (Path(v) if k in paths and v is not None else v) for k, v in doc.items() if k in known})
+
+    def check(self) -> None:
+        if self.fixture and Path(self.lockfile).resolve() == PRODUCTION_LOCKFILE:
+            raise UsageError(detail=f"fixture artifacts never go into the production lockfile {PRODUCTION_LOCKFILE}; "
+                                    "use a fixture lockfile (nodeforge.demo.fixtures.make_demo writes one)")
+
+    # -- library objects -----------------------------------------------------------
+    def lock(self) -> lf.Lockfile:
+        return lf.load(self.lockfile)
+
+    def sources(self) -> Sources:
+        return Sources.load(self.sources_file or Path(self.lockfile).parent / "sources.yaml")
+
+    def downloader(self) -> Downloader:
+        return Downloader(Cache(self.cache_dir), RetryPolicy.from_env())
+
+    def connect(self):
+        from nodeforge.cloud import connect
+
+        return connect(self.os_cloud)
+
+    def policy(self):
+        from nodeforge.imagebuild import retention
+
+        return retention.load(self.retention)
+
+
+@dataclasses.dataclass
+class StageContext:
+    config: PipelineConfig
+    run: rr.RunRecord
+    stage: str
+    minor: str | None
+    dry_run: bool = False
+    say: Callable[[str], None] = lambda line: log.info("%s", line)
+    _conn: object = None
+
+    @property
+    def previous(self) -> dict:
+        """Outputs of this minor's finished stages (and the global ones), by stage name."""
+        return self.run.outputs(self.minor)
+
+    @property
+    def workdir(self) -> Path:
+        return self.run.root
+
+    def conn(self):
+        if self._conn is None:
+            self._conn = self.config.connect()
+        return self._conn
+
+
+Stage = Callable[[StageContext], dict]
+
+
+# --- check -------------------------------------------------------------------------------
+
+def published_at(url: str) -> str | None:
+    """When the mirror (or upstream) last changed a marker file: its Last-Modified, if it says."""
+    try:
+        resp = requests.head(url, timeout=30, allow_redirects=True)
+        value = resp.headers.get("Last-Modified") if resp.ok else None
+        return rr.iso(email.utils.parsedate_to_datetime(value)) if value else None
+    except (requests.RequestException, TypeError, ValueError):
+        return None
+
+
+def check(ctx: StageContext) -> dict:
+    cfg = ctx.config
+    lock, sources = cfg.lock(), cfg.sources()
+    report = release_mod.check(lock, sources, cfg.downloader())
+    named = ctx.run.inputs.get("minors") or []
+    moving = [m.minor for m in report.minors if m.status is release_mod.Status.NEW_PATCH]
+    minors = list(named) or moving
+    targets = {m.minor: m.upstream for m in report.minors}
+    released = {m: {"version": targets.get(m), "published_at": published_at(sources.marker_url(m))} for m in minors}
+    new_minors = [m.minor for m in report.minors if m.status is release_mod.Status.NEW_MINOR]
+    summary = (f"new patch: {', '.join(f'{m} -> {targets[m]}' for m in moving)}" if moving
+               else "lockfile current: no new patch release upstream")
+    if new_minors:
+        summary += f"; new minor(s) {', '.join(new_minors)} (not built unless named with --minor)"
+    ctx.say(f"check: {summary}")
+    return {"minors": minors, "moving": moving, "new_minors": new_minors, "released": released,
+            "report": report.to_dict(), "summary": summary}
+
+
+# --- bump --------------------------------------------------------------------------------
+
+def bump(ctx: StageContext) -> dict:
+    cfg = ctx.config
+    minors = ctx.run.minors
+    report = release_mod.bump(cfg.lock(), cfg.sources(), cfg.downloader(), minors=minors or None,
+                              dry_run=ctx.dry_run, jobs=cfg.jobs)
+    body = release_mod.diff_markdown(report)
+    out = {"versions": {m: {"old": o, "new": n} for m, (o, n) in report.versions.items()},
+           "changes": len(report.changes), "written": report.written, "verified": report.verified,
+           "lockfile": str(cfg.lockfile),
+           "summary": (f"{len(report.changes)} pins moved in {cfg.lockfile}" if report.changes
+                       else "lockfile already pinned at the target versions")}
+    if not ctx.dry_run:
+        from nodeforge.fsutil import atomic_write
+
+        out["pr_body"] = str(atomic_write(ctx.workdir / "pr-body.md", body))
+    ctx.say(f"bump: {out['summary']}")
+    return out
+
+
+# --- per minor ---------------------------------------------------------------------------
+
+def prefetch(ctx: StageContext) -> dict:
+    cfg = ctx.config
+    report = release_mod.prefetch(cfg.lock(), cfg.sources(), cfg.downloader(), minors=[ctx.minor],
+                                  arches=[cfg.arch], jobs=cfg.jobs)
+    mib = report.downloaded_bytes / (1 << 20)
+    ctx.say(f"prefetch {ctx.minor}: {len(report.items)} artifacts verified, {mib:.1f} MiB downloaded")
+    return {"artifacts": len(report.items), "downloaded_bytes": report.downloaded_bytes,
+            "summary": f"{len(report.items)} artifacts in the cache ({mib:.1f} MiB downloaded)"}
+
+
+def render(ctx: StageContext) -> dict:
+    from nodeforge.imagebuild import render as render_mod
+
+    result = render_mod.render(ctx.config.lock(), ctx.minor, ctx.workdir / "render" / ctx.minor,
+                               arch=Arch(ctx.config.arch))
+    ctx.say(f"render {ctx.minor}: element tree {result.digest[:16]}")
+    return {"root": str(result.root), "element_tree_digest": result.digest,
+            "kubernetes_version": str(ctx.config.lock().minor(ctx.minor).version),
+            "summary": f"elements rendered ({result.digest[:16]})"}
+
+
+def _lockfile_sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def build(ctx: StageContext) -> dict:
+    from nodeforge.imagebuild import build as build_mod, builddir
+
+    cfg = ctx.config
+    version = str(cfg.lock().minor(ctx.minor).version)
+    out = ctx.workdir / "builds" / f"k8s-{version}"
+    if (out / builddir.MANIFEST).is_file():
+        existing = builddir.load(out)
+        if existing.lockfile_sha256 == _lockfile_sha256(cfg.lockfile) and existing.k8s_version == version:
+            ctx.say(f"build {ctx.minor}: {out} is already complete for this lockfile; reusing it")
+            return _build_outputs(existing, reused=True)
+        raise StageFailed(stage="build", detail=f"{out} exists from another lockfile state",
+                          hint="remove it, then resume")
+    result = build_mod.build(build_mod.BuildRequest(
+        minor=ctx.minor, lockfile_path=Path(cfg.lockfile), sources_file=cfg.sources_file, out=out,
+        cache_dir=cfg.cache_dir, dib_cache=cfg.dib_cache, work_dir=cfg.work_dir, arch=Arch(cfg.arch),
+        stream=ctx.say))
+    return _build_outputs(builddir.load(result.out), reused=False,
+                          seconds={k: round(v, 1) for k, v in result.seconds.items()})
+
+
+def _build_outputs(b, *, reused: bool, seconds: dict | None = None) -> dict:
+    return {"build_dir": str(b.path), "build_id": b.build_id, "kubernetes_version": b.k8s_version,
+            "images": {v: str(i.path.name) for v, i in sorted(b.variants.items())}, "reused": reused,
+            "build_seconds": seconds or {},
+            "summary": f"{b.build_id}: {', '.join(sorted(b.variants))}" + (" (reused)" if reused else "")}
+
+
+def verify(ctx: StageContext) -> dict:
+    from nodeforge.imagebuild import boottest, builddir
+
+    cfg = ctx.config
+    build_dir = Path(ctx.previous["build"]["build_dir"])
+    b = builddir.load(build_dir)
+    if all(i.verify is builddir.VerifyStatus.PASSED for i in b.variants.values()):
+        ctx.say(f"verify {ctx.minor}: verify.json already says passed for these image bytes; not booting again")
+        results = {v: "passed" for v in b.variants}
+    else:
+        got = boottest.verify(boottest.VerifyRequest(build_dir=build_dir, timeout=cfg.verify_timeout,
+                                                     accel=cfg.accel, cache_dir=cfg.cache_dir,
+                                                     work_dir=cfg.work_dir, stream=ctx.say))
+        failed = [f"{r.variant}: {', '.join(c['id'] for c in r.checks if not c['passed'])}"
+                  for r in got if not r.passed]
+        if failed:
+            raise boottest.VerifyFailed(detail="; ".join(failed),
+                                        hint=f"details in {build_dir / builddir.VERIFY} and the console logs")
+        results = {r.variant: "passed" for r in got}
+    return {"variants": results, "verify_json": str(build_dir / builddir.VERIFY),
+            "summary": ", ".join(f"{v} {s}" for v, s in sorted(results.items()))}
+
+
+def publish(ctx: StageContext) -> dict:
+    from nodeforge.imagebuild import builddir, glance
+
+    cfg = ctx.config
+    b = builddir.load(ctx.previous["build"]["build_dir"])
+    conn = ctx.conn()
+    results = glance.Publisher(conn, cfg.policy()).publish(b)
+    images = {r.variant: r.image_id for r in results}
+    if cfg.fixture:
+        # Labelled where every consumer sees it: built from fixture stand-ins, not upstream releases.
+        for r in results:
+            img = glance.get_image(conn, r.image_id)
+            props = {FIXTURE_PROPERTY: "true", FIXTURE_SOURCE_PROPERTY: cfg.fixture[:255]}
+            ops = glance.set_ops(img, props)
+            if ops:
+                glance.patch_image(conn, r.image_id, ops, f"fixture label on {r.name}")
+    ctx.run.images[ctx.minor] = images
+    ctx.say(f"publish {ctx.minor}: candidates " + ", ".join(f"{v} {i}" for v, i in sorted(images.items())))
+    return {"images": images, "actions": {r.variant: r.action for r in results},
+            "verify": {r.variant: r.verify for r in results}, "fixture": bool(cfg.fixture),
+            "summary": "candidates " + ", ".join(f"{v}={i}" for v, i in sorted(images.items()))}
+
+
+def promote(ctx: StageContext) -> dict:
+    from nodeforge.imagebuild import catalog
+
+    conn, policy = ctx.conn(), ctx.config.policy()
+    images = ctx.previous["publish"]["images"]
+    steps = []
+    for variant, image_id in sorted(images.items()):
+        steps += [s.to_dict() | {"variant": variant} for s in catalog.promote(conn, image_id, policy)]
+    retired = [s["image_id"] for s in steps if s["action"] in ("hide", "deactivate", "delete")]
+    ctx.run.approved[ctx.minor] = dict(images)
+    ctx.say(f"promote {ctx.minor}: approved " + ", ".join(f"{v} {i}" for v, i in sorted(images.items()))
+            + (f"; retired {len(retired)} older image(s)" if retired else ""))
+    return {"approved": dict(images), "steps": steps, "retired": retired,
+            "summary": f"approved {len(images)}; retired {len(retired)}"}
+
+
+DEFAULT_STAGES: dict[str, Stage] = {"check": check, "bump": bump, "prefetch": prefetch, "render": render,
+                                    "build": build, "verify": verify, "publish": publish, "promote": promote}
