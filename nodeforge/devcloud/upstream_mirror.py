@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import email.utils
 import enum
 import fnmatch
 import hashlib
@@ -267,11 +268,16 @@ def _handler(server: MirrorServer):
                 return self._plain(404, "not found\n")
             if fault and fault.kind is FaultKind.STATUS:
                 return self._plain(fault.status, f"injected HTTP {fault.status}\n")
-            size = target.stat().st_size
+            st = target.stat()
+            size = st.st_size
             self.send_response(200)
             self.send_header("Content-Type", "application/octet-stream")
             self.send_header("Content-Length", str(size))
+            # As the real release servers do: when the file was published (the pipeline's patch latency).
+            self.send_header("Last-Modified", email.utils.formatdate(st.st_mtime, usegmt=True))
             self.end_headers()
+            if self.command == "HEAD":
+                return
             with open(target, "rb") as fh:
                 if fault is None:
                     self.connection.sendfile(fh)
@@ -291,13 +297,17 @@ def _handler(server: MirrorServer):
                     except OSError:
                         pass
 
+        def do_HEAD(self):
+            self.do_GET()
+
         def _plain(self, status: int, text: str) -> None:
             body = text.encode()
             self.send_response(status)
             self.send_header("Content-Type", "text/plain")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
-            self.wfile.write(body)
+            if self.command != "HEAD":
+                self.wfile.write(body)
 
     return Handler
 
