@@ -41,11 +41,12 @@ test: setup
 test-fast: venv
 	$(BIN)/python -m pytest -m "not slow and not devcloud" $(PYTEST_ARGS)
 
-## demo: the main job on the embedded local cloud
+## demo: the main job on the embedded local cloud: the release pipeline for one minor (local fixture
+## mirror when the release servers are unreachable), bare-metal batch enrolled, flavors synced, template rendered
 demo: setup
 	$(BIN)/nodeforge devcloud up
-	$(BIN)/nodeforge devcloud status
 	$(BIN)/nodeforge devcloud check
+	$(BIN)/python -m nodeforge.demo
 	@echo "local cloud is up: eval \"\$$($(BIN)/nodeforge devcloud env)\" then use 'openstack'; 'make demo-down' stops it"
 
 demo-down:

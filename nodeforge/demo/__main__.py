@@ -1,0 +1,224 @@
+"""``make demo``: the main job, end to end, on the embedded local cloud.
+
+1. the release pipeline for one minor (check -> bump -> prefetch -> render ->
+   build -> verify -> publish -> promote), against the Kubernetes release
+   servers when they answer, else against the local fixture mirror with its
+   own fixture lockfile (said so, and labelled on every image);
+2. the emulated BMC batch enrolled into Ironic (with inspection) and classified;
+3. the bare-metal flavors synced;
+4. the cluster template rendered from the approved image and flavors;
+then the approved image IDs and where the run report is.
+
+State lives in ``.demo/`` (git-ignored); the run record in ``runs/``. A second
+``make demo`` finds nothing new and reuses what is approved; a run that failed
+is resumed from its failed stage. ``manifests/versions.yaml`` is never written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import requests
+import yaml
+
+from nodeforge import cli, log
+from nodeforge.devcloud import bmc
+from nodeforge.devcloud.cloud import ADMIN_CLOUD, SYSTEM_CLOUD
+from nodeforge.devcloud.paths import Paths
+from nodeforge.devcloud.upstream_mirror import MirrorServer
+from nodeforge.imagebuild import catalog, lockfile as lf
+from nodeforge.pipeline import Pipeline, PipelineConfig, PipelineFailed
+from nodeforge.pipeline import runrecord as rr
+
+REPO = Path(__file__).resolve().parents[2]
+UPSTREAM_PROBE = "https://dl.k8s.io/release/stable.txt"
+MINOR = "1.36"
+TEMPLATE = "k8s-1.36-baremetal"
+FIXTURE_LABEL = "local fixture mirror (nodeforge.demo): upstream release servers unreachable; stand-in binaries"
+# The demo's bare-metal batch: emulated Redfish systems no test claims (tests use 2-4 and 12-36).
+DEMO_SYSTEMS = (40, 41, 42, 43, 44)      # 40, 44: storage shape; 41-43: compute
+NODE_PREFIX = "nfdemo-"
+
+
+def say(text: str = "") -> None:
+    print(text, flush=True)
+
+
+def upstream_reachable(url: str = UPSTREAM_PROBE) -> str | None:
+    """None if the release server answers; else why not."""
+    mode = os.environ.get("NODEFORGE_DEMO_UPSTREAM", "auto")
+    if mode == "fixture":
+        return "NODEFORGE_DEMO_UPSTREAM=fixture"
+    try:
+        resp = requests.head(url, timeout=5, allow_redirects=True)
+        return None if resp.ok else f"{url}: HTTP {resp.status_code}"
+    except requests.RequestException as exc:
+        return f"{url}: {type(exc).__name__}"
+
+
+# --- 1. the pipeline ------------------------------------------------------------------------
+
+def _latest_failed(runs: Path, lockfile: Path) -> str | None:
+    for row in rr.list_runs(runs):
+        if row["status"] in (rr.FAILED, rr.RUNNING):
+            doc = rr.RunRecord.load(runs, row["run_id"])
+            if doc.inputs.get("lockfile") == str(lockfile):
+                return row["run_id"]
+        elif row["status"] == rr.SUCCEEDED:
+            return None
+    return None
+
+
+def _approved(conn, version: str) -> list[dict]:
+    return catalog.list_catalog(conn, approved=True, k8s=version)
+
+
+def run_pipeline(config: PipelineConfig, runs: Path) -> tuple[rr.RunRecord, list[dict]]:
+    pipe = Pipeline(config, runs_dir=runs, say=lambda line: say(f"  {line}"))
+    failed = _latest_failed(runs, config.lockfile)
+    if failed:
+        say(f"  an earlier demo run ({failed}) did not finish: resuming it from its failed stage")
+        record = pipe.resume(failed)
+    else:
+        record = pipe.run()
+    version = str(lf.load(config.lockfile).minor(MINOR).version)
+    conn = config.connect()
+    approved = _approved(conn, version)
+    if record.status == "nothing-to-do" and not approved:
+        say(f"  no approved image of {version} in this cloud yet: running the pipeline for {MINOR} by name")
+        record = Pipeline(config, runs_dir=runs, say=lambda line: say(f"  {line}")).run([MINOR])
+        approved = _approved(conn, version)
+    return record, approved
+
+
+def fixture_setup(state: Path) -> tuple[Path, "object"]:
+    """The fixture upstream (regenerated, deterministic) with a new patch of MINOR on it;
+    the fixture lockfile is created once (pinning the patch before) and then bumped by the pipeline."""
+    from nodeforge.demo.fixtures import KUBERNETES, make_demo, publish_patch
+
+    root = state / "fixture"
+    lock = root / "manifests" / "versions.yaml"
+    keep = lock.read_bytes() if lock.is_file() else None
+    shutil.rmtree(root / "upstream", ignore_errors=True)
+    up, lock = make_demo(root, KUBERNETES)
+    if keep is not None:
+        lock.write_bytes(keep)            # the (possibly bumped) fixture lockfile survives re-runs
+    major, minor_n, patch = KUBERNETES[MINOR].split(".")
+    publish_patch(up, f"{major}.{minor_n}.{int(patch) + 1}")
+    return lock, up
+
+
+# --- 2.-4. bare metal, flavors, template --------------------------------------------------
+
+def write_inventory(state: Path, paths: Paths) -> Path:
+    secrets = state / "baremetal"
+    secrets.mkdir(parents=True, exist_ok=True)
+    os.chmod(secrets, 0o700)
+    creds = bmc.credentials(paths)
+    pw = secrets / "redfish.pw"
+    pw.write_text(creds.redfish.password.reveal())
+    os.chmod(pw, 0o600)
+    systems = {s.index: s for s in bmc.redfish_systems()}
+    nodes = []
+    for i in DEMO_SYSTEMS:
+        s = systems[i]
+        nodes.append({"name": f"{NODE_PREFIX}{s.shape}-{i:03d}",
+                      "bmc": {"address": f"redfish+https://127.0.0.1:{bmc.redfish_port()}/redfish/v1/Systems/{s.uuid}",
+                              "username": creds.redfish.username, "password": f"file:{pw}",
+                              "verify_ca": str(bmc.ca_bundle(paths))},
+                      "macs": list(s.macs), "resource_class": None, "inspect": True, "cleaning": "none"})
+    inv = secrets / "inventory.yaml"
+    inv.write_text(yaml.safe_dump({"version": 1, "nodes": nodes}, sort_keys=False))
+    return inv
+
+
+def nf(*args: str) -> int:
+    return cli.main(list(args))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m nodeforge.demo", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--state-dir", type=Path, default=REPO / ".demo")
+    parser.add_argument("--runs-dir", type=Path, default=REPO / "runs")
+    parser.add_argument("--skip-baremetal", action="store_true", help="Only the release pipeline.")
+    args = parser.parse_args(argv)
+    log.setup(0)
+    state = args.state_dir
+    state.mkdir(parents=True, exist_ok=True)
+    paths = Paths.default()
+    # The demo's own local cloud, whatever the environment points at (openstacksdk reads
+    # OS_CLIENT_CONFIG_FILE before any other clouds.yaml).
+    os.environ["OS_CLIENT_CONFIG_FILE"] = str(paths.clouds_yaml)
+    os.environ.pop("OS_CLOUD", None)
+    cache = REPO / ".cache" / "artifacts"
+
+    say(f"== 1/4 release pipeline for Kubernetes {MINOR}")
+    why = upstream_reachable()
+    server = None
+    if why is None:
+        lock = state / "upstream" / "manifests" / "versions.yaml"
+        if not lock.is_file():   # a copy: the demo never writes the production lockfile
+            lock.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(REPO / "manifests" / "versions.yaml", lock)
+            shutil.copyfile(REPO / "manifests" / "sources.yaml", lock.parent / "sources.yaml")
+        say(f"  upstream release servers answer: real artifacts; demo lockfile {lock} (a copy of manifests/versions.yaml)")
+        label = None
+    else:
+        lock, up = fixture_setup(state)
+        server = MirrorServer(up.root).start()
+        from nodeforge.demo.fixtures import write_sources
+
+        write_sources(lock, server)
+        say(f"  upstream release servers unreachable ({why}):")
+        say(f"  using the LOCAL FIXTURE MIRROR {server.url} (stand-in binaries of the real shape)")
+        say(f"  with its own FIXTURE LOCKFILE {lock}; manifests/versions.yaml is not touched;")
+        say("  images are labelled nodeforge_fixture=true")
+        label = FIXTURE_LABEL
+    config = PipelineConfig(lockfile=lock, cache_dir=cache, os_cloud=ADMIN_CLOUD, fixture=label,
+                            work_dir=Path(os.environ.get("NODEFORGE_WORK_DIR") or "/var/tmp"))
+    try:
+        record, approved = run_pipeline(config, args.runs_dir)
+    except PipelineFailed as exc:
+        say(f"error: {exc}")
+        if exc.hint:
+            say(f"hint: {exc.hint}")
+        return int(exc.exit_code)
+    finally:
+        if server is not None:
+            server.stop()
+    say(f"  pipeline run {record.run_id}: {record.status}" + (f" ({record.message})" if record.message else ""))
+
+    code = 0
+    if not args.skip_baremetal:
+        say("\n== 2/4 enroll the emulated BMC batch (Redfish, with inspection) and classify it")
+        inv = write_inventory(state, paths)
+        rc = nf("--os-cloud", SYSTEM_CLOUD, "baremetal", "enroll", str(inv), "--concurrency", "5")
+        rc = rc or nf("--os-cloud", SYSTEM_CLOUD, "baremetal", "classify", "--node", f"{NODE_PREFIX}*")
+        code = code or rc
+        say("\n== 3/4 sync the bare-metal flavors")
+        code = code or nf("--os-cloud", ADMIN_CLOUD, "flavor", "sync")
+        say(f"\n== 4/4 render the cluster template {TEMPLATE}")
+        code = code or nf("--os-cloud", ADMIN_CLOUD, "template", "render", TEMPLATE,
+                          "--baremetal-cloud", SYSTEM_CLOUD)
+
+    say("\n== result")
+    if label:
+        say(f"  FIXTURE BUILD: artifacts from the {label}")
+    for img in approved:
+        say(f"  approved image: Kubernetes {img['k8s']} {img['variant']}: {img['id']}")
+    if not approved:
+        say("  no approved image")
+        code = code or 1
+    lat = record.latency.get(MINOR) if record.latency else None
+    if lat and lat.get("latency_seconds") is not None:
+        say(f"  patch latency {lat['version']}: {lat['latency_seconds']:.0f}s (release on the mirror -> approved image)")
+    say(f"  report: {record.summary_path}  (record: {record.json_path})")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

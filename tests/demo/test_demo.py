@@ -1,0 +1,48 @@
+"""``make demo``'s set-up: the fixture upstream and its own lockfile (never the
+production one), a new patch of the demo minor on the mirror, the fallback
+when the release servers are unreachable."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from nodeforge.demo import __main__ as demo
+from nodeforge.devcloud.upstream_mirror import MirrorServer
+from nodeforge.demo.fixtures import write_sources
+from nodeforge.imagebuild import lockfile as lf, release
+from nodeforge.imagebuild.cache import Cache, Downloader, RetryPolicy
+from nodeforge.imagebuild.sources import Sources
+from nodeforge.pipeline.stages import PRODUCTION_LOCKFILE
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_fixture_setup_new_patch_own_lockfile(tmp_path):
+    production = hashlib.sha256(PRODUCTION_LOCKFILE.read_bytes()).hexdigest()
+    lock, up = demo.fixture_setup(tmp_path / "state")
+    assert lock.is_relative_to(tmp_path) and lock.read_text().startswith("# fixture lockfile")
+    with MirrorServer(up.root) as server:
+        write_sources(lock, server)
+        report = release.check(lf.load(lock), Sources.load(lock.parent / "sources.yaml"),
+                               Downloader(Cache(tmp_path / "cache"), RetryPolicy(attempts=1)))
+    moving = {m.minor: m.upstream for m in report.minors if m.status is release.Status.NEW_PATCH}
+    assert moving == {demo.MINOR: "1.36.1"}         # exactly one minor for the demo pipeline
+    # A bumped fixture lockfile survives a second set-up; the upstream is regenerated.
+    lock.write_text(lock.read_text().replace("version: 1.36.0", "version: 1.36.1"))
+    again, _ = demo.fixture_setup(tmp_path / "state")
+    assert again == lock and "version: 1.36.1" in again.read_text()
+    assert hashlib.sha256(PRODUCTION_LOCKFILE.read_bytes()).hexdigest() == production
+
+
+def test_upstream_unreachable_is_said(monkeypatch):
+    monkeypatch.setenv("NODEFORGE_DEMO_UPSTREAM", "fixture")
+    assert demo.upstream_reachable() == "NODEFORGE_DEMO_UPSTREAM=fixture"
+    monkeypatch.setenv("NODEFORGE_DEMO_UPSTREAM", "auto")
+    assert "ConnectionError" in demo.upstream_reachable("http://127.0.0.1:9/release/stable.txt")
+
+
+def test_old_import_path_still_works():
+    from tests.demo.fixture_artifacts import make_demo
+    from nodeforge.demo.fixtures import make_demo as moved
+    assert make_demo is moved
