@@ -11,7 +11,9 @@ issues, a per-stage timeout, and the recovery policy for ``clean failed`` /
 
 Progress is Ironic's own provision state plus a checkpoint in ``extra``
 (:data:`constants.EXTRA_CHECKPOINT`: ``inspected``, ``cleaned``), so a run
-interrupted at any point resumes where each node stood.
+interrupted at any point resumes where each node stood; the recoveries spent
+on a node are kept there too (:data:`constants.EXTRA_RETRIES`), so resuming
+never grants more than ``max_recoveries``.
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ from nodeforge.ironic.provisioner import ErrorKind, IronicError, Provisioner
 from nodeforge.redact import scrub
 
 log = logging.getLogger(__name__)
+
+
+PARKED_PREFIX = "nodeforge: "   # maintenance_reason of a node the recovery policy parked
 
 
 class NodeState(str, enum.Enum):
@@ -117,6 +122,7 @@ class Work:
     issued_at: float | None = None
     not_before: float = 0.0
     recoveries: int = 0
+    recovery_pending: bool = False   # counted on the node, its manage not accepted yet
     failures: int = 0
     result: NodeState | None = None
     error_type: str | None = None
@@ -211,28 +217,56 @@ def on_manageable(w: Work, ctx: Ctx) -> Outcome:
     return _issue(w, ctx, Stage.PROVIDE, Verb.PROVIDE)
 
 
+def persisted_recoveries(node: dict) -> int:
+    """Recoveries already spent on this node, by this run or an earlier one
+    (:data:`constants.EXTRA_RETRIES` in ``extra``)."""
+    try:
+        return max(0, int((node.get("extra") or {}).get(C.EXTRA_RETRIES) or 0))
+    except (TypeError, ValueError):
+        return 0
+
+
 def on_failed(w: Work, ctx: Ctx) -> Outcome:
-    """``clean failed`` / ``inspect failed``: the documented recovery policy."""
+    """``clean failed`` / ``inspect failed``: the documented recovery policy.
+
+    The count is kept on the node (``extra.nodeforge_retries``) and written
+    *before* the recovery is issued, so a run killed and started again (any
+    number of times) never grants a node more than ``max_recoveries``."""
     reason = scrub(w.node.get("last_error") or w.node.get("provision_state") or "")
     kind = "clean-failed" if node_state(w.node) is NodeState.CLEAN_FAILED else "inspect-failed"
-    if w.recoveries < ctx.policy.max_recoveries:
-        w.recoveries += 1
-        if w.issued is not Verb.MANAGE:
-            try:
-                ctx.provisioner.set_provision_state(w.uuid, Verb.MANAGE)
-            except IronicError as exc:
-                return Retry(f"manage after {kind}: {exc.kind.value}")
-            w.issued, w.issued_at = Verb.MANAGE, ctx.now
+    w.recoveries = max(w.recoveries, persisted_recoveries(w.node))
+    if w.issued is Verb.MANAGE and not _timed_out(w, ctx):
+        return Continue()  # the recovery's manage is issued; wait for it to land
+    if w.recovery_pending or w.recoveries < ctx.policy.max_recoveries:
+        if not w.recovery_pending:
+            # Spend the recovery on the node first: a kill after this line
+            # costs a recovery, never grants an extra one.
+            ctx.provisioner.patch_node(w.uuid, [{"op": "add", "path": f"/extra/{C.EXTRA_RETRIES}",
+                                                 "value": w.recoveries + 1}])
+            w.node.setdefault("extra", {})[C.EXTRA_RETRIES] = w.recoveries + 1
+            w.recoveries += 1
+            w.recovery_pending = True
+        try:
+            ctx.provisioner.set_provision_state(w.uuid, Verb.MANAGE)
+        except IronicError as exc:
+            return Retry(f"manage after {kind}: {exc.kind.value}")
+        w.recovery_pending = False
+        w.issued, w.issued_at = Verb.MANAGE, ctx.now
         return Retry(f"{kind}; recovery {w.recoveries}/{ctx.policy.max_recoveries}: {reason}")
     try:
+        # Maintenance first: a run killed in between still finds the node parked.
+        ctx.provisioner.set_maintenance(w.uuid, f"{PARKED_PREFIX}{kind}: {reason}"[:255])
         ctx.provisioner.set_provision_state(w.uuid, Verb.MANAGE)
-        ctx.provisioner.set_maintenance(w.uuid, f"nodeforge: {kind}: {reason}"[:255])
     except IronicError as exc:
         log.warning("%s: could not park the node in maintenance: %s", w.spec.name, exc)
     return Failed(kind, reason)
 
 
 def on_available(w: Work, ctx: Ctx) -> Outcome:
+    if C.EXTRA_RETRIES in (w.node.get("extra") or {}):
+        # Recovered: the next failure (another run, months later) gets the full policy again.
+        ctx.provisioner.patch_node(w.uuid, [{"op": "remove", "path": f"/extra/{C.EXTRA_RETRIES}"}])
+        w.node["extra"].pop(C.EXTRA_RETRIES, None)
     return Complete(NodeState.AVAILABLE)
 
 
@@ -258,13 +292,26 @@ HANDLERS: dict[NodeState, Handler] = {
 }
 
 
+def parked(node: dict) -> str | None:
+    """The failure kind of a node nodeforge parked in maintenance, else None."""
+    reason = node.get("maintenance_reason") or ""
+    if node.get("maintenance") and reason.startswith(PARKED_PREFIX):
+        return reason[len(PARKED_PREFIX):].split(":", 1)[0] or "parked"
+    return None
+
+
 def advance(w: Work, ctx: Ctx) -> Outcome:
     """Run the handler for the node's current state and apply its outcome."""
     if ctx.now < w.not_before:
         return Continue()
     state = node_state(w.node)
+    kind = parked(w.node)
     try:
-        outcome = HANDLERS[state](w, ctx)
+        if kind and w.issued is None:
+            # Parked by an earlier run: left alone until an operator unsets maintenance.
+            outcome: Outcome = Failed(kind, f"parked in maintenance by an earlier run: {w.node['maintenance_reason']}")
+        else:
+            outcome = HANDLERS[state](w, ctx)
     except IronicError as exc:
         outcome = Retry(f"{exc.kind.value}") if exc.kind.retriable else Failed("api", str(exc))
     if isinstance(outcome, Complete):

@@ -99,3 +99,48 @@ def test_in_use_nodes_untouched():
     w = drive(fake, [spec("busy")], start_state="active")["busy"]
     assert w.result is lc.NodeState.IN_USE
     assert not [c for c in fake.calls if c[0].startswith("provision:")]
+
+
+def _run_one(fake, s, *, state, extra=None, policy=None):
+    n = fake.create_node({"name": s.name, "driver": "fake-hardware", "automated_clean": True, "extra": extra or {}})
+    fake.nodes[n["uuid"]]["provision_state"] = state
+    clock = Clock()
+    w = lc.run(fake, [lc.Work(spec=s, uuid=n["uuid"])], policy or lc.Policy(poll_interval=1),
+               clock=clock, sleep=clock.sleep)[0]
+    return w, fake.nodes[n["uuid"]]
+
+
+def _verbs(fake):
+    return [c[0].split(":")[1] for c in fake.calls if c[0].startswith("provision:")]
+
+
+def test_recovery_count_is_kept_on_the_node():
+    fake = FakeProvisioner({"cf": {"provide": "fail:clean step failed"}})
+    w, node = _run_one(fake, spec("cf"), state="enroll")
+    assert w.error_type == "clean-failed"
+    assert node["extra"][C.EXTRA_RETRIES] == 1
+
+
+def test_resumed_run_never_retries_beyond_max_recoveries():
+    # A killed run had spent the node's only recovery: the next run parks it
+    # at once, and so does every run after that (no provide, ever).
+    fake = FakeProvisioner({"cf": {"provide": "fail:clean step failed"}})
+    w, node = _run_one(fake, spec("cf"), state="clean failed", extra={C.EXTRA_RETRIES: 1})
+    assert w.error_type == "clean-failed"
+    assert _verbs(fake) == ["manage"]            # the parking manage only
+    assert node["maintenance"] and node["extra"][C.EXTRA_RETRIES] == 1
+    w2 = lc.run(fake, [lc.Work(spec=spec("cf"), uuid=node["uuid"])], lc.Policy(poll_interval=1),
+                clock=Clock(), sleep=lambda s: None)[0]
+    # Parked: later runs report it and leave it alone (no verb at all).
+    assert w2.error_type == "clean-failed" and "parked" in w2.error
+    assert _verbs(fake) == ["manage"]
+
+
+def test_recovered_node_clears_its_count_and_a_locked_manage_spends_one_recovery():
+    fake = FakeProvisioner({"cf": {"manage": "locked:2"}})
+    w, node = _run_one(fake, spec("cf"), state="clean failed")
+    assert w.result is lc.NodeState.AVAILABLE
+    assert _verbs(fake) == ["manage", "manage", "manage", "provide"]
+    # one write of the count (1), one removal when available; nothing left behind
+    assert [c for c in fake.calls if c[0] == "patch_node"] == [("patch_node", node["uuid"])] * 2
+    assert C.EXTRA_RETRIES not in node["extra"]
