@@ -84,12 +84,14 @@ def preflight(app, file, fmt, allow_plaintext_secrets, key_file, jobs):
               help="Nodes at once in each of inspect, clean and provide (below Ironic's own limits).")
 @click.option("--max-recoveries", type=click.IntRange(0, 10), default=1, show_default=True,
               help="Retries of a node in 'clean failed'/'inspect failed' before it is parked in maintenance.")
+@click.option("--macs-from-bmc/--no-macs-from-bmc", default=True, show_default=True,
+              help="Redfish nodes listed without MACs get ports for the MACs their BMC reports.")
 @click.option("--timeout", type=float, default=3600, show_default=True, help="Whole-run timeout, seconds.")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the report: .json, or .xml for JUnit.")
 @options.pass_app
 def enroll(app, file, fmt, allow_plaintext_secrets, key_file, dry_run, jobs, no_lifecycle, concurrency,
-           max_recoveries, timeout, report_path):
+           max_recoveries, macs_from_bmc, timeout, report_path):
     """Create missing nodes, update drifted ones, then manage -> (inspect) -> clean -> provide.
 
     A second run of the same file makes no write call. Exit: 0 all nodes good,
@@ -99,10 +101,11 @@ def enroll(app, file, fmt, allow_plaintext_secrets, key_file, dry_run, jobs, no_
     inv = _load(app, file, fmt, allow_plaintext_secrets, key_file)
     prov = SdkProvisioner(app.connect())
     start = time.monotonic()
-    plan = enroll_mod.plan(inv, prov)
+    plan = enroll_mod.plan(inv, prov, discover=enroll_mod.redfish_macs if macs_from_bmc else None)
     if dry_run:
         rows = [{"name": p.spec.name, "action": p.action.value, "matched_by": p.matched_by,
-                 "changes": "; ".join(f"{c.field}: {c.current!s} -> {c.desired!s}" for c in p.changes),
+                 "changes": "; ".join(f"{c.field}: {c.current!s} -> {c.desired!s}" for c in p.changes)
+                 + (" (MACs from the BMC)" if p.macs_from_bmc else ""),
                  "error": p.error} for p in plan.nodes]
         output.emit(plan.to_dict(), app.output, rows=rows, title=f"plan: {plan.counts()}")
         return
@@ -125,7 +128,8 @@ def enroll(app, file, fmt, allow_plaintext_secrets, key_file, dry_run, jobs, no_
     elif works:
         for w in works:
             reports[w.spec.name].state = "enroll" if plan else None
-    report = Report("enroll", list(reports.values()), seconds=time.monotonic() - start, writes=prov.writes)
+    report = Report("enroll", list(reports.values()), seconds=time.monotonic() - start, writes=prov.writes,
+                    retried=dict(prov.retried))
     if report_path:
         report.write(report_path)
     output.emit(report.to_dict(), app.output, rows=report.rows(),

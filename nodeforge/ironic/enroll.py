@@ -1,7 +1,9 @@
 """Enroll and reconcile: a pure plan (desired vs actual, field by field), then apply.
 
 :func:`plan` reads every node and port once and matches each inventory node to
-an existing Ironic node by name, then BMC address, then MAC. For a match it
+an existing Ironic node by name, then BMC address, then MAC. Ports come from
+the inventory's MACs or, for a Redfish node listed without any, from the MACs
+its BMC reports (``discover``, :func:`redfish_macs`). For a match it
 lists the fields that differ; passwords (which Ironic masks on read) are
 compared through a credential fingerprint kept in the node's ``extra``
 (:data:`constants.EXTRA_FINGERPRINT`). A node whose plan has no change makes
@@ -17,10 +19,11 @@ import dataclasses
 import enum
 import logging
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Callable
 
 from nodeforge.ironic import constants as C
-from nodeforge.ironic.inventory import CleanMode, Inventory, NodeSpec, bmc_key, bmc_key_from_driver_info
+from nodeforge.ironic.inventory import (CleanMode, Inventory, NodeSpec, bmc_key, bmc_key_from_driver_info,
+                                       normalize_mac)
 from nodeforge.ironic.provisioner import IronicError, Provisioner
 from nodeforge.redact import MASK, scrub, scrub_obj
 
@@ -53,6 +56,7 @@ class NodePlan:
     changes: list[FieldChange] = dataclasses.field(default_factory=list)
     traits: list[str] | None = None      # set when traits change
     ports_to_add: list[str] = dataclasses.field(default_factory=list)
+    macs_from_bmc: bool = False          # MACs read from the Redfish BMC (none in the inventory)
     error: str | None = None
     provision_state: str | None = None
     _patch: list[dict] = dataclasses.field(default_factory=list, repr=False)
@@ -60,7 +64,7 @@ class NodePlan:
     def to_dict(self) -> dict:
         return {"name": self.spec.name, "action": self.action.value, "uuid": self.uuid,
                 "matched_by": self.matched_by, "changes": [c.to_dict() for c in self.changes],
-                "ports_to_add": self.ports_to_add, "error": scrub(self.error) if self.error else None,
+                "ports_to_add": self.ports_to_add, "macs_from_bmc": self.macs_from_bmc, "error": scrub(self.error) if self.error else None,
                 "location": str(self.spec.location)}
 
 
@@ -114,13 +118,56 @@ def _index(nodes: list[dict], ports: list[dict]):
     return by_name, by_uuid, by_bmc, port_owner
 
 
-def plan(inventory: Inventory, provisioner: Provisioner) -> Plan:
+Discover = Callable[[NodeSpec], "list[str] | None"]
+
+
+def redfish_macs(spec: NodeSpec) -> list[str] | None:
+    """The NIC MACs the node's Redfish BMC reports (EthernetInterfaces), or
+    None when the BMC cannot be read (manage will then report why)."""
+    from nodeforge.ironic import preflight
+
+    check = preflight.check_redfish(spec)
+    if not check.ok:
+        log.info("%s: no MACs from the BMC (%s)", spec.name, check.failure.value if check.failure else "?")
+        return None
+    return [m for m in (normalize_mac(x) for x in check.facts.get("macs") or []) if m] or None
+
+
+def needs_discovery(spec: NodeSpec, by_name: dict, nodes_with_ports: set[str]) -> bool:
+    """A Redfish node without MACs in the inventory whose Ironic node (if
+    any) has no port yet: its ports come from the BMC."""
+    if not spec.bmc.is_redfish or spec.macs:
+        return False
+    node = by_name.get(spec.name)
+    return node is None or node["uuid"] not in nodes_with_ports
+
+
+def plan(inventory: Inventory, provisioner: Provisioner, *, discover: Discover | None = None,
+         jobs: int = 16) -> Plan:
+    """Plan every node. With ``discover`` (e.g. :func:`redfish_macs`), Redfish
+    nodes listed without MACs get ports for the MACs their BMC reports; a
+    node that already has ports in Ironic is not asked again (so a re-run
+    talks to no BMC)."""
     nodes = provisioner.list_nodes()
     ports = provisioner.list_ports()
     by_name, by_uuid, by_bmc, port_owner = _index(nodes, ports)
+    specs = list(inventory.nodes)
+    found: dict[str, list[str]] = {}
+    if discover is not None:
+        with_ports = {p["node_uuid"] for p in ports}
+        wanted = [s for s in specs if needs_discovery(s, by_name, with_ports)]
+        if wanted:
+            with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(wanted)))) as pool:
+                for s, macs in zip(wanted, pool.map(discover, wanted)):
+                    if macs:
+                        found[s.name] = list(macs)
     out = []
-    for spec in inventory.nodes:
-        out.append(_plan_node(spec, by_name, by_uuid, by_bmc, port_owner))
+    for spec in specs:
+        if spec.name in found:
+            spec = dataclasses.replace(spec, macs=found[spec.name])
+        p = _plan_node(spec, by_name, by_uuid, by_bmc, port_owner)
+        p.macs_from_bmc = spec.name in found
+        out.append(p)
     return Plan(out)
 
 

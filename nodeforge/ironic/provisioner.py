@@ -106,6 +106,7 @@ class RetryPolicy:
 class Provisioner(Protocol):
     writes: int
     retries: int
+    retried: dict[str, int]   # answers retried, by HTTP status ("409", "503") or "network"
 
     def list_nodes(self) -> list[dict]: ...
     def list_ports(self) -> list[dict]: ...
@@ -132,6 +133,7 @@ class SdkProvisioner:
         self.version = api_version
         self.writes = 0
         self.retries = 0
+        self.retried: dict[str, int] = {}
         self._lock = threading.Lock()
 
     # -- transport
@@ -159,6 +161,8 @@ class SdkProvisioner:
                 log.info("%s: %s (%s); retrying in %.1fs", operation, kind.value, scrub(detail), delay)
                 with self._lock:
                     self.retries += 1
+                    key = str(status) if status else kind.value
+                    self.retried[key] = self.retried.get(key, 0) + 1
                 time.sleep(delay)
                 attempt += 1
                 continue
@@ -252,6 +256,7 @@ class FakeProvisioner:
         self.inventories: dict[str, dict] = {}   # node name -> stored inspection data
         self.writes = 0
         self.retries = 0
+        self.retried: dict[str, int] = {}
         self._locked: dict[tuple[str, Verb], int] = {}
 
     def _node(self, ident: str) -> dict:

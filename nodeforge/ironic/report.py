@@ -60,6 +60,7 @@ class Report:
     nodes: list[NodeReport]
     seconds: float = 0.0
     writes: int = 0
+    retried: dict[str, int] = dataclasses.field(default_factory=dict)  # 409/503 answers retried
 
     @property
     def failed(self) -> list[NodeReport]:
@@ -75,6 +76,7 @@ class Report:
     def to_dict(self) -> dict:
         return scrub_obj({"command": self.command, "ok": len(self.nodes) - len(self.failed),
                           "failed": len(self.failed), "seconds": round(self.seconds, 2), "writes": self.writes,
+                          "retried": dict(self.retried),
                           "exit_code": int(self.exit_code()), "nodes": [n.to_dict() for n in self.nodes]})
 
     def rows(self) -> list[dict]:

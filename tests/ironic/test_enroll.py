@@ -68,3 +68,59 @@ def test_409_locked_vs_duplicate():
     assert classify(409, body)[0] is ErrorKind.LOCKED
     assert classify(503, "")[0] is ErrorKind.UNAVAILABLE
     assert ErrorKind.LOCKED.retriable and not ErrorKind.DUPLICATE.retriable
+
+
+def _redfish_inventory(tmp_path, nodes: dict[str, list[str] | None]):
+    import yaml
+
+    doc = {"version": 1, "nodes": [
+        {"name": name, "bmc": {"address": f"redfish+https://10.9.0.{i + 1}/redfish/v1/Systems/s{i}",
+                               "username": "root", "password": "env:NF_TEST_BMC_PASSWORD"},
+         "cleaning": "none", **({"macs": macs} if macs else {})}
+        for i, (name, macs) in enumerate(nodes.items())]}
+    path = tmp_path / "rf.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return inv.load(path)
+
+
+def test_ports_from_redfish_macs_when_the_inventory_lists_none(tmp_path, bmc_password):
+    inventory = _redfish_inventory(tmp_path, {"rf-a": None, "rf-b": ["52:54:00:bb:00:01"]})
+    bmc_macs = {"rf-a": ["02:4e:46:00:09:00", "02:4e:46:00:09:01"]}
+    asked: list[str] = []
+
+    def discover(spec):
+        asked.append(spec.name)
+        return bmc_macs.get(spec.name)
+
+    fake = FakeProvisioner()
+    plan = {p.spec.name: p for p in enroll.plan(inventory, fake, discover=discover).nodes}
+    assert asked == ["rf-a"]                       # rf-b lists its MACs: the BMC is not asked
+    assert plan["rf-a"].ports_to_add == bmc_macs["rf-a"] and plan["rf-a"].macs_from_bmc
+    assert plan["rf-a"].to_dict()["macs_from_bmc"] is True
+    assert plan["rf-b"].ports_to_add == ["52:54:00:bb:00:01"] and not plan["rf-b"].macs_from_bmc
+    enroll.apply(enroll.plan(inventory, fake, discover=discover), fake)
+    uuid = next(n["uuid"] for n in fake.nodes.values() if n["name"] == "rf-a")
+    assert sorted(p["address"] for p in fake.ports.values() if p["node_uuid"] == uuid) == bmc_macs["rf-a"]
+    # Re-run: the node has its ports, no BMC is asked, nothing is written.
+    asked.clear()
+    writes = fake.writes
+    again = enroll.plan(inventory, fake, discover=discover)
+    assert asked == [] and again.counts()["no-op"] == 2
+    enroll.apply(again, fake)
+    assert fake.writes == writes
+
+
+def test_redfish_macs_conflict_or_unreadable_bmc_is_per_node(tmp_path, bmc_password):
+    inventory = _redfish_inventory(tmp_path, {"rf-a": None, "rf-c": None, "rf-d": None})
+    fake = FakeProvisioner()
+    other = fake.create_node({"name": "someone-else", "driver": "fake-hardware"})
+    fake.create_port(other["uuid"], "02:4e:46:00:0c:00")
+    found = {"rf-a": ["02:4e:46:00:0a:00"], "rf-c": ["02:4e:46:00:0c:00"], "rf-d": None}
+    plan = {p.spec.name: p for p in enroll.plan(inventory, fake, discover=lambda s: found[s.name]).nodes}
+    assert plan["rf-a"].action is enroll.Action.CREATE
+    assert plan["rf-c"].action is enroll.Action.ERROR and "someone-else" in plan["rf-c"].error
+    # BMC unreadable: the node is created without ports (manage reports the BMC problem).
+    assert plan["rf-d"].action is enroll.Action.CREATE and plan["rf-d"].ports_to_add == []
+    # Without discovery nothing is asked and no ports are planned.
+    plain = {p.spec.name: p for p in enroll.plan(inventory, fake).nodes}
+    assert plain["rf-a"].ports_to_add == []
