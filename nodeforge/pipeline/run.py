@@ -81,7 +81,8 @@ class Pipeline:
         self.config.check()
         with RunLock(self.runs_dir, run_id):
             run = rr.RunRecord.load(self.runs_dir, run_id)  # re-read under the lock
-            failed = run.failed_stage
+            # A failed stage, or one a killed process left 'running'.
+            failed = run.failed_stage or next((s for s in run.stages if s.status == rr.RUNNING), None)
             run.start_attempt(failed.key if failed else None)
             run.status, run.finished, run.message = rr.RUNNING, None, None
             run.save()

@@ -138,7 +138,10 @@ def check(ctx: StageContext) -> dict:
     moving = [m.minor for m in report.minors if m.status is release_mod.Status.NEW_PATCH]
     minors = list(named) or moving
     targets = {m.minor: m.upstream for m in report.minors}
-    released = {m: {"version": targets.get(m), "published_at": published_at(sources.marker_url(m))} for m in minors}
+    # Patch latency starts when the new release appeared; a minor rebuilt by name has no new release.
+    released = {m: {"version": targets.get(m),
+                    "published_at": published_at(sources.marker_url(m)) if m in moving else None}
+                for m in minors}
     new_minors = [m.minor for m in report.minors if m.status is release_mod.Status.NEW_MINOR]
     summary = (f"new patch: {', '.join(f'{m} -> {targets[m]}' for m in moving)}" if moving
                else "lockfile current: no new patch release upstream")

@@ -112,6 +112,24 @@ def test_failed_stage_recorded_nothing_promoted_then_resume(tmp_path):
     assert _pipe(tmp_path, rec).resume(run_id).status == "succeeded" and rec.calls == []
 
 
+def test_killed_run_resumes_from_the_running_stage(tmp_path):
+    rec = Recorder(fail={"build[1.36]": 1})
+    with pytest.raises(PipelineFailed):
+        _pipe(tmp_path, rec).run()
+    run_id = next((tmp_path / "runs").glob("*/run.json")).parent.name
+    # What a kill -9 during the build leaves: the run and the stage still 'running'.
+    doc = json.loads((tmp_path / "runs" / run_id / "run.json").read_text())
+    doc["status"] = "running"
+    for s in doc["stages"]:
+        if s["status"] == "failed":
+            s["status"], s["error"] = "running", None
+    (tmp_path / "runs" / run_id / "run.json").write_text(json.dumps(doc))
+    rec.calls.clear()
+    run = _pipe(tmp_path, rec).resume(run_id)
+    assert rec.calls[0] == "build[1.36]" and run.status == "succeeded"
+    assert run.attempts[-1]["from"] == "build[1.36]"
+
+
 def test_promote_failure_recorded(tmp_path):
     rec = Recorder(fail={"promote[1.36]": 1})
     with pytest.raises(PipelineFailed):
