@@ -33,7 +33,7 @@ from tests.demo.fixture_artifacts import make_demo, write_sources
 REPO = Path(__file__).resolve().parents[1]
 CACHE = REPO / ".cache" / "images"
 MINOR = "1.36"
-_CODE = ("build.py", "disk.py", "manifest.py", "render.py", "checksums.py")
+_CODE = ("build.py", "disk.py", "manifest.py", "render.py", "checksums.py", "package_base.py")
 
 
 @dataclasses.dataclass(frozen=True)

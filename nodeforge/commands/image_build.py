@@ -57,22 +57,26 @@ def render(app, minor, out, arch, lockfile_path):
               envvar="NODEFORGE_SOURCES", help="Artifact mirror settings.  [default: sources.yaml beside the lockfile]")
 @click.option("--offline", is_flag=True, help="Never download: every pinned artifact must be in the cache.")
 @click.option("--keep-work", is_flag=True, help="Keep the scratch directory (for debugging).")
+@click.option("--rebuild-package-base", is_flag=True,
+              help="Build the package base (base OS + element packages) afresh even if it is cached.")
 @_lockfile_option
 @options.pass_app
 def build(app, minor, variants, out, cache_dir, dib_cache, work_dir, sources_file, offline, keep_work,
-          lockfile_path):
+          rebuild_package_base, lockfile_path):
     """Build the VM (qcow2) and bare-metal (raw, UEFI) images from one root filesystem.
 
     Fails before the long build on an unknown minor, a missing or corrupt
     artifact, a missing host tool or too little disk. Writes images,
     SHA256SUMS, SHA512SUMS, manifest.json, sbom.cdx.json and build.log into one
-    new directory, atomically."""
+    new directory, atomically. The base OS with every element package is cached
+    as a package base (under --dib-cache, keyed by its inputs) and reused while
+    they are unchanged, e.g. across Kubernetes patch bumps."""
     req = build_mod.BuildRequest(
         minor=minor, lockfile_path=lockfile_path, sources_file=sources_file, variants=variants, out=out,
         cache_dir=cache_dir, dib_cache=dib_cache, work_dir=work_dir, offline=offline, keep_work=keep_work,
-        stream=(lambda line: click.echo(line, err=True)))
+        rebuild_package_base=rebuild_package_base, stream=(lambda line: click.echo(line, err=True)))
     result = build_mod.build(req)
-    output.emit(result.to_dict(), app.output, columns=["out", "kubernetes", "images", "packages", "seconds"])
+    output.emit(result.to_dict(), app.output, columns=["out", "kubernetes", "images", "packages", "package_base", "seconds"])
 
 
 COMMANDS = (render, build)

@@ -39,7 +39,7 @@ from typing import Callable
 
 from nodeforge import hosttools
 from nodeforge.errors import ConfigError, NodeforgeError
-from nodeforge.imagebuild import checksums, disk, lockfile as lf, manifest as mf, render as rd
+from nodeforge.imagebuild import checksums, disk, lockfile as lf, manifest as mf, package_base as pb, render as rd
 from nodeforge.imagebuild.cache import Cache, ChecksumMismatch, DownloadError, Downloader
 from nodeforge.imagebuild.lockfile import Arch, Lockfile
 from nodeforge.imagebuild.sources import SOURCE_OF, Sources
@@ -78,6 +78,8 @@ class BuildRequest:
     arch: Arch = Arch.AMD64
     offline: bool = False                   # never download; missing cached artifacts are errors
     keep_work: bool = False
+    package_base_cache: Path | None = None  # cached package bases (default: <dib_cache>/package-base)
+    rebuild_package_base: bool = False      # build the package base afresh even if it is cached
     min_free_work: int = 8 * GIB
     min_free_out: int = 4 * GIB
     stream: Callable[[str], None] | None = None   # progress lines (the CLI passes click.echo)
@@ -104,10 +106,12 @@ class BuildResult:
     images: dict[str, str]
     manifest: dict
     seconds: dict[str, float]
+    package_base: dict = dataclasses.field(default_factory=dict)   # {"key", "reused"}
 
     def to_dict(self) -> dict:
         return {"out": str(self.out), "images": self.images, "build_id": self.manifest["build_id"],
                 "kubernetes": self.manifest["kubernetes"]["version"], "packages": len(self.manifest["packages"]),
+                "package_base": self.package_base,
                 "seconds": {k: round(v, 1) for k, v in self.seconds.items()}}
 
 
@@ -335,6 +339,66 @@ def build(req: BuildRequest, plan: Plan | None = None) -> BuildResult:
             subprocess.run(_priv(["rm", "-rf", "--one-file-system", str(work)]), check=False)
 
 
+def _dib_env(plan: Plan, elements_path: Path, image_cache: Path, extra: dict[str, str]) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(extra)
+    env.update({
+        "ELEMENTS_PATH": str(elements_path),
+        "DIB_DEBIAN_DISTRIBUTION_MIRROR": plan.mirrors["main"],
+        "DIB_DEBIAN_SECURITY_MIRROR": plan.mirrors["security"],
+        "DIB_IMAGE_CACHE": str(image_cache),
+        "DIB_DEBIAN_USE_DEBOOTSTRAP_CACHE": "1",
+        "DIB_APT_LOCAL_CACHE": "1",
+        "PATH": os.pathsep.join([str(Path(plan.disk_image_create).parent), env.get("PATH", ""), "/usr/sbin", "/sbin"]),
+    })
+    return env
+
+
+def package_base_spec(plan: Plan, rendered: rd.Rendered, base_elements: Path) -> pb.BaseSpec:
+    """What the package base is built from (its cache key); nothing Kubernetes-specific."""
+    renv = rendered_env(rendered.env_file)
+    return pb.BaseSpec(
+        distro_element=rendered.distro.element, release=rendered.distro.release,
+        components=renv.get("DIB_DEBIAN_COMPONENTS", "main"), arch=plan.request.arch.value,
+        mirrors=dict(sorted(plan.mirrors.items())),
+        packages=pb.union_packages(rendered.elements, list(rd.NODEFORGE_ELEMENTS)),
+        element_digest=rd.tree_digest(base_elements), dib_version=dib_version(plan.disk_image_create))
+
+
+def _package_base(plan: Plan, rendered: rd.Rendered, work: Path, logf: _Log) -> tuple[pb.Entry, bool]:
+    """The cached package base for this build's inputs, built first if missing. Returns (entry, reused)."""
+    req = plan.request
+    base_elements = work / "base-elements"
+    spec = package_base_spec(plan, rendered, pb.write_element(
+        base_elements, pb.union_packages(rendered.elements, list(rd.NODEFORGE_ELEMENTS)), rendered.elements))
+    key = spec.key()
+    cache = pb.BaseCache(Path(req.package_base_cache) if req.package_base_cache
+                         else plan.dib_cache / "package-base")
+    with cache.locked(key):
+        if not req.rebuild_package_base:
+            entry = cache.lookup(key)   # re-hashes the tarball; a damaged entry is removed
+            if entry is not None:
+                logf.step(f"package base {key[:12]}: cached ({entry.path})")
+                return entry, True
+        elements = [spec.distro_element, pb.ELEMENT]
+        logf.step(f"package base {key[:12]}: not cached, building it ({' '.join(elements)})")
+        plan.dib_cache.mkdir(parents=True, exist_ok=True)
+        env = _dib_env(plan, base_elements, plan.dib_cache, {
+            "DIB_RELEASE": spec.release, "DIB_DEBIAN_COMPONENTS": spec.components,
+            "DIB_DEBOOTSTRAP_CACHE": "1"})
+        out = work / "package-base"
+        _run_logged([plan.disk_image_create, "-a", spec.arch, "-t", "tar", "-o", str(out), *elements], logf,
+                    env=env, what="disk-image-create (package base)")
+
+        def produce(dest: Path) -> None:
+            logf.step("package base: compress and store")
+            pb.tar_to_base(work / "package-base.tar", dest, log=logf)
+            (work / "package-base.tar").unlink()
+
+        entry = cache.store(key, produce, inputs=spec.to_dict())
+        return entry, False
+
+
 def _build(plan: Plan, work: Path, stage: Path, logf: _Log, build_time, seconds) -> BuildResult:
     req, lock = plan.request, plan.lock
     entry = lock.minor(req.minor)
@@ -342,25 +406,23 @@ def _build(plan: Plan, work: Path, stage: Path, logf: _Log, build_time, seconds)
     logf.step(f"render elements for Kubernetes {entry.version} ({req.arch.value})")
     rendered = rd.render(lock, req.minor, work / "render", arch=req.arch)
 
-    # -- one root filesystem ------------------------------------------------------------
-    plan.dib_cache.mkdir(parents=True, exist_ok=True)
+    # -- package base: base OS + every element package, cached by its inputs -----------
+    base, reused = _package_base(plan, rendered, work, logf)
+    seconds["package_base"] = time.monotonic() - t
+
+    # -- one root filesystem, from the package base --------------------------------------
+    t = time.monotonic()
     elements = rendered_env(rendered.env_file)["NODEFORGE_ELEMENTS"].split()
     args = ["-a", req.arch.value, "-t", "tar", "-o", str(work / "rootfs"), *elements]
-    env = dict(os.environ)
-    env.update(rendered_env(rendered.env_file))
-    env.update({
-        "ELEMENTS_PATH": str(rendered.elements),
-        "DIB_DEBIAN_DISTRIBUTION_MIRROR": plan.mirrors["main"],
-        "DIB_DEBIAN_SECURITY_MIRROR": plan.mirrors["security"],
-        "DIB_IMAGE_CACHE": str(plan.dib_cache),
-        "DIB_DEBIAN_USE_DEBOOTSTRAP_CACHE": "1",
-        "DIB_DEBOOTSTRAP_CACHE": "1",
-        "DIB_APT_LOCAL_CACHE": "1",
+    image_cache = pb.image_cache_for(base, work / "dib-image-cache", plan.dib_cache,
+                                     distro_name=lock.base_os.distro, release=rendered.distro.release,
+                                     arch=req.arch.value)
+    env = _dib_env(plan, rendered.elements, image_cache, {
+        **rendered_env(rendered.env_file),
+        "DIB_DEBOOTSTRAP_CACHE": "0",
         "DIB_NODEFORGE_ARTIFACT_CACHE": str(plan.cache.root.absolute()),
-        "DIB_NODEFORGE_ACTIVATE_VARIANT": "",
-        "PATH": os.pathsep.join([str(Path(plan.disk_image_create).parent), env.get("PATH", ""), "/usr/sbin", "/sbin"]),
-    })
-    logf.step(f"diskimage-builder: root filesystem ({' '.join(elements)})")
+        "DIB_NODEFORGE_ACTIVATE_VARIANT": ""})
+    logf.step(f"diskimage-builder: root filesystem from package base {base.key[:12]} ({' '.join(elements)})")
     _run_logged([plan.disk_image_create, *args], logf, env=env, what="disk-image-create")
     seconds["rootfs"] = time.monotonic() - t
 
@@ -388,7 +450,9 @@ def _build(plan: Plan, work: Path, stage: Path, logf: _Log, build_time, seconds)
         lockfile_path=Path(req.lockfile_path), element_tree_digest=rendered.digest,
         hardening={"profile": lock.hardening.profile, "version": lock.hardening.version},
         dib={"version": dib_version(plan.disk_image_create), "args": args, "elements": elements},
-        source=mf.source_commit(REPO))
+        source=mf.source_commit(REPO),
+        package_base={"key": base.key, "sha256": base.meta["sha256"], "created": base.meta["created"],
+                      "recipe": pb.RECIPE})
     text = mf.dumps(manifest)
     disk.replace_file(rootfs / mf.IN_IMAGE_PATH, text)
     (stage / "manifest.json").write_text(text)
@@ -426,7 +490,7 @@ def _build(plan: Plan, work: Path, stage: Path, logf: _Log, build_time, seconds)
     (stage / "sbom.cdx.json").write_text(mf.sbom(manifest))
     checksums.write_sums(stage, [*images.values(), "manifest.json", "sbom.cdx.json"])
     seconds["checksums"] = time.monotonic() - t
-    return BuildResult(stage, images, manifest, seconds)
+    return BuildResult(stage, images, manifest, seconds, {"key": base.key, "reused": reused})
 
 
 def _same_fs(a: Path, b: Path) -> bool:

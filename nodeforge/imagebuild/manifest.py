@@ -3,7 +3,8 @@
 The manifest says exactly what one build put into its images: every dpkg
 package in the root filesystem (read from ``var/lib/dpkg/status``, no chroot),
 every non-dpkg artifact with version and sha256, the lockfile and element
-tree digests, the diskimage-builder version and arguments, the source commit
+tree digests, the package base the root filesystem was built from (its cache
+key and tarball sha256), the diskimage-builder version and arguments, the source commit
 and the build time. The same file is stored inside every image at
 ``/etc/nodeforge/manifest.json``; the image checksums are in ``SHA256SUMS``
 beside it (an image cannot contain its own digest).
@@ -67,8 +68,8 @@ def file_sha256(path: Path) -> str:
 def build_manifest(*, build_id: str, build_time: datetime.datetime, minor: str, kubernetes_version: str,
                    pause_image: str, base_os: dict, arch: str, variants: list[str], images: dict[str, str],
                    packages: list[dict], artifacts: list[dict], lockfile_path: Path, element_tree_digest: str,
-                   hardening: dict, dib: dict, source: dict) -> dict:
-    return {
+                   hardening: dict, dib: dict, source: dict, package_base: dict | None = None) -> dict:
+    out = {
         "schema": SCHEMA,
         "build_id": build_id,
         "build_time": build_time.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -85,6 +86,11 @@ def build_manifest(*, build_id: str, build_time: datetime.datetime, minor: str, 
         "diskimage_builder": dib,
         "source": source,
     }
+    if package_base is not None:
+        # The cached root filesystem the build started from (key = sha256 of its inputs,
+        # see nodeforge/imagebuild/package_base.py); the packages above are read from the final tree.
+        out["package_base"] = package_base
+    return out
 
 
 def dumps(manifest: dict) -> str:

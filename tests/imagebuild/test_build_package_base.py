@@ -1,0 +1,37 @@
+"""The real build (slow, shares the session image with test_image_build.py): the package base and cloud-init.
+
+The root filesystem is built from the cached package base, recorded by key in
+the manifest; cloud-init regenerates SSH host keys per instance, never DSA.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from nodeforge.imagebuild import build, lockfile, package_base as pb
+from tests.image_fixture import built_image  # noqa: F401  (session fixture)
+from tests.imagebuild.test_image_build import _cat, _root_fs
+
+pytestmark = pytest.mark.slow
+
+
+def test_manifest_records_the_package_base(built_image):
+    base = built_image.manifest["package_base"]
+    assert re.fullmatch(r"[0-9a-f]{64}", base["key"]) and re.fullmatch(r"[0-9a-f]{64}", base["sha256"])
+    assert base["recipe"] == pb.RECIPE
+    entry = pb.BaseCache(build.default_dib_cache() / "package-base").lookup(base["key"], evict=False)
+    if entry is not None:   # still cached (another run may have replaced it): the same tarball
+        assert entry.meta["sha256"] == base["sha256"]
+        assert entry.meta["inputs"]["packages"] and "kubelet" not in json.dumps(entry.meta["inputs"])
+    assert str(lockfile.load(built_image.lockfile).minor("1.36").version) not in json.dumps(base)
+
+
+@pytest.mark.parametrize("variant", ["baremetal", "vm"])
+def test_cloud_init_never_generates_dsa_host_keys(built_image, variant, tmp_path):
+    fs = _root_fs(built_image.image(variant), tmp_path)
+    cfg = _cat(fs, f"/etc/cloud/cloud.cfg.d/90-nodeforge-{variant}.cfg")
+    assert "ssh_genkeytypes: [ed25519, ecdsa, rsa]" in cfg
+    assert "ssh_deletekeys: true" in cfg
