@@ -1,0 +1,320 @@
+"""Benchmark: `nodeforge baremetal enroll` against a runbook and against Ironic's own capacity.
+
+Starts a private local cloud (Keystone + Ironic, ports shifted by
+OFFSET, state in a temporary directory, the service virtualenvs symlinked)
+so the session's cloud is never disturbed, and gives every measurement a
+FRESH Ironic database (Ironic stopped, its SQLite file removed, schema
+re-created, Ironic restarted). N ``fake-hardware`` nodes with one port each
+go from one file (python-ironicclient's ``baremetal create`` format, which
+nodeforge reads too) to ``available``:
+
+1. nodeforge: ``python -m nodeforge.cli baremetal enroll FILE`` (defaults);
+   then a no-change re-run of the same file (goal: < 10% of the first run).
+2. raw API, no waiting (what the one Ironic process can do): every node and
+   port POSTed, ``manage`` fired for all, one listing per 0.5 s until all are
+   ``manageable``, ``provide`` fired for all, polled until all ``available``
+   (16 threads; 409/503 retried after 0.5 s). Goal: nodeforge >= 0.8x.
+3. the runbook: ``baremetal create FILE`` (python-ironicclient), then node by
+   node ``baremetal node manage --wait NODE`` and ``baremetal node provide
+   --wait NODE``. Goal: nodeforge >= 5x faster. Each command is a process
+   start (~2.5 s here with a warm bytecode cache); ``--wait`` polls every 2 s.
+   ``--runbook-sample K`` runs the per-node loop on K nodes only and
+   EXTRAPOLATES it linearly to N (printed as such); 0 = all N, for real.
+
+Then pre-flight of ``--bmcs`` (200) emulated Redfish BMCs: the private cloud
+runs its own sushy-tools emulator with that many systems (one HTTPS process,
+one system per BMC URL: ``/redfish/v1/Systems/<uuid>``); ``nodeforge
+baremetal preflight FILE`` must check them all in < 60 s.
+
+Every 409 and 503 Ironic answered during a measurement is counted from its
+API log; nodeforge's own count of the ones it retried comes from its report.
+
+Child processes get a bytecode cache (``PYTHONPYCACHEPREFIX`` in a temporary
+directory) because this machine sets PYTHONDONTWRITEBYTECODE=1: without it
+every ``baremetal`` command would re-parse its imports (~4.5 s instead of
+~2.5 s), which would flatter nodeforge.
+
+Run: .venv/bin/python bench/bench_enroll.py [--nodes 500] [--runbook-sample 0] [--bmcs 200]
+     [--nf-args "--concurrency 50"]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import yaml
+
+OFFSET = 24000
+SYSTEM_CLOUD = "nodeforge-dev-system"
+API = "1.70"
+
+
+def fake_nodes(n: int) -> list[dict]:
+    return [{"name": f"bench-{i:04d}", "driver": "fake-hardware", "resource_class": "baremetal-fake",
+             "ports": [{"address": f"52:54:be:00:{(i >> 8) & 0xff:02x}:{i & 0xff:02x}"}]} for i in range(n)]
+
+
+class Bench:
+    def __init__(self, root: Path, env: dict):
+        from nodeforge.devcloud.cloud import DevCloud
+        from nodeforge.devcloud.paths import Paths
+
+        self.root = root
+        self.env = env
+        self.cloud = DevCloud(Paths(root))
+        self.log = root / "log" / "ironic-app.log"
+
+    # -- the private cloud -------------------------------------------------
+    def connect(self):
+        import openstack.config
+        from openstack import connection
+
+        # load_envvars=False: an OS_CLIENT_CONFIG_FILE in the environment
+        # (the session's cloud) would otherwise come before this file.
+        conf = openstack.config.OpenStackConfig(config_files=[str(self.cloud.paths.clouds_yaml)],
+                                                load_envvars=False)
+        region = conf.get_one(SYSTEM_CLOUD)
+        assert region.config["auth"]["auth_url"].endswith(f":{5000 + OFFSET}/v3"), region.config["auth"]
+        conn = connection.Connection(config=region)
+        assert f":{6385 + OFFSET}" in conn.baremetal.get_endpoint(), conn.baremetal.get_endpoint()
+        return conn
+
+    def fresh_ironic(self) -> None:
+        """Stop Ironic, drop its database, start it again on an empty schema."""
+        self.cloud.supervisor.stop("ironic")
+        data = self.cloud.paths.data
+        for p in data.glob("ironic.sqlite*"):
+            p.unlink()
+        (data / "ironic-db.done").unlink(missing_ok=True)
+        self.cloud.up(["ironic"])
+        conn = self.connect()
+        assert not list(conn.baremetal.nodes()), "Ironic database not fresh"
+
+    def log_mark(self) -> int:
+        return self.log.stat().st_size if self.log.exists() else 0
+
+    def statuses(self, since: int) -> dict[str, int]:
+        """409/503 answers in Ironic's API log since ``since`` (bytes)."""
+        with open(self.log, "rb") as f:
+            f.seek(since)
+            text = f.read().decode(errors="replace")
+        out = {"409": 0, "503": 0}
+        for m in re.finditer(r" - (GET|POST|PUT|PATCH|DELETE) \S+ - (409|503) ", text):
+            out[m.group(2)] += 1
+        return out
+
+    def run(self, argv: list[str], check: bool = True) -> subprocess.CompletedProcess:
+        proc = subprocess.run(argv, env=self.env, capture_output=True, text=True)
+        if check and proc.returncode != 0:
+            raise SystemExit(f"{' '.join(argv[:6])} failed ({proc.returncode}): {proc.stderr[-2000:]}")
+        return proc
+
+    # -- measurements --------------------------------------------------------
+    def nodeforge_enroll(self, inv: Path, extra: list[str]) -> tuple[float, dict]:
+        t0 = time.monotonic()
+        proc = self.run([sys.executable, "-m", "nodeforge.cli", "--os-cloud", SYSTEM_CLOUD, "baremetal", "enroll",
+                         str(inv), "-o", "json", *extra])
+        seconds = time.monotonic() - t0
+        data = json.loads(proc.stdout)
+        assert data["failed"] == 0 and all(n["state"] == "available" for n in data["nodes"]), data["failed"]
+        return seconds, data
+
+    def raw_api(self, nodes: list[dict], threads: int = 16) -> tuple[float, dict]:
+        conn = self.connect()
+        bm = conn.baremetal
+        retried = {"409": 0, "503": 0}
+        lock = threading.Lock()
+
+        def call(method: str, url: str, body=None):
+            while True:
+                resp = bm.request(url, method, json=body, microversion=API, raise_exc=False)
+                if resp.status_code in (409, 503) and "already exists" not in resp.text:
+                    with lock:
+                        retried[str(resp.status_code)] += 1
+                    time.sleep(0.5)
+                    continue
+                if resp.status_code >= 400:
+                    raise SystemExit(f"{method} {url}: {resp.status_code} {resp.text[:300]}")
+                return resp.json() if resp.content else None
+
+        def create(n: dict) -> str:
+            body = {k: v for k, v in n.items() if k != "ports"}
+            uuid = call("POST", "/nodes", body)["uuid"]
+            for p in n["ports"]:
+                call("POST", "/ports", {"node_uuid": uuid, "address": p["address"]})
+            return uuid
+
+        def wait_all(state: str, uuids: list[str]) -> None:
+            want = set(uuids)
+            while True:
+                data = call("GET", "/nodes?fields=uuid,provision_state&limit=1000")
+                if all(n["provision_state"] == state for n in data["nodes"] if n["uuid"] in want):
+                    return
+                bad = [n for n in data["nodes"] if n["uuid"] in want and "fail" in (n["provision_state"] or "")]
+                if bad:
+                    raise SystemExit(f"raw API: {len(bad)} nodes failed ({bad[0]})")
+                time.sleep(0.5)
+
+        t0 = time.monotonic()
+        with ThreadPoolExecutor(threads) as pool:
+            uuids = list(pool.map(create, nodes))
+            list(pool.map(lambda u: call("PUT", f"/nodes/{u}/states/provision", {"target": "manage"}), uuids))
+            wait_all("manageable", uuids)
+            list(pool.map(lambda u: call("PUT", f"/nodes/{u}/states/provision", {"target": "provide"}), uuids))
+            wait_all("available", uuids)
+        return time.monotonic() - t0, retried
+
+    def runbook(self, inv: Path, names: list[str], sample: int) -> tuple[float, float, float, int]:
+        """(create seconds, per-node loop seconds for the sample, total for N, sample size)."""
+        bm = [str(Path(sys.executable).parent / "baremetal"), "--os-cloud", SYSTEM_CLOUD,
+              "--os-auth-type", "password"]
+        t0 = time.monotonic()
+        self.run(bm + ["create", str(inv)])
+        t_create = time.monotonic() - t0
+        k = len(names) if sample <= 0 else min(sample, len(names))
+        t1 = time.monotonic()
+        for name in names[:k]:
+            self.run(bm + ["node", "manage", "--wait", "600", name])
+            self.run(bm + ["node", "provide", "--wait", "600", name])
+        t_loop = time.monotonic() - t1
+        conn = self.connect()
+        states = {n.name: n.provision_state for n in conn.baremetal.nodes(fields=["name", "provision_state"])}
+        assert all(states[n] == "available" for n in names[:k]), "runbook left nodes short of available"
+        return t_create, t_loop, t_create + t_loop * len(names) / k, k
+
+    def preflight(self, tmp: Path, count: int) -> tuple[float, dict]:
+        from nodeforge.devcloud import bmc
+
+        spec = bmc.redfish_service(self.cloud.paths, count=count)
+        assert f":{8000 + OFFSET}" in spec.url, spec.url
+        self.cloud.supervisor.start(spec)
+        self.cloud.supervisor.wait_healthy(spec)
+        creds = bmc.credentials(self.cloud.paths)
+        pw = tmp / "redfish.pw"
+        pw.write_text(creds.redfish.password.reveal())
+        os.chmod(pw, 0o600)
+        nodes = [{"name": f"bench-rf-{s.index:03d}",
+                  "bmc": {"address": f"redfish+https://127.0.0.1:{bmc.redfish_port()}/redfish/v1/Systems/{s.uuid}",
+                          "username": creds.redfish.username, "password": f"file:{pw}",
+                          "verify_ca": str(bmc.ca_bundle(self.cloud.paths))},
+                  "macs": list(s.macs), "cleaning": "none"} for s in bmc.redfish_systems(count)]
+        inv = tmp / "bmcs.yaml"
+        inv.write_text(yaml.safe_dump({"version": 1, "nodes": nodes}, sort_keys=False))
+        t0 = time.monotonic()
+        proc = self.run([sys.executable, "-m", "nodeforge.cli", "baremetal", "preflight", str(inv), "-o", "json"],
+                        check=False)
+        seconds = time.monotonic() - t0
+        data = json.loads(proc.stdout)
+        return seconds, data
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nodes", type=int, default=500, help="fake-hardware nodes per measurement (default 500)")
+    ap.add_argument("--runbook-sample", type=int, default=0,
+                    help="run the runbook's node-by-node loop on K nodes and extrapolate to N (0: all N)")
+    ap.add_argument("--bmcs", type=int, default=200, help="emulated Redfish BMCs for pre-flight (0: skip)")
+    ap.add_argument("--nf-args", default="", help="extra 'baremetal enroll' options, e.g. '--concurrency 50'")
+    args = ap.parse_args()
+    nf_args = args.nf_args.split()
+
+    from nodeforge.devcloud.paths import Paths
+
+    root = Path(tempfile.mkdtemp(prefix="nf-bench-enroll-"))
+    (root / "venvs").symlink_to(Paths.default().venvs.resolve())
+    os.environ["NODEFORGE_DEVCLOUD_DIR"] = str(root)
+    os.environ["NODEFORGE_DEVCLOUD_PORT_OFFSET"] = str(OFFSET)
+    os.environ["OS_CLIENT_CONFIG_FILE"] = str(root / "clouds.yaml")
+    os.environ.pop("OS_CLOUD", None)
+    pycache = Path(tempfile.mkdtemp(prefix="nf-bench-pycache-"))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPYCACHEPREFIX"] = str(pycache)
+    tmp = root / "bench"
+    tmp.mkdir()
+    nodes = fake_nodes(args.nodes)
+    inv = tmp / "nodes.yaml"
+    inv.write_text(yaml.safe_dump({"nodes": nodes}, sort_keys=False))
+    names = [n["name"] for n in nodes]
+    bench = Bench(root, env)
+    out = []
+
+    def say(line: str) -> None:
+        print(line, flush=True)
+        out.append(line)
+
+    try:
+        bench.cloud.up(["ironic"])
+        bench.connect()
+        # Warm both CLIs' bytecode caches outside the timings.
+        bench.run([sys.executable, "-m", "nodeforge.cli", "--help"])
+        bench.run([str(Path(sys.executable).parent / "baremetal"), "--os-cloud", SYSTEM_CLOUD,
+                   "--os-auth-type", "password", "driver", "list"])
+
+        # 1. nodeforge (on the database 'up' just created), then the no-change re-run.
+        mark = bench.log_mark()
+        nf, data = bench.nodeforge_enroll(inv, nf_args)
+        nf_seen = bench.statuses(mark)
+        mark = bench.log_mark()
+        again, data2 = bench.nodeforge_enroll(inv, nf_args)
+        assert data2["writes"] == 0, data2["writes"]
+        again_seen = bench.statuses(mark)
+
+        # 2. raw API calls, no waiting.
+        bench.fresh_ironic()
+        mark = bench.log_mark()
+        raw, raw_retried = bench.raw_api(nodes)
+        raw_seen = bench.statuses(mark)
+
+        # 3. the runbook.
+        bench.fresh_ironic()
+        mark = bench.log_mark()
+        t_create, t_loop, t_runbook, k = bench.runbook(inv, names, args.runbook_sample)
+        rb_seen = bench.statuses(mark)
+
+        n = args.nodes
+        say(f"fake-hardware nodes: {n} (one port each), fresh Ironic database per measurement, "
+            f"Ironic 39 all-in-one on 2 CPUs shared with other work")
+        say(f"nodeforge baremetal enroll {' '.join(nf_args) or '(defaults)'}: {nf:7.1f} s  {n / nf:6.2f} nodes/s  writes {data['writes']}, "
+            f"Ironic answered 409: {nf_seen['409']}, 503: {nf_seen['503']}; "
+            f"nodeforge retried {data.get('retried') or {}}")
+        say(f"  no-change re-run:                {again:7.1f} s  ({100 * again / nf:.1f}% of the first run, goal < 10%; "
+            f"writes {data2['writes']}, 409: {again_seen['409']}, 503: {again_seen['503']})")
+        say(f"raw API, no waiting (16 threads):  {raw:7.1f} s  {n / raw:6.2f} nodes/s  409: {raw_seen['409']}, "
+            f"503: {raw_seen['503']} (retried {raw_retried})")
+        if k == n:
+            say(f"runbook (baremetal create + manage/provide --wait node by node): {t_runbook:7.1f} s measured "
+                f"(create {t_create:.1f} s, loop {t_loop:.1f} s); 409: {rb_seen['409']}, 503: {rb_seen['503']}")
+        else:
+            say(f"runbook (baremetal create + manage/provide --wait node by node): {t_runbook:7.1f} s "
+                f"EXTRAPOLATED: 'baremetal create' of all {n} nodes measured ({t_create:.1f} s), the per-node "
+                f"loop measured on {k} nodes ({t_loop:.1f} s, {t_loop / k:.2f} s/node) and scaled x{n / k:.1f}; "
+                f"409: {rb_seen['409']}, 503: {rb_seen['503']} (measured part)")
+        say(f"speed-up nodeforge vs runbook:     {t_runbook / nf:6.2f}x (goal >= 5x)"
+            + ("" if k == n else " [runbook part extrapolated]"))
+        say(f"throughput nodeforge / raw API:    {raw / nf:6.2f}x (goal >= 0.8x)")
+
+        # 4. pre-flight of many Redfish BMCs.
+        if args.bmcs:
+            seconds, pf = bench.preflight(tmp, args.bmcs)
+            say(f"pre-flight of {args.bmcs} emulated Redfish BMCs (one sushy-tools process, one system per BMC "
+                f"URL): {seconds:.1f} s, {pf['ok']} ok, {pf['failed']} failed (goal < 60 s)")
+    finally:
+        bench.cloud.down()
+        shutil.rmtree(pycache, ignore_errors=True)
+        shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
