@@ -1,0 +1,139 @@
+"""Kill `nodeforge baremetal enroll` (SIGKILL) midway on the local cloud's
+real Ironic, run it again, and check the batch ends as if never interrupted.
+
+The batch: fake-hardware nodes (half of them inspected, so the checkpoint
+``extra.nodeforge_stage = inspected`` matters), two emulated Redfish BMCs
+listed without MACs (their ports come from the BMC) and one Redfish node
+with a wrong password. The kill comes when Ironic shows nodes created and
+the lifecycle midway: at least one node inspected and waiting in
+``manageable`` for its provide (the checkpoint is what tells the next run
+not to inspect it again) and nodes not yet ``available``. Every node the
+test creates is deleted at the end (unique name prefix).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+from nodeforge.devcloud import bmc
+from nodeforge.ironic import constants as C
+from tests.ironic.devcloud_inventory import fake_node, redfish_node, write_inventory
+
+pytestmark = [pytest.mark.devcloud, pytest.mark.slow]
+
+SYSTEM = "nodeforge-dev-system"
+FAKE_NODES = 24
+
+
+def _free_systems(conn, count: int):
+    used = {(n.driver_info or {}).get("redfish_system_id", "").rsplit("/", 1)[-1]
+            for n in conn.baremetal.nodes(details=True)}
+    macs = {p.address.lower() for p in conn.baremetal.ports(details=True)}
+    free = [s for s in reversed(bmc.redfish_systems()) if s.uuid not in used and not macs & set(s.macs)]
+    if len(free) < count:
+        pytest.skip("not enough free Redfish systems in the emulated fleet")
+    return free[:count]
+
+
+def _ours(conn, prefix: str) -> list:
+    return [n for n in conn.baremetal.nodes(details=True) if (n.name or "").startswith(prefix)]
+
+
+def _delete(conn, prefix: str) -> None:
+    for n in _ours(conn, prefix):
+        for _ in range(60):
+            try:
+                if n.is_maintenance:
+                    conn.baremetal.unset_node_maintenance(n.id)
+                conn.baremetal.delete_node(n.id, ignore_missing=True)
+                break
+            except Exception:  # noqa: BLE001 - locked for a moment (cleaning finishing)
+                time.sleep(1)
+
+
+def test_killed_midway_then_rerun_finishes_without_duplicates(devcloud, tmp_path):
+    conn = devcloud.system()
+    prefix = f"kill{uuid.uuid4().hex[:5]}-"
+    paths = devcloud.paths
+    systems = _free_systems(conn, 3)
+    rf = [redfish_node(paths, tmp_path, s.index, prefix=prefix) for s in systems]
+    for node in rf:
+        del node["macs"]                      # ports from the MACs the BMC reports
+    wrong = tmp_path / "wrong.pw"
+    wrong.write_text("wrong-" + uuid.uuid4().hex)
+    os.chmod(wrong, 0o600)
+    bad = {**rf.pop(), "name": f"{prefix}bad-password"}
+    bad["bmc"] = {**bad["bmc"], "password": f"file:{wrong}"}
+    fakes = [fake_node(i, prefix=prefix, inspect=i % 2 == 0) for i in range(FAKE_NODES)]
+    inv = write_inventory(tmp_path / "inventory.yaml", rf + [bad] + fakes)
+    good = [n["name"] for n in rf + fakes]
+    secrets = [bmc.credentials(paths).redfish.password.reveal(), wrong.read_text()]
+    argv = [sys.executable, "-m", "nodeforge.cli", "--os-cloud", SYSTEM, "-v", "baremetal", "enroll", str(inv),
+            "-o", "json", "--concurrency", "3"]
+    try:
+        first = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 600
+        snapshot: list = []
+        while time.monotonic() < deadline:
+            assert first.poll() is None, f"enroll finished before it could be killed: {first.stderr.read()[-2000:]}"
+            nodes = _ours(conn, prefix)
+            waiting = [n for n in nodes if n.provision_state == "manageable"
+                       and (n.extra or {}).get(C.EXTRA_CHECKPOINT) == "inspected"]
+            available = [n for n in nodes if n.provision_state == "available"]
+            if len(nodes) == len(good) + 1 and waiting and len(available) < len(good) - 2:
+                first.send_signal(signal.SIGKILL)
+                first.wait(timeout=30)
+                time.sleep(2)   # a request the killed run had in flight lands first
+                snapshot = _ours(conn, prefix)
+                break
+            time.sleep(0.5)
+        assert snapshot, "the batch never reached the kill point"
+        out, err = first.communicate()
+        assert first.returncode == -signal.SIGKILL and not out   # killed before any report
+        states = {n.name: n.provision_state for n in snapshot}
+        inspected = {n.name for n in snapshot if (n.extra or {}).get(C.EXTRA_CHECKPOINT) == "inspected"
+                     and n.provision_state == "manageable"}
+        assert inspected and sum(s != "available" for s in states.values()) > 2, states
+
+        second = subprocess.run(argv, capture_output=True, text=True, timeout=900)
+        data = json.loads(second.stdout)
+        by = {n["name"]: n for n in data["nodes"]}
+        assert second.returncode == 3, second.stderr[-3000:]          # only the bad password fails
+        assert by[f"{prefix}bad-password"]["error_type"] == "power-credentials"
+        for name in good:
+            assert by[name]["ok"] and by[name]["state"] == "available", by[name]
+            assert by[name]["action"] != "create", by[name]          # every node was created before the kill
+        # The checkpoint was used: no node inspected before the kill is inspected again.
+        for name in inspected:
+            assert f"{name}: inspect\n" not in second.stderr, name
+
+        nodes = _ours(conn, prefix)
+        names = [n.name for n in nodes]
+        assert sorted(names) == sorted(good + [f"{prefix}bad-password"])   # no duplicate node
+        ports = [p for p in conn.baremetal.ports(details=True) if p.node_id in {n.id for n in nodes}]
+        addresses = [p.address for p in ports]
+        assert len(addresses) == len(set(addresses))                       # no duplicate port
+        by_node = {n.name: sorted(p.address for p in ports if p.node_id == n.id) for n in nodes}
+        for s, node in zip(systems, rf):
+            assert by_node[node["name"]] == sorted(s.macs)                 # from the BMC, once
+        for f in fakes:
+            assert by_node[f["name"]] == f["macs"]
+        for n in nodes:
+            if n.name in good and n.name.startswith(f"{prefix}fake-"):
+                i = int(n.name.rsplit("-", 1)[1])
+                assert (n.extra or {}).get(C.EXTRA_CHECKPOINT) == ("inspected" if i % 2 == 0 else None)
+        for text in (out, err, second.stdout, second.stderr):
+            assert not any(s in text for s in secrets)
+    finally:
+        if "first" in locals() and first.poll() is None:
+            first.kill()
+            first.wait()
+        _delete(conn, prefix)
