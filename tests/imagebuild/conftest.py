@@ -16,6 +16,8 @@ from nodeforge.devcloud.upstream_mirror import FixtureUpstream, MirrorServer
 from nodeforge.imagebuild.cache import Cache, Downloader, RetryPolicy
 from nodeforge.imagebuild.lockfile import Component
 from nodeforge.imagebuild.sources import Sources, SourceName
+from tests.image_fixture import built_image  # noqa: F401  (session fixture: the one real build)
+from tests.imagebuild import realbuild
 
 # What the fixture upstream publishes and the fixture lockfile pins at first.
 KUBERNETES = {"1.34": "1.34.3", "1.35": "1.35.1", "1.36": "1.36.0"}
@@ -82,3 +84,10 @@ def run_cli(capsys, monkeypatch, tmp_path):
         return code, out, err
 
     return run
+
+
+@pytest.fixture(scope="session")
+def verified_build(built_image, tmp_path_factory):  # noqa: F811
+    """The session build booted once per variant (slow): ``(build dir copy, {variant: result})``.
+    The copy's verify.json says passed or failed per variant, as ``image verify`` leaves it."""
+    return realbuild.verify_session_build(built_image.path, tmp_path_factory.mktemp("verify"))

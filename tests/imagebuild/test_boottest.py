@@ -437,28 +437,7 @@ def test_image_facts_read_the_root_partition_without_mounting(tmp_path):
 
 # --- real boots (slow): the session build, both variants, and a broken copy -------------------------
 
-from tests.image_fixture import built_image  # noqa: E402,F401  (session fixture)
-
-ARTIFACT_CACHE = REPO / ".cache" / "artifacts"
-BOOT_TIMEOUT = float(os.environ.get("NODEFORGE_VERIFY_TEST_TIMEOUT", "900"))
-
-
-def _linked_copy(src: Path, dest: Path, *, skip: tuple[str, ...] = ()) -> Path:
-    """The build directory with its files hard-linked (verify only reads the
-    images; its own outputs go into ``dest``)."""
-    dest.mkdir(parents=True)
-    for f in src.iterdir():
-        if f.is_file() and not f.name.startswith("verify") and f.name not in skip:
-            try:
-                os.link(f, dest / f.name)
-            except OSError:     # another file system: a real copy
-                shutil.copy2(f, dest / f.name)
-    return dest
-
-
-def _verify(build_dir: Path, **kw) -> list[boottest.VariantResult]:
-    return boottest.verify(boottest.VerifyRequest(build_dir=build_dir, cache_dir=ARTIFACT_CACHE,
-                                                  timeout=kw.pop("timeout", BOOT_TIMEOUT), **kw))
+from tests.imagebuild.realbuild import linked_copy as _linked_copy, verify as _verify  # noqa: E402
 
 
 def _qemu_children() -> list[str]:
@@ -468,19 +447,14 @@ def _qemu_children() -> list[str]:
     return out.split()
 
 
-@pytest.fixture(scope="module")
-def verified(built_image, tmp_path_factory):  # noqa: F811
-    """Both variants of the session build booted once each (one after the other) for every check below."""
-    d = _linked_copy(built_image.path, tmp_path_factory.mktemp("verify") / built_image.path.name)
-    t = time.monotonic()
-    results = _verify(d)
-    print(f"\nboot verification: {', '.join(f'{r.variant} {r.seconds}' for r in results)} "
-          f"(wall {time.monotonic() - t:.0f} s)")
-    return d, {r.variant: r for r in results}
+@pytest.fixture
+def verified(verified_build):
+    """Both variants of the session build, booted once each (conftest) for every check below."""
+    return verified_build
 
 
 @pytest.mark.slow
-def test_both_variants_boot_and_every_check_passes(verified, built_image):  # noqa: F811
+def test_both_variants_boot_and_every_check_passes(verified, built_image):
     d, results = verified
     assert set(results) == {"vm", "baremetal"}
     for variant, r in results.items():
@@ -496,7 +470,7 @@ def test_both_variants_boot_and_every_check_passes(verified, built_image):  # no
 
 
 @pytest.mark.slow
-def test_the_built_images_are_never_written(verified, built_image):  # noqa: F811
+def test_the_built_images_are_never_written(verified, built_image):
     from nodeforge.imagebuild import checksums
 
     d, _ = verified
@@ -514,7 +488,7 @@ def _debugfs(spec: str, *requests: str, write: bool = False) -> str:
 
 
 @pytest.mark.slow
-def test_a_changed_sysctl_in_a_copy_fails_exactly_that_check(built_image, tmp_path):  # noqa: F811
+def test_a_changed_sysctl_in_a_copy_fails_exactly_that_check(built_image, tmp_path):
     """Copy the VM image, set net.ipv4.ip_forward = 0 in its ext4 root (debugfs
     at the partition's offset, no mount), re-sum the copy: only NF-HARD-003 fails."""
     from nodeforge.imagebuild import checksums
@@ -549,7 +523,7 @@ def test_a_changed_sysctl_in_a_copy_fails_exactly_that_check(built_image, tmp_pa
 
 
 @pytest.mark.slow
-def test_a_hung_boot_ends_at_the_timeout_with_the_console_tail(built_image, tmp_path):  # noqa: F811
+def test_a_hung_boot_ends_at_the_timeout_with_the_console_tail(built_image, tmp_path):
     d = _linked_copy(built_image.path, tmp_path / "hung")
     with pytest.raises(boottest.BootError) as err:
         _verify(d, variants=("vm",), timeout=20, accel="tcg")
