@@ -45,6 +45,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -228,6 +229,8 @@ def main() -> int:
     ap.add_argument("--nf-args", default="", help="extra 'baremetal enroll' options, e.g. '--concurrency 50'")
     args = ap.parse_args()
     nf_args = args.nf_args.split()
+    # SIGTERM (e.g. a time limit) still runs the clean-up below: the private cloud goes down.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
     from nodeforge.devcloud.paths import Paths
 
