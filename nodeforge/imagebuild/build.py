@@ -8,15 +8,19 @@ Stages (see ``docs/image-build.md``):
    and verified in the cache (fetched from the configured sources when missing
    unless ``offline``);
 2. **render** the element tree for the pins (:mod:`.render`);
-3. **rootfs**: diskimage-builder builds one finalised root filesystem
+3. **package base** (:mod:`.package_base`): the base OS with every element
+   package installed, cached by the sha256 of its inputs (nothing
+   Kubernetes-specific); built by diskimage-builder only on a miss;
+4. **rootfs**: diskimage-builder builds one finalised root filesystem
    (``-t tar``, the ``nodeforge-rootfs`` element's single-filesystem block
-   device config) with the debootstrap tarball and apt archives cached;
-4. **manifest**: dpkg packages read from the tree, artifacts, digests; stored
+   device config) starting from the package base (given to dib as its cached
+   debootstrap tarball), the apt archives cached;
+5. **manifest**: dpkg packages read from the tree, artifacts, digests; stored
    in the tree at ``/etc/nodeforge/manifest.json``;
-5. **assemble** each variant from a hard-linked copy of the tree with the
+6. **assemble** each variant from a hard-linked copy of the tree with the
    variant overlay applied (:mod:`.disk`): the VM disk as qcow2, the
    bare-metal disk as raw;
-6. **outputs**: SHA256SUMS and SHA512SUMS (one read per file), manifest.json,
+7. **outputs**: SHA256SUMS and SHA512SUMS (one read per file), manifest.json,
    sbom.cdx.json, build.log -- all in a staging directory renamed to the final
    name at the end, so a failed build leaves nothing under that name.
 """
