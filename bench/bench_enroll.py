@@ -250,11 +250,9 @@ def main() -> int:
     inv.write_text(yaml.safe_dump({"nodes": nodes}, sort_keys=False))
     names = [n["name"] for n in nodes]
     bench = Bench(root, env)
-    out = []
 
     def say(line: str) -> None:
         print(line, flush=True)
-        out.append(line)
 
     try:
         bench.cloud.up(["ironic"])
@@ -264,37 +262,37 @@ def main() -> int:
         bench.run([str(Path(sys.executable).parent / "baremetal"), "--os-cloud", SYSTEM_CLOUD,
                    "--os-auth-type", "password", "driver", "list"])
 
+        n = args.nodes
+        say(f"fake-hardware nodes: {n} (one port each), fresh Ironic database per measurement, "
+            f"Ironic 39 all-in-one on 2 CPUs shared with other work")
         # 1. nodeforge (on the database 'up' just created), then the no-change re-run.
         mark = bench.log_mark()
         nf, data = bench.nodeforge_enroll(inv, nf_args)
         nf_seen = bench.statuses(mark)
+        say(f"nodeforge baremetal enroll {' '.join(nf_args) or '(defaults)'}: {nf:7.1f} s  {n / nf:6.2f} nodes/s  "
+            f"writes {data['writes']}, Ironic answered 409: {nf_seen['409']}, 503: {nf_seen['503']}; "
+            f"nodeforge retried {data.get('retried') or {}}")
         mark = bench.log_mark()
         again, data2 = bench.nodeforge_enroll(inv, nf_args)
         assert data2["writes"] == 0, data2["writes"]
         again_seen = bench.statuses(mark)
+        say(f"  no-change re-run:                {again:7.1f} s  ({100 * again / nf:.1f}% of the first run, goal < 10%; "
+            f"writes {data2['writes']}, 409: {again_seen['409']}, 503: {again_seen['503']})")
 
         # 2. raw API calls, no waiting.
         bench.fresh_ironic()
         mark = bench.log_mark()
         raw, raw_retried = bench.raw_api(nodes)
         raw_seen = bench.statuses(mark)
+        say(f"raw API, no waiting (16 threads):  {raw:7.1f} s  {n / raw:6.2f} nodes/s  409: {raw_seen['409']}, "
+            f"503: {raw_seen['503']} (retried {raw_retried})")
+        say(f"throughput nodeforge / raw API:    {raw / nf:6.2f}x (goal >= 0.8x)")
 
         # 3. the runbook.
         bench.fresh_ironic()
         mark = bench.log_mark()
         t_create, t_loop, t_runbook, k = bench.runbook(inv, names, args.runbook_sample)
         rb_seen = bench.statuses(mark)
-
-        n = args.nodes
-        say(f"fake-hardware nodes: {n} (one port each), fresh Ironic database per measurement, "
-            f"Ironic 39 all-in-one on 2 CPUs shared with other work")
-        say(f"nodeforge baremetal enroll {' '.join(nf_args) or '(defaults)'}: {nf:7.1f} s  {n / nf:6.2f} nodes/s  writes {data['writes']}, "
-            f"Ironic answered 409: {nf_seen['409']}, 503: {nf_seen['503']}; "
-            f"nodeforge retried {data.get('retried') or {}}")
-        say(f"  no-change re-run:                {again:7.1f} s  ({100 * again / nf:.1f}% of the first run, goal < 10%; "
-            f"writes {data2['writes']}, 409: {again_seen['409']}, 503: {again_seen['503']})")
-        say(f"raw API, no waiting (16 threads):  {raw:7.1f} s  {n / raw:6.2f} nodes/s  409: {raw_seen['409']}, "
-            f"503: {raw_seen['503']} (retried {raw_retried})")
         if k == n:
             say(f"runbook (baremetal create + manage/provide --wait node by node): {t_runbook:7.1f} s measured "
                 f"(create {t_create:.1f} s, loop {t_loop:.1f} s); 409: {rb_seen['409']}, 503: {rb_seen['503']}")
@@ -305,7 +303,6 @@ def main() -> int:
                 f"409: {rb_seen['409']}, 503: {rb_seen['503']} (measured part)")
         say(f"speed-up nodeforge vs runbook:     {t_runbook / nf:6.2f}x (goal >= 5x)"
             + ("" if k == n else " [runbook part extrapolated]"))
-        say(f"throughput nodeforge / raw API:    {raw / nf:6.2f}x (goal >= 0.8x)")
 
         # 4. pre-flight of many Redfish BMCs.
         if args.bmcs:
