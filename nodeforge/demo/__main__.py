@@ -217,7 +217,20 @@ def main(argv: list[str] | None = None) -> int:
     if lat and lat.get("latency_seconds") is not None:
         say(f"  patch latency {lat['version']}: {lat['latency_seconds']:.0f}s (release on the mirror -> approved image)")
     say(f"  report: {record.summary_path}  (record: {record.json_path})")
+    if record.status == "nothing-to-do":
+        built = _latest_succeeded(args.runs_dir, config.lockfile)
+        if built:
+            say(f"  the run that built and approved them: {built.summary_path}")
     return code
+
+
+def _latest_succeeded(runs: Path, lockfile: Path) -> rr.RunRecord | None:
+    for row in rr.list_runs(runs):
+        if row["status"] == rr.SUCCEEDED:
+            run = rr.RunRecord.load(runs, row["run_id"])
+            if run.inputs.get("lockfile") == str(lockfile):
+                return run
+    return None
 
 
 if __name__ == "__main__":
