@@ -13,11 +13,12 @@ beside it (an image cannot contain its own digest).
 from __future__ import annotations
 
 import datetime
-import hashlib
 import json
 import subprocess
 from pathlib import Path
 from typing import Any
+
+from nodeforge.imagebuild.cache import sha256_file
 
 SCHEMA = "nodeforge-image-manifest/1"
 IN_IMAGE_PATH = "etc/nodeforge/manifest.json"
@@ -57,13 +58,6 @@ def source_commit(repo: Path) -> dict:
     return {"commit": rev.stdout.strip(), "dirty": bool(dirty.stdout.strip())}
 
 
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(1 << 20):
-            h.update(block)
-    return h.hexdigest()
-
 
 def build_manifest(*, build_id: str, build_time: datetime.datetime, minor: str, kubernetes_version: str,
                    pause_image: str, base_os: dict, arch: str, variants: list[str], images: dict[str, str],
@@ -80,7 +74,7 @@ def build_manifest(*, build_id: str, build_time: datetime.datetime, minor: str, 
         "images": images,
         "packages": packages,
         "artifacts": artifacts,
-        "lockfile": {"path": lockfile_path.name, "sha256": file_sha256(lockfile_path)},
+        "lockfile": {"path": lockfile_path.name, "sha256": sha256_file(lockfile_path)},
         "element_tree": {"sha256": element_tree_digest},
         "hardening": hardening,
         "diskimage_builder": dib,

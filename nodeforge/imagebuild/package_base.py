@@ -46,6 +46,7 @@ from typing import Callable, Iterator
 import yaml
 
 from nodeforge.errors import NodeforgeError
+from nodeforge.imagebuild.cache import sha256_file
 
 RECIPE = "nodeforge-package-base/1"
 ELEMENT = "nodeforge-package-base"
@@ -127,13 +128,6 @@ class Entry:
         return self.path / TARBALL
 
 
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(4 << 20):
-            h.update(block)
-    return h.hexdigest()
-
 
 class BaseCache:
     def __init__(self, root: Path):
@@ -165,7 +159,7 @@ class BaseCache:
         try:
             if tar.stat().st_size != meta.get("size"):
                 return "size mismatch"
-            if file_sha256(tar) != meta.get("sha256"):
+            if sha256_file(tar) != meta.get("sha256"):
                 return "sha256 mismatch"
         except OSError as exc:
             return f"unreadable tarball: {exc}"
@@ -194,7 +188,7 @@ class BaseCache:
             test = subprocess.run(["gzip", "-t", str(tar)], capture_output=True, text=True)
             if test.returncode != 0:
                 raise PackageBaseError(detail=f"the new tarball for {key} is damaged: {test.stderr.strip()}")
-            meta = {"key": key, "sha256": file_sha256(tar), "size": tar.stat().st_size,
+            meta = {"key": key, "sha256": sha256_file(tar), "size": tar.stat().st_size,
                     "created": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
                     "inputs": inputs or {}}
             (tmp / META).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import hashlib
 import json
 from pathlib import Path
 
@@ -55,7 +56,7 @@ def test_manifest_schema():
     m = _manifest()
     assert manifest.validate(m) == []
     assert m["build_time"] == "2026-01-02T03:04:05Z"
-    assert m["lockfile"]["sha256"] == manifest.file_sha256(lockfile.DEFAULT_PATH)
+    assert m["lockfile"]["sha256"] == hashlib.sha256(lockfile.DEFAULT_PATH.read_bytes()).hexdigest()
     assert json.loads(manifest.dumps(m)) == m
     broken = dict(m)
     del broken["packages"]

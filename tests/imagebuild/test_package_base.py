@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
+import hashlib
 import json
 import os
 import subprocess
@@ -116,7 +117,7 @@ def test_store_then_lookup(tmp_path):
     entry = cache.store("k" * 64, _produce_tarball, inputs={"x": 1})
     assert entry.path == tmp_path / "bases" / ("k" * 64) and entry.tarball.is_file()
     meta = json.loads((entry.path / "meta.json").read_text())
-    assert meta["key"] == "k" * 64 and meta["sha256"] == pb.file_sha256(entry.tarball) and meta["inputs"] == {"x": 1}
+    assert meta["key"] == "k" * 64 and meta["sha256"] == hashlib.sha256(entry.tarball.read_bytes()).hexdigest() and meta["inputs"] == {"x": 1}
     found = cache.lookup("k" * 64)
     assert found is not None and found.meta == meta
     assert cache.lookup("z" * 64) is None
