@@ -5,8 +5,8 @@ The batch: fake-hardware nodes (half of them inspected, so the checkpoint
 ``extra.nodeforge_stage = inspected`` matters), two emulated Redfish BMCs
 listed without MACs (their ports come from the BMC) and one Redfish node
 with a wrong password. The kill comes when Ironic shows nodes created and
-the lifecycle midway: at least one node inspected and waiting in
-``manageable`` for its provide (the checkpoint is what tells the next run
+the lifecycle midway: inspected nodes waiting in ``manageable`` for their
+provide (one provide at a time, ``--concurrency 1``) (the checkpoint is what tells the next run
 not to inspect it again) and nodes not yet ``available``. Every node the
 test creates is deleted at the end (unique name prefix).
 """
@@ -30,7 +30,7 @@ from tests.ironic.devcloud_inventory import fake_node, redfish_node, write_inven
 pytestmark = [pytest.mark.devcloud, pytest.mark.slow]
 
 SYSTEM = "nodeforge-dev-system"
-FAKE_NODES = 24
+FAKE_NODES = 12
 
 
 def _free_systems(conn, count: int):
@@ -77,7 +77,7 @@ def test_killed_midway_then_rerun_finishes_without_duplicates(devcloud, tmp_path
     good = [n["name"] for n in rf + fakes]
     secrets = [bmc.credentials(paths).redfish.password.reveal(), wrong.read_text()]
     argv = [sys.executable, "-m", "nodeforge.cli", "--os-cloud", SYSTEM, "-v", "baremetal", "enroll", str(inv),
-            "-o", "json", "--concurrency", "3"]
+            "-o", "json", "--concurrency", "1"]
     try:
         first = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 600
@@ -88,7 +88,9 @@ def test_killed_midway_then_rerun_finishes_without_duplicates(devcloud, tmp_path
             waiting = [n for n in nodes if n.provision_state == "manageable"
                        and (n.extra or {}).get(C.EXTRA_CHECKPOINT) == "inspected"]
             available = [n for n in nodes if n.provision_state == "available"]
-            if len(nodes) == len(good) + 1 and waiting and len(available) < len(good) - 2:
+            # One provide at a time (--concurrency 1): with two inspected nodes
+            # waiting, at least one is still waiting when the kill lands.
+            if len(nodes) == len(good) + 1 and len(waiting) >= 2 and len(available) < len(good) - 2:
                 first.send_signal(signal.SIGKILL)
                 first.wait(timeout=30)
                 time.sleep(2)   # a request the killed run had in flight lands first
