@@ -196,6 +196,7 @@ class Bench:
 
     def preflight(self, tmp: Path, count: int) -> tuple[float, dict]:
         from nodeforge.devcloud import bmc
+        from nodeforge.fsutil import atomic_write
 
         spec = bmc.redfish_service(self.cloud.paths, count=count)
         assert f":{8000 + OFFSET}" in spec.url, spec.url
@@ -203,8 +204,7 @@ class Bench:
         self.cloud.supervisor.wait_healthy(spec)
         creds = bmc.credentials(self.cloud.paths)
         pw = tmp / "redfish.pw"
-        pw.write_text(creds.redfish.password.reveal())
-        os.chmod(pw, 0o600)
+        atomic_write(pw, creds.redfish.password.reveal(), mode=0o600)   # 0600 before the first byte
         nodes = [{"name": f"bench-rf-{s.index:03d}",
                   "bmc": {"address": f"redfish+https://127.0.0.1:{bmc.redfish_port()}/redfish/v1/Systems/{s.uuid}",
                           "username": creds.redfish.username, "password": f"file:{pw}",
