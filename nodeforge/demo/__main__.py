@@ -30,6 +30,7 @@ from nodeforge.devcloud import bmc
 from nodeforge.devcloud.cloud import ADMIN_CLOUD, SYSTEM_CLOUD
 from nodeforge.devcloud.paths import Paths
 from nodeforge.devcloud.upstream_mirror import MirrorServer
+from nodeforge.fsutil import atomic_write
 from nodeforge.imagebuild import catalog, lockfile as lf
 from nodeforge.pipeline import Pipeline, PipelineConfig, PipelineFailed
 from nodeforge.pipeline import runrecord as rr
@@ -120,8 +121,7 @@ def write_inventory(state: Path, paths: Paths) -> Path:
     os.chmod(secrets, 0o700)
     creds = bmc.credentials(paths)
     pw = secrets / "redfish.pw"
-    pw.write_text(creds.redfish.password.reveal())
-    os.chmod(pw, 0o600)
+    atomic_write(pw, creds.redfish.password.reveal(), mode=0o600)   # 0600 before the first byte
     systems = {s.index: s for s in bmc.redfish_systems()}
     nodes = []
     for i in DEMO_SYSTEMS:
