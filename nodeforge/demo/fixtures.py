@@ -105,18 +105,24 @@ class DemoUpstream(FixtureUpstream):
         return digest
 
 
+def add_releases(up: FixtureUpstream, kubernetes: dict[str, str]) -> FixtureUpstream:
+    """Publish on ``up`` each minor's Kubernetes patch (``kubernetes``: minor ->
+    patch) with the crictl of that minor, and the :data:`COMPANIONS` releases."""
+    for minor, version in kubernetes.items():
+        up.add_kubernetes(version)
+        up.add(Component.CRICTL, f"{minor}.0")
+    for comp, version in COMPANIONS.items():
+        up.add(comp, version)
+    return up
+
+
 def make_demo(root: Path, kubernetes: dict[str, str] | None = None) -> tuple[DemoUpstream, Path]:
     """Write the demo upstream under ``root/upstream`` and its fixture lockfile
     ``root/manifests/versions.yaml`` (``kubernetes``: minor -> patch, default
     :data:`KUBERNETES`)."""
     root = Path(root)
     kubernetes = dict(kubernetes or KUBERNETES)
-    up = DemoUpstream(root / "upstream")
-    for minor, version in kubernetes.items():
-        up.add_kubernetes(version)
-        up.add(Component.CRICTL, f"{minor}.0")
-    for comp, version in COMPANIONS.items():
-        up.add(comp, version)
+    up = add_releases(DemoUpstream(root / "upstream"), kubernetes)
     lock = root / "manifests" / "versions.yaml"
     lock.parent.mkdir(parents=True, exist_ok=True)
     lock.write_text(up.lockfile_text(kubernetes, COMPANIONS))

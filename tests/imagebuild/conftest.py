@@ -12,28 +12,20 @@ from pathlib import Path
 import pytest
 
 from nodeforge import cli
+# What the fixture upstream publishes and the fixture lockfile pins at first: the demo's releases.
+from nodeforge.demo.fixtures import COMPANIONS, KUBERNETES, add_releases
 from nodeforge.devcloud.upstream_mirror import FixtureUpstream, MirrorServer
 from nodeforge.imagebuild.cache import Cache, Downloader, RetryPolicy
-from nodeforge.imagebuild.lockfile import Component
 from nodeforge.imagebuild.sources import Sources, SourceName
 from tests.image_fixture import built_image  # noqa: F401  (session fixture: the one real build)
 from tests.imagebuild import realbuild
 
-# What the fixture upstream publishes and the fixture lockfile pins at first.
-KUBERNETES = {"1.34": "1.34.3", "1.35": "1.35.1", "1.36": "1.36.0"}
-COMPANIONS = {Component.CNI_PLUGINS: "1.9.1", Component.CONTAINERD: "2.3.4", Component.RUNC: "1.4.3"}
 FAST_RETRY = RetryPolicy(attempts=3, initial=0.01, maximum=0.05, connect_timeout=2, read_timeout=5)
 
 
 @pytest.fixture
 def upstream(tmp_path) -> FixtureUpstream:
-    up = FixtureUpstream(tmp_path / "upstream")
-    for minor, version in KUBERNETES.items():
-        up.add_kubernetes(version)
-        up.add(Component.CRICTL, f"{minor}.0")
-    for comp, version in COMPANIONS.items():
-        up.add(comp, version)
-    return up
+    return add_releases(FixtureUpstream(tmp_path / "upstream"), KUBERNETES)
 
 
 @pytest.fixture
