@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import email.utils
-import hashlib
 import logging
 from pathlib import Path
 from typing import Callable
@@ -22,7 +21,7 @@ import requests
 from nodeforge.errors import NodeforgeError, UsageError
 from nodeforge.imagebuild import lockfile as lf
 from nodeforge.imagebuild import release as release_mod
-from nodeforge.imagebuild.cache import Cache, Downloader, RetryPolicy
+from nodeforge.imagebuild.cache import Cache, Downloader, RetryPolicy, sha256_file
 from nodeforge.imagebuild.lockfile import Arch
 from nodeforge.imagebuild.sources import Sources
 from nodeforge.pipeline import runrecord as rr
@@ -196,10 +195,6 @@ def render(ctx: StageContext) -> dict:
             "summary": f"elements rendered ({result.digest[:16]})"}
 
 
-def _lockfile_sha256(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
 def build(ctx: StageContext) -> dict:
     from nodeforge.imagebuild import build as build_mod, builddir
 
@@ -208,7 +203,7 @@ def build(ctx: StageContext) -> dict:
     out = ctx.workdir / "builds" / f"k8s-{version}"
     if (out / builddir.MANIFEST).is_file():
         existing = builddir.load(out)
-        if existing.lockfile_sha256 == _lockfile_sha256(cfg.lockfile) and existing.k8s_version == version:
+        if existing.lockfile_sha256 == sha256_file(cfg.lockfile) and existing.k8s_version == version:
             ctx.say(f"build {ctx.minor}: {out} is already complete for this lockfile; reusing it")
             return _build_outputs(existing, reused=True)
         raise StageFailed(stage="build", detail=f"{out} exists from another lockfile state",
