@@ -33,25 +33,41 @@ def flavor():
 @click.option("--profiles", "profiles_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Hardware profiles file.  [default: 'profiles:' in the flavors file]")
 @click.option("--replace", is_flag=True, help="Re-create flavors whose immutable fields drifted (same ID).")
-@click.option("--prune", is_flag=True, help="Delete flavors nodeforge made that the file no longer lists.")
+@click.option("--prune", is_flag=True,
+              help="Delete flavors of this file's scope that the file no longer lists.")
+@click.option("--adopt-legacy", is_flag=True,
+              help="Count legacy flavors (nodeforge:managed=true, no nodeforge:scope) that the file does not "
+                   "list as this scope's: reported as unlisted, deleted with --prune.")
 @options.dry_run
 @options.pass_app
-def sync(app, flavors_path, profiles_path, replace, prune, dry_run):
+def sync(app, flavors_path, profiles_path, replace, prune, adopt_legacy, dry_run):
     """Create missing flavors, fix description/extra specs/access in place.
 
-    Drift in an immutable field (vcpus, ram, disk, ephemeral, swap, public)
-    is reported; the flavor is re-created only with --replace. Nothing is
-    deleted without --prune. A second run changes nothing. Exit 0: in sync;
-    3: drift or unlisted flavors left as they are, or a write failed."""
+    Only flavors of the file's scope ('scope:' in the file, else derived
+    from its path) are this file's: others are never reported as unlisted
+    nor deleted. A listed flavor that exists under another scope is refused
+    (exit 1, nothing written). Drift in an immutable field (vcpus, ram, disk,
+    ephemeral, swap, public) is reported; the flavor is re-created only with
+    --replace. Nothing is deleted without --prune. A second run changes
+    nothing. Exit 0: in sync; 3: drift or unlisted flavors left as they are,
+    or a write failed; 1: a scope conflict."""
     spec = flavors_mod.load(flavors_path, profiles_path)
+    if spec.scope_source == "derived":
+        click.echo(f"warning: {flavors_path} has no 'scope:'; using the scope derived from its path, "
+                   f"'{spec.scope}' (set 'scope:' explicitly, see docs/flavors-and-templates.md)", err=True)
     conn = app.connect()
-    plan = flavors_mod.plan(conn, spec, replace=replace, prune=prune)
+    plan = flavors_mod.plan(conn, spec, replace=replace, prune=prune, adopt_legacy=adopt_legacy)
     rows = [{"flavor": p.name, "action": p.action.value, "id": p.flavor_id,
              "changes": "; ".join(f"{c.field}: {c.current} -> {c.desired}" for c in p.changes
                                   if c.field != "flavor"), "note": p.note or ""} for p in plan.flavors]
     data = plan.to_dict()
     counts = ", ".join(f"{v} {k}" for k, v in plan.counts().items() if v) or "nothing"
     code = ExitCode.PARTIAL if plan.blocked else ExitCode.OK
+    if (refused := plan.refusal()) is not None:
+        # Refused as a whole, before any write (dry run or not): show the plan, then fail.
+        output.emit(data, app.output, rows=rows, columns=["flavor", "action", "id", "changes", "note"],
+                    title=f"flavor sync (scope {plan.scope}): refused, {counts}")
+        raise refused
     if not dry_run:
         results = flavors_mod.apply(conn, plan)
         data["results"] = [r.to_dict() for r in results]
@@ -63,7 +79,7 @@ def sync(app, flavors_path, profiles_path, replace, prune, dry_run):
                for r in results):
             code = ExitCode.PARTIAL
     output.emit(data, app.output, rows=rows, columns=["flavor", "action", "id", "changes", "note"],
-                title=f"{'plan (dry run)' if dry_run else 'flavor sync'}: {counts}")
+                title=f"{'plan (dry run)' if dry_run else 'flavor sync'} (scope {plan.scope}): {counts}")
     click.get_current_context().exit(int(code))
 
 

@@ -11,9 +11,20 @@ then come from ``manifests/hardware-profiles.yaml``.
 Nova flavors are immutable except ``description``, extra specs and project
 access: :func:`plan` reports each differing field; immutable drift (vcpus,
 ram, disk, ephemeral, swap, public) needs a re-create, done only with
-``replace=True`` (same flavor ID, so references by ID survive). Flavors
-nodeforge created (extra spec ``nodeforge:managed=true``) that the file no
-longer lists are deleted only with ``prune=True``; others are never touched.
+``replace=True`` (same flavor ID, so references by ID survive).
+
+Ownership scopes: every flavor nodeforge writes is marked with the extra
+specs ``nodeforge:managed=true`` and ``nodeforge:scope=<scope>``, the scope of
+the file (its ``scope:`` key, else :func:`constants.derive_scope` of the
+file). A file sees only its own scope's flavors as ``unlisted`` and prunes
+only those (``prune=True``); flavors of other scopes are left out of the plan
+(counted in ``other_scopes``). A listed name that exists under another scope
+is a ``conflict``: :func:`apply` refuses the whole plan before any write.
+Legacy flavors (``nodeforge:managed=true`` without a scope, made before
+scopes) are reported as ``legacy`` and never touched, unless
+``adopt_legacy=True`` counts the unlisted ones as this scope's; a legacy or
+unmarked flavor the file lists by name is taken into the file's scope (the
+plan shows the added ``nodeforge:scope``).
 
 Every call sends compute microversion :data:`MICROVERSION` (2.86): from
 2.86 on, Nova validates extra specs and refuses a malformed one (HTTP 400)
@@ -39,6 +50,8 @@ log = logging.getLogger(__name__)
 DEFAULT_PATH = Path("manifests/flavors.yaml")
 MICROVERSION = "2.86"
 MANAGED_KEY = "nodeforge:managed"
+SCOPE_KEY = "nodeforge:scope"
+RESERVED_PREFIX = "nodeforge:"
 ZERO_RESOURCES = ("VCPU", "MEMORY_MB", "DISK_GB")
 IMMUTABLE = ("vcpus", "ram", "disk", "ephemeral", "swap", "is_public")
 _RC_SPEC = re.compile(r"^resources(\d*):(CUSTOM_[A-Z0-9_]+)$")
@@ -50,14 +63,23 @@ class NovaError(NodeforgeError):
     message = "Nova {what} failed (HTTP {status}): {detail}"
 
 
+class ScopeConflict(NodeforgeError):
+    message = ("{path} (scope '{scope}') lists flavors that belong to another scope in Nova: {flavors}; "
+               "nothing was written")
+    hint = ("another flavors file (another team's) owns them: rename the flavor in this file, or sync it "
+            "from the file that owns it (docs/flavors-and-templates.md, 'Ownership scopes')")
+
+
 class Action(str, enum.Enum):
     CREATE = "create"
     UPDATE = "update"           # description, extra specs or access: in place
     REPLACE = "replace"         # immutable field differs: delete + create (only with replace=True)
     DRIFT = "drift"             # immutable field differs, replace not allowed: reported only
     NOOP = "no-op"
-    PRUNE = "prune"             # managed, not in the file: delete (only with prune=True)
-    UNLISTED = "unlisted"       # managed, not in the file, prune not allowed: reported only
+    PRUNE = "prune"             # this scope's, not in the file: delete (only with prune=True)
+    UNLISTED = "unlisted"       # this scope's, not in the file, prune not allowed: reported only
+    CONFLICT = "conflict"       # listed, but the flavor in Nova belongs to another scope: refused
+    LEGACY = "legacy"           # managed=true without a scope, not in the file: reported, never touched
 
 
 # ----------------------------------------------------------------------------- desired state
@@ -76,6 +98,7 @@ class FlavorSpec:
     extra: tuple[tuple[str, str], ...] = ()
     id: str | None = None
     profile: str | None = None
+    scope: str | None = None             # the file's; marks the flavor (nodeforge:scope)
 
     @property
     def placement_class(self) -> str:
@@ -86,6 +109,8 @@ class FlavorSpec:
                  **{f"resources:{r}": "0" for r in ZERO_RESOURCES},
                  **{f"trait:{t}": "required" for t in self.required_traits},
                  MANAGED_KEY: "true"}
+        if self.scope is not None:
+            specs[SCOPE_KEY] = self.scope
         specs.update(dict(self.extra))
         return specs
 
@@ -94,25 +119,30 @@ class FlavorSpec:
                 "placement_resource_class": self.placement_class, "required_traits": list(self.required_traits),
                 "vcpus": self.vcpus, "ram": self.ram, "disk": self.disk, "is_public": self.is_public,
                 "projects": list(self.projects), "description": self.description, "profile": self.profile,
-                "extra_specs": self.extra_specs()}
+                "scope": self.scope, "extra_specs": self.extra_specs()}
 
 
 @dataclasses.dataclass(frozen=True)
 class FlavorFile:
     path: str
     flavors: tuple[FlavorSpec, ...]
+    scope: str                          # ownership scope (nodeforge:scope on every flavor of the file)
+    scope_source: str = "file"          # "file" (scope: key) or "derived" (from the file's path)
 
     def by_name(self) -> dict[str, FlavorSpec]:
         return {f.name: f for f in self.flavors}
 
 
+_TOP_KEYS = {"version", "scope", "profiles", "defaults", "flavors"}
 _FLAVOR_KEYS = {"name", "id", "profile", "resource_class", "required_traits", "vcpus", "ram_mb", "disk_gb",
                 "access", "description", "extra_specs"}
 
 
 def load(path: Path | str = DEFAULT_PATH, profiles_path: Path | str | None = None) -> FlavorFile:
     """Read and validate ``flavors.yaml``; every problem at once. ``profiles:``
-    in the file (relative to it) or ``profiles_path`` names the profiles file."""
+    in the file (relative to it) or ``profiles_path`` names the profiles file.
+    ``scope:`` names the file's ownership scope; without it the scope is
+    derived from the file's path (:func:`constants.derive_scope`)."""
     path = Path(path)
     doc = yamlfile.load(path)
     problems: list[str] = []
@@ -120,6 +150,19 @@ def load(path: Path | str = DEFAULT_PATH, profiles_path: Path | str | None = Non
         raise ConfigError(path=str(path), detail="must be a mapping with 'version: 1' and a 'flavors:' list")
     if doc.get("version") != 1:
         problems.append("version: must be 1")
+    for key in doc:
+        if key not in _TOP_KEYS:
+            line = yamlfile.line_of(doc, key)
+            problems.append((f"line {line}: " if line else "") + f"{key}: unknown top-level key "
+                            f"({', '.join(sorted(_TOP_KEYS))})")
+    if "scope" in doc:
+        scope, scope_source = doc["scope"], "file"
+        if (why := IC.scope_problem(scope)) is not None:
+            line = yamlfile.line_of(doc, "scope")
+            problems.append((f"line {line}: " if line else "") + f"scope: {why}")
+            scope = None
+    else:
+        scope, scope_source = IC.derive_scope(path), "derived"
     profiles = None
     ppath = profiles_path or (path.parent / doc["profiles"] if doc.get("profiles") else None)
     if ppath is not None:
@@ -181,15 +224,19 @@ def load(path: Path | str = DEFAULT_PATH, profiles_path: Path | str | None = Non
             problems.append(f"{where}.extra_specs: must be a mapping")
             extra = {}
         for k in extra:
-            if _RC_SPEC.match(str(k)) or str(k) in {f"resources:{r}" for r in ZERO_RESOURCES} or k == MANAGED_KEY:
+            if str(k).startswith(RESERVED_PREFIX):
+                problems.append(f"{where}.extra_specs: '{k}': keys starting '{RESERVED_PREFIX}' are nodeforge's "
+                                "ownership mark (set 'scope:' at the top of the file)")
+            elif _RC_SPEC.match(str(k)) or str(k) in {f"resources:{r}" for r in ZERO_RESOURCES}:
                 problems.append(f"{where}.extra_specs: '{k}' is set by nodeforge (use resource_class / profile)")
         out.append(FlavorSpec(name=str(name), resource_class=str(rc), required_traits=tuple(sorted(set(traits))),
                               is_public=is_public, projects=projects, description=raw.get("description"),
                               extra=tuple(sorted((str(k), str(v)) for k, v in extra.items())),
-                              id=str(raw["id"]) if raw.get("id") is not None else None, profile=profile, **nums))
+                              id=str(raw["id"]) if raw.get("id") is not None else None, profile=profile,
+                              scope=scope, **nums))
     if problems:
         raise ConfigError(path=str(path), detail=f"{len(problems)} problem(s):\n  " + "\n  ".join(problems))
-    return FlavorFile(str(path), tuple(out))
+    return FlavorFile(str(path), tuple(out), scope, scope_source)
 
 
 # ----------------------------------------------------------------------------- Nova REST
@@ -272,6 +319,10 @@ class FlavorPlan:
 @dataclasses.dataclass
 class Plan:
     flavors: list[FlavorPlan]
+    scope: str | None = None
+    scope_source: str = "file"
+    other_scopes: dict[str, int] = dataclasses.field(default_factory=dict)   # scope -> flavors (not ours)
+    path: str | None = None             # the flavors file
 
     def counts(self) -> dict[str, int]:
         out = {a.value: 0 for a in Action}
@@ -283,8 +334,32 @@ class Plan:
     def blocked(self) -> list[FlavorPlan]:
         return [f for f in self.flavors if f.action in (Action.DRIFT, Action.UNLISTED)]
 
+    @property
+    def conflicts(self) -> list[FlavorPlan]:
+        return [f for f in self.flavors if f.action is Action.CONFLICT]
+
+    def refusal(self) -> "ScopeConflict | None":
+        """Why the plan must not be applied at all (a listed flavor of another scope)."""
+        if not self.conflicts:
+            return None
+        return ScopeConflict(path=self.path or "the flavors file", scope=self.scope,
+                             flavors=", ".join(f"{p.name} (scope '{scope_of(p.current)}')" for p in self.conflicts))
+
     def to_dict(self) -> dict:
-        return {"summary": self.counts(), "flavors": [f.to_dict() for f in self.flavors]}
+        return {"scope": self.scope, "scope_source": self.scope_source, "summary": self.counts(),
+                "flavors": [f.to_dict() for f in self.flavors],
+                "other_scopes": dict(sorted(self.other_scopes.items()))}
+
+
+def scope_of(flavor: dict) -> str | None:
+    """The scope a flavor in Nova is marked with (None: no scope)."""
+    return (flavor.get("extra_specs") or {}).get(SCOPE_KEY)
+
+
+def is_legacy(flavor: dict) -> bool:
+    """Marked by a nodeforge before scopes: ``nodeforge:managed=true``, no scope."""
+    specs = flavor.get("extra_specs") or {}
+    return specs.get(MANAGED_KEY) == "true" and SCOPE_KEY not in specs
 
 
 def _actual(flavor: dict) -> dict:
@@ -328,21 +403,46 @@ def plan_flavor(spec: FlavorSpec, current: dict | None, project_ids: tuple[str, 
 
 
 def plan(conn, flavor_file: FlavorFile, *, replace: bool = False, prune: bool = False,
-         flavors: list[dict] | None = None) -> Plan:
+         adopt_legacy: bool = False, flavors: list[dict] | None = None) -> Plan:
+    """The whole plan for one file, within its scope (pure but for reading
+    Nova and Keystone). See the module docstring for the scope rule."""
     flavors = list_flavors(conn) if flavors is None else flavors
+    scope = flavor_file.scope
     by_name = {f["name"]: f for f in flavors}
     out = []
     for spec in flavor_file.flavors:
+        current = by_name.get(spec.name)
+        owner = scope_of(current) if current is not None else None
+        if current is not None and owner is not None and owner != scope:
+            out.append(FlavorPlan(spec.name, Action.CONFLICT, spec, current,
+                                  [Change(f"extra_specs.{SCOPE_KEY}", owner, scope, False)],
+                                  note=f"flavor exists in Nova under scope '{owner}' (not '{scope}'): refused, "
+                                       "another declaration owns it"))
+            continue
         projects = resolve_projects(conn, spec.projects) if spec.projects else ()
-        out.append(plan_flavor(spec, by_name.get(spec.name), projects, replace=replace))
+        p = plan_flavor(spec, current, projects, replace=replace)
+        if current is not None and owner is None and p.note is None:
+            what = "legacy flavor (nodeforge:managed, no scope)" if is_legacy(current) else "not made by nodeforge"
+            p.note = f"{what}: listed here, taken into scope '{scope}'"
+        out.append(p)
     listed = {s.name for s in flavor_file.flavors}
+    other: dict[str, int] = {}
     for f in flavors:
-        if f["name"] not in listed and (f.get("extra_specs") or {}).get(MANAGED_KEY) == "true":
-            action = Action.PRUNE if prune else Action.UNLISTED
-            out.append(FlavorPlan(f["name"], action, None, f, [Change("flavor", f["id"], None, True)],
-                                  note=None if prune else f"managed by nodeforge, not in {flavor_file.path}; "
-                                                          "delete with --prune"))
-    return Plan(out)
+        if f["name"] in listed:
+            continue
+        owner = scope_of(f)
+        if owner is not None and owner != scope:
+            other[owner] = other.get(owner, 0) + 1
+        elif owner == scope or (is_legacy(f) and adopt_legacy):
+            whose = f"scope '{scope}'" if owner == scope else "legacy (no scope), adopted with --adopt-legacy"
+            note = f"{whose}, not in {flavor_file.path}" + ("" if prune else "; delete with --prune")
+            out.append(FlavorPlan(f["name"], Action.PRUNE if prune else Action.UNLISTED, None, f,
+                                  [Change("flavor", f["id"], None, True)], note=note))
+        elif is_legacy(f):
+            out.append(FlavorPlan(f["name"], Action.LEGACY, None, f,
+                                  note="nodeforge:managed=true without nodeforge:scope (made before scopes): "
+                                       "belongs to no file, left alone; --adopt-legacy counts it as this scope's"))
+    return Plan(out, scope, flavor_file.scope_source, other, flavor_file.path)
 
 
 # ----------------------------------------------------------------------------- apply
@@ -418,8 +518,11 @@ class Result:
 
 
 def apply(conn, plan_: Plan) -> list[Result]:
-    """Carry out the plan. Drift and unlisted flavors are not written; each
-    flavor's failure is its own (the others go on)."""
+    """Carry out the plan. Drift, unlisted and legacy flavors are not
+    written; each flavor's failure is its own (the others go on). A plan with
+    a scope conflict is refused as a whole, before any write."""
+    if (refused := plan_.refusal()) is not None:
+        raise refused
     results = []
     for p in plan_.flavors:
         try:
@@ -436,7 +539,8 @@ def apply(conn, plan_: Plan) -> list[Result]:
                 fid = p.current["id"]
                 _call(conn, "DELETE", f"/flavors/{fid}", f"delete flavor {p.name}", ok=(202, 204, 404))
             else:
-                results.append(Result(p.name, p.action, p.flavor_id, p.action is Action.NOOP, p.note))
+                ok = p.action in (Action.NOOP, Action.LEGACY)     # legacy: reported, not a failure
+                results.append(Result(p.name, p.action, p.flavor_id, ok, None if ok else p.note))
                 continue
         except NovaError as exc:
             results.append(Result(p.name, p.action, p.flavor_id, False, str(exc)))
