@@ -1,20 +1,95 @@
-"""Shared fixtures. The local cloud is started once per test session (or an
-already running one is reused) and only what this session started is stopped.
+"""Shared fixtures.
+
+The local cloud: by default a test session starts **its own** local cloud (a
+state directory of its own under the session's temporary directory, every
+port shifted by a free offset, the service virtualenvs shared by symlink with
+the checkout's ``.devcloud/venvs``), and stops all of it at the end. It never
+reads or changes a cloud it did not start, so ``make demo`` then ``make test``
+in one checkout leave the demo's cloud as it was.
+
+``NODEFORGE_TEST_CLOUD=reuse`` opts in to running against the checkout's
+default local cloud (``nodeforge devcloud up``; started if it is down, and
+only what the session started is stopped). Still safe: every test names what
+it creates from a per-run prefix, claims BMC systems through
+:func:`bmc_pool`, and nodeforge's own reconcilers act only on their own scope.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
+import socket
+import uuid
+from pathlib import Path
 
 import pytest
 
+from nodeforge.devcloud import bmc, openstack as dc_openstack
+from nodeforge.devcloud.bmc import fleet
 from nodeforge.devcloud.cloud import ADMIN_CLOUD, MEMBER_CLOUD, SYSTEM_CLOUD, DevCloud
+from nodeforge.devcloud.paths import Paths
+from tests.prereq import require
+
+MODE_ENV = "NODEFORGE_TEST_CLOUD"          # "own" (default) or "reuse"
+# Offsets tried for the session's own cloud, first free one wins. Chosen so
+# that no port of one overlaps a port of another, of the default cloud
+# (offset 0), or of the second clouds some tests start (20000, 23000), and
+# stay below the kernel's ephemeral range (32768-).
+OFFSETS = (10000, 11100, 12200, 13300, 14400, 15500)
+RUN_ID = uuid.uuid4().hex[:6]
+
+
+def cloud_ports(offset: int) -> set[int]:
+    """Every TCP/UDP port a local cloud at ``offset`` listens on."""
+    ports = {p + offset for p in dc_openstack.PORTS.values()}
+    ports.add(bmc.REDFISH_PORT + offset)
+    ports.update(range(bmc.IPMI_BASE_PORT + offset, bmc.IPMI_BASE_PORT + offset + fleet.DEFAULT_IPMI_COUNT))
+    return ports
+
+
+def _port_free(port: int) -> bool:
+    for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM):
+        with socket.socket(socket.AF_INET, kind) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                return False
+    return True
+
+
+@contextlib.contextmanager
+def claim_offset():
+    """A port offset whose ports are all free, held (flock) for the session so
+    two concurrent test sessions never pick the same one."""
+    lockdir = Path("/tmp/nodeforge-test-clouds")
+    lockdir.mkdir(exist_ok=True)
+    reserved = cloud_ports(0) | cloud_ports(20000) | cloud_ports(23000)
+    for offset in OFFSETS:
+        ports = cloud_ports(offset)
+        assert not ports & reserved, f"offset {offset} overlaps a reserved cloud's ports"
+        fh = open(lockdir / f"{offset}.lock", "w")
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.close()
+            continue
+        if all(_port_free(p) for p in ports):
+            try:
+                yield offset
+            finally:
+                fh.close()
+            return
+        fh.close()
+    pytest.fail(f"no free port offset for the test session's local cloud among {OFFSETS}")
 
 
 class RunningCloud:
-    def __init__(self, cloud: DevCloud):
+    def __init__(self, cloud: DevCloud, own: bool):
         self.cloud = cloud
         self.paths = cloud.paths
+        self.own = own
+        self.run_id = RUN_ID
 
     def connect(self, name: str = ADMIN_CLOUD):
         import openstack
@@ -33,20 +108,114 @@ class RunningCloud:
         return self.connect(SYSTEM_CLOUD)
 
 
-@pytest.fixture(scope="session")
-def devcloud():
-    cloud = DevCloud()
-    results = cloud.up()
-    started = [r["service"] for r in results if r["action"] == "started"]
-    old = os.environ.get("OS_CLIENT_CONFIG_FILE")
-    os.environ["OS_CLIENT_CONFIG_FILE"] = str(cloud.paths.clouds_yaml)
-    os.environ.pop("OS_CLOUD", None)
-    try:
-        yield RunningCloud(cloud)
-    finally:
-        if old is None:
-            os.environ.pop("OS_CLIENT_CONFIG_FILE", None)
+@contextlib.contextmanager
+def _env(**values: str | None):
+    old = {k: os.environ.get(k) for k in values}
+    for k, v in values.items():
+        if v is None:
+            os.environ.pop(k, None)
         else:
-            os.environ["OS_CLIENT_CONFIG_FILE"] = old
-        for name in reversed(started):
-            cloud.supervisor.stop(name)
+            os.environ[k] = v
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@pytest.fixture(scope="session")
+def devcloud(tmp_path_factory):
+    mode = os.environ.get(MODE_ENV, "own")
+    if mode not in ("own", "reuse"):
+        pytest.fail(f"{MODE_ENV}={mode!r}: use 'own' (default) or 'reuse'")
+    main = Paths.default()
+    if not (main.venvs / dc_openstack.VENV / "bin" / "uwsgi").exists():
+        require(False, f"the local cloud's virtualenvs ({main.venvs}) are not installed: run 'make setup'")
+    if mode == "reuse":
+        yield from _session_cloud(DevCloud(main), own=False, env={})
+        return
+    root = tmp_path_factory.mktemp(f"devcloud-{RUN_ID}")
+    (root / "venvs").symlink_to(main.venvs.resolve())
+    with claim_offset() as offset:
+        print(f"\ntest session's own local cloud: {root} (port offset {offset})")
+        yield from _session_cloud(DevCloud(Paths(root)), own=True,
+                                  env={"NODEFORGE_DEVCLOUD_DIR": str(root),
+                                       "NODEFORGE_DEVCLOUD_PORT_OFFSET": str(offset)})
+
+
+def _session_cloud(cloud: DevCloud, *, own: bool, env: dict[str, str]):
+    with _env(**env):
+        started: list[str] = []
+        try:
+            results = cloud.up()
+            started = [r["service"] for r in results if r["action"] == "started"]
+            with _env(OS_CLIENT_CONFIG_FILE=str(cloud.paths.clouds_yaml), OS_CLOUD=None):
+                yield RunningCloud(cloud, own)
+        finally:
+            if own:
+                cloud.down()
+                left = [r["service"] for r in cloud.status() if r["running"]]
+                assert not left, f"the test session's local cloud did not stop: {left} still running"
+            else:
+                for name in reversed(started):
+                    cloud.supervisor.stop(name)
+
+
+class BmcPool:
+    """Hands out emulated BMCs, each to one test at most per session, and
+    never one that an Ironic node of the cloud already uses (a reused cloud
+    may hold the demo's nodes)."""
+
+    def __init__(self, cloud: RunningCloud):
+        self.cloud = cloud
+        self.claimed_systems: set[str] = set()
+        self.claimed_ipmi: set[int] = set()
+
+    def _used(self):
+        conn = self.cloud.system()
+        systems, ports = set(), set()
+        for node in conn.baremetal.nodes(details=True):
+            info = node.driver_info or {}
+            if info.get("redfish_system_id"):
+                systems.add(info["redfish_system_id"].rstrip("/").rsplit("/", 1)[-1])
+            if info.get("ipmi_port") and info.get("ipmi_address") == bmc.HOST:
+                ports.add(int(info["ipmi_port"]))
+        macs = {p.address.lower() for p in conn.baremetal.ports(details=True)}
+        return systems, ports, macs
+
+    def redfish(self, count: int = 1, *, shape: str | None = None, index_from: int = 1):
+        systems, _, macs = self._used()
+        free = [s for s in bmc.redfish_systems() if s.index >= index_from
+                and (shape is None or s.shape == shape) and s.uuid not in systems
+                and s.uuid not in self.claimed_systems and not macs & {m.lower() for m in s.macs}]
+        if len(free) < count:
+            pytest.fail(f"the emulated fleet has {len(free)} free Redfish systems"
+                        f"{f' of shape {shape}' if shape else ''}, this test needs {count} "
+                        f"(claimed this session: {len(self.claimed_systems)})")
+        got = free[:count]
+        self.claimed_systems.update(s.uuid for s in got)
+        return got
+
+    def ipmi(self, count: int = 1):
+        _, ports, _ = self._used()
+        free = [e for e in bmc.ipmi_endpoints(self.cloud.paths)
+                if e.port not in ports and e.port not in self.claimed_ipmi]
+        if len(free) < count:
+            pytest.fail(f"{len(free)} free IPMI BMCs, this test needs {count}")
+        got = free[:count]
+        self.claimed_ipmi.update(e.port for e in got)
+        return got
+
+
+@pytest.fixture(scope="session")
+def bmc_pool(devcloud) -> BmcPool:
+    return BmcPool(devcloud)
+
+
+@pytest.fixture
+def run_prefix() -> str:
+    """A name prefix unique to this test in this run (nodes, flavors, ...)."""
+    return f"nf{RUN_ID}{uuid.uuid4().hex[:4]}-"

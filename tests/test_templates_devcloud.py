@@ -24,57 +24,35 @@ import yaml
 
 from nodeforge import cli
 from nodeforge.compute import flavors as F
-from nodeforge.devcloud import bmc
 from nodeforge.imagebuild import builddir, catalog, glance as g
 from nodeforge.imagebuild.retention import RetentionPolicy
 from tests.imagebuild.builddir_factory import make_build_dir
 from tests.imagebuild.glance_fixtures import Tracker
-from tests.ironic.devcloud_inventory import redfish_node, write_inventory
+from tests.ironic.devcloud_inventory import delete_nodes, redfish_node, write_inventory
 
 pytestmark = [pytest.mark.devcloud, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[1]
 SYSTEM, ADMIN = "nodeforge-dev-system", "nodeforge-dev"
-CANDIDATES = range(12, 37)
 
 
 def nf(*args, cloud=ADMIN):
     return cli.main(["--os-cloud", cloud, *args])
 
 
-def _free_systems(conn):
-    used = {(n.driver_info or {}).get("redfish_system_id", "").rsplit("/", 1)[-1]
-            for n in conn.baremetal.nodes(details=True)}
-    macs = {p.address.lower() for p in conn.baremetal.ports(details=True)}
-    free = [s for s in bmc.redfish_systems() if s.index in CANDIDATES and s.uuid not in used
-            and not macs & set(s.macs)]
-    compute = [s for s in free if s.shape == "compute"][:3]
-    storage = [s for s in free if s.shape == "storage"][:2]
-    if len(compute) < 3 or len(storage) < 2:
-        pytest.skip("not enough free Redfish systems in the emulated fleet")
-    return compute + storage
-
-
-def _delete_nodes(conn, prefix):
-    for n in list(conn.baremetal.nodes(details=True)):
-        if n.name and n.name.startswith(prefix):
-            for _ in range(60):
-                try:
-                    conn.baremetal.delete_node(n.id, ignore_missing=True)
-                    break
-                except Exception:  # noqa: BLE001 - locked for a moment
-                    time.sleep(1)
+def _free_systems(bmc_pool):
+    return bmc_pool.redfish(3, shape="compute") + bmc_pool.redfish(2, shape="storage")
 
 
 @pytest.fixture(scope="module")
-def chain(devcloud, tmp_path_factory):
+def chain(devcloud, bmc_pool, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("chain")
     prefix = f"nft{uuid.uuid4().hex[:5]}-"
     system, admin = devcloud.system(), devcloud.admin()
     tracker = Tracker(admin)
     try:
         nodes = [{**redfish_node(devcloud.paths, tmp, s.index, prefix=prefix), "resource_class": None,
-                  "inspect": True} for s in _free_systems(system)]
+                  "inspect": True} for s in _free_systems(bmc_pool)]
         inv = write_inventory(tmp / "inventory.yaml", nodes)
         start = time.monotonic()
         assert nf("baremetal", "enroll", str(inv), "--concurrency", "5", "-o", "json", cloud=SYSTEM) == 0
@@ -101,7 +79,7 @@ def chain(devcloud, tmp_path_factory):
         yield {"prefix": prefix, "system": system, "admin": admin, "flavors": flavors, "image": image_id,
                "templates": templates, "doc": doc, "minor": minor, "enroll_seconds": enroll_seconds}
     finally:
-        _delete_nodes(system, prefix)
+        delete_nodes(system, prefix)
         for f in F.list_flavors(admin):
             if f["name"].startswith(prefix):
                 F._call(admin, "DELETE", f"/flavors/{f['id']}", "cleanup", ok=(202, 204, 404))

@@ -28,7 +28,6 @@ API_VERSION = {"X-OpenStack-Ironic-API-Version": "latest"}
 TRANSIENT = {"verifying", "inspecting", "cleaning", "clean wait", "inspect wait", "deleting"}
 # Systems and BMCs these tests may claim (the tail of the fleet, away from
 # what demos and other tests pick first).
-REDFISH_CANDIDATES = range(50, 36, -1)
 # local_gb Ironic's Redfish inspection reports per fleet shape (docs/devcloud-bmc.md).
 LOCAL_GB = {"compute": 446, "storage": 893}
 
@@ -43,12 +42,6 @@ def conn(devcloud):
         if node.name and node.name.startswith(PREFIX):
             _delete_node(conn, node.id)
     return conn
-
-
-@pytest.fixture(scope="module")
-def claimed():
-    """BMCs handed out in this module (never two tests on one BMC)."""
-    return set()
 
 
 @pytest.fixture
@@ -105,40 +98,12 @@ def move(conn, node, action, timeout=180.0):
     return wait_settled(conn, node, timeout)
 
 
-def _used_bmcs(conn):
-    """(redfish system ids, ipmi ports, MACs) held by any Ironic node."""
-    systems, ports = set(), set()
-    for node in conn.baremetal.nodes(details=True):
-        info = node.driver_info or {}
-        if info.get("redfish_system_id"):
-            systems.add(info["redfish_system_id"].rstrip("/").rsplit("/", 1)[-1])
-        if info.get("ipmi_port") and info.get("ipmi_address") == bmc.HOST:
-            ports.add(int(info["ipmi_port"]))
-    macs = {p.address.lower() for p in conn.baremetal.ports(details=True)}
-    return systems, ports, macs
+def claim_redfish(pool, shape=None):
+    return pool.redfish(1, shape=shape)[0]
 
 
-def claim_redfish(conn, claimed, shape=None):
-    systems, _, macs = _used_bmcs(conn)
-    fleet = {s.index: s for s in bmc.redfish_systems()}
-    for index in REDFISH_CANDIDATES:
-        system = fleet[index]
-        if (shape and system.shape != shape) or system.uuid in systems or system.uuid in claimed \
-                or macs & set(system.macs):
-            continue
-        claimed.add(system.uuid)
-        return system
-    pytest.fail(f"no free Redfish system (shape {shape}) among {list(REDFISH_CANDIDATES)}")
-
-
-def claim_ipmi(conn, paths, claimed):
-    _, ports, _ = _used_bmcs(conn)
-    for endpoint in reversed(bmc.ipmi_endpoints(paths)):
-        if endpoint.port in ports or endpoint.address in claimed:
-            continue
-        claimed.add(endpoint.address)
-        return endpoint
-    pytest.fail("no free IPMI BMC: every simulator port is on an Ironic node")
+def claim_ipmi(pool):
+    return pool.ipmi(1)[0]
 
 
 def redfish_power(paths, system) -> str:
@@ -160,8 +125,8 @@ def ipmi_power(endpoint) -> str:
 
 
 @pytest.mark.slow  # 9 s idle, 25 s seen on a busy machine (PBKDF2 per Redfish call)
-def test_redfish_node_enroll_to_manageable(conn, devcloud, nodes, claimed):
-    system = claim_redfish(conn, claimed)
+def test_redfish_node_enroll_to_manageable(conn, devcloud, nodes, bmc_pool):
+    system = claim_redfish(bmc_pool)
     node = nodes(name="redfish", driver="redfish", driver_info=bmc.redfish_driver_info(devcloud.paths, system))
     assert node.provision_state == "enroll"
     assert node.power_state is None
@@ -175,8 +140,8 @@ def test_redfish_node_enroll_to_manageable(conn, devcloud, nodes, claimed):
     assert node.management_interface == "redfish" and node.power_interface == "redfish"
 
 
-def test_ipmi_node_enroll_to_manageable_and_power_control(conn, devcloud, nodes, claimed):
-    endpoint = claim_ipmi(conn, devcloud.paths, claimed)
+def test_ipmi_node_enroll_to_manageable_and_power_control(conn, devcloud, nodes, bmc_pool):
+    endpoint = claim_ipmi(bmc_pool)
     node = nodes(name="ipmi", driver="ipmi", driver_info=endpoint.driver_info())
     assert node.provision_state == "enroll"
     assert node.driver_info["ipmi_password"] == "******"
@@ -198,8 +163,8 @@ def test_ipmi_node_enroll_to_manageable_and_power_control(conn, devcloud, nodes,
 # -- out-of-band inspection ------------------------------------------------------
 
 
-def test_redfish_out_of_band_inspection(conn, devcloud, nodes, claimed):
-    system = claim_redfish(conn, claimed, shape="storage")
+def test_redfish_out_of_band_inspection(conn, devcloud, nodes, bmc_pool):
+    system = claim_redfish(bmc_pool, shape="storage")
     node = nodes(name="inspect", driver="redfish", inspect_interface="redfish",
                  driver_info=bmc.redfish_driver_info(devcloud.paths, system))
     assert node.inspect_interface == "redfish"
@@ -241,14 +206,14 @@ def _ironic_api_text(conn, node_id) -> str:
 
 
 @pytest.mark.parametrize("driver", ["ipmi", "redfish"])
-def test_wrong_bmc_password_back_to_enroll_without_leaking_it(conn, devcloud, nodes, claimed, driver):
+def test_wrong_bmc_password_back_to_enroll_without_leaking_it(conn, devcloud, nodes, bmc_pool, driver):
     password = f"nf-wrong-{secrets.token_hex(5)}"   # 19 chars: within IPMI 2.0's 20
     if driver == "ipmi":
-        endpoint = claim_ipmi(conn, devcloud.paths, claimed)
+        endpoint = claim_ipmi(bmc_pool)
         info = endpoint.driver_info() | {"ipmi_password": password}
         real = endpoint.password.reveal()
     else:
-        system = claim_redfish(conn, claimed)
+        system = claim_redfish(bmc_pool)
         info = bmc.redfish_driver_info(devcloud.paths, system) | {"redfish_password": password}
         real = bmc.credentials(devcloud.paths).redfish.password.reveal()
     assert password != real
@@ -268,12 +233,12 @@ def test_wrong_bmc_password_back_to_enroll_without_leaking_it(conn, devcloud, no
     assert f'"{driver}_password": "******"' in text   # (driver_info was in what we searched)
     assert password not in text             # ... the password is not
     assert real not in text
-    if log.exists():
-        with open(log, "rb") as fh:
-            fh.seek(log_offset)
-            logged = fh.read().decode(errors="replace")
-        assert node.id in logged
-        assert password not in logged and real not in logged
+    assert log.is_file(), f"Ironic's log {log} is missing: the no-password-in-log check cannot run"
+    with open(log, "rb") as fh:
+        fh.seek(log_offset)
+        logged = fh.read().decode(errors="replace")
+    assert node.id in logged
+    assert password not in logged and real not in logged
 
 
 # -- fake-hardware through automated cleaning -------------------------------------

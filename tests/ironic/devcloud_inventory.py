@@ -4,7 +4,9 @@ Passwords go into 0600 files referenced with ``file:``; nothing is inlined."""
 
 from __future__ import annotations
 
+import hashlib
 import os
+import time
 from pathlib import Path
 
 import yaml
@@ -31,8 +33,15 @@ def redfish_node(paths, tmp: Path, index: int, *, prefix: str, password: str | N
             "macs": list(system.macs), "resource_class": "baremetal-rf", "cleaning": "none", **extra}
 
 
-def ipmi_node(paths, tmp: Path, index: int, *, prefix: str, password: str | None = None, **extra) -> dict:
-    ep = bmc.ipmi_endpoints(paths)[index - 1]
+def ipmi_node(paths, tmp: Path, index, *, prefix: str, password: str | None = None, **extra) -> dict:
+    """``index``: 1-based position in the simulator's endpoints, or an endpoint
+    (e.g. from the ``bmc_pool`` fixture)."""
+    endpoints = bmc.ipmi_endpoints(paths)
+    if isinstance(index, int):
+        ep = endpoints[index - 1]
+    else:
+        ep = index
+        index = next(i for i, e in enumerate(endpoints, 1) if e.port == ep.port)
     pw = password if password is not None else ep.password.reveal()
     return {"name": f"{prefix}ipmi-{index:02d}",
             "bmc": {"address": ep.address, "username": ep.username,
@@ -41,12 +50,38 @@ def ipmi_node(paths, tmp: Path, index: int, *, prefix: str, password: str | None
             "resource_class": "baremetal-ipmi", "cleaning": "none", **extra}
 
 
+def fake_mac(prefix: str, i: int) -> str:
+    """A locally administered MAC unique to (prefix, i): tests with different
+    prefixes never share one (the fleet's emulated systems use 52:54:00)."""
+    h = hashlib.sha256(f"{prefix}/{i}".encode()).digest()
+    return "52:55:" + ":".join(f"{b:02x}" for b in h[:4])
+
+
 def fake_node(i: int, *, prefix: str, **extra) -> dict:
     return {"name": f"{prefix}fake-{i:04d}", "bmc": {"address": f"fake://{prefix}fake-{i:04d}"},
-            "macs": [f"52:54:{(i >> 24) & 0xff:02x}:{(i >> 16) & 0xff:02x}:{(i >> 8) & 0xff:02x}:{i & 0xff:02x}"],
-            "resource_class": "baremetal-fake", **extra}
+            "macs": [fake_mac(prefix, i)], "resource_class": "baremetal-fake", **extra}
 
 
 def write_inventory(path: Path, nodes: list[dict]) -> Path:
     path.write_text(yaml.safe_dump({"version": 1, "nodes": nodes}, sort_keys=False))
     return path
+
+
+def delete_nodes(conn, prefix: str, attempts: int = 60) -> None:
+    """Delete every Ironic node whose name starts with ``prefix``; a node still
+    locked (e.g. cleaning finishing) is retried once a second, and one that
+    cannot be deleted fails the teardown with Ironic's last answer."""
+    failed = {}
+    for n in [n for n in conn.baremetal.nodes(details=True) if (n.name or "").startswith(prefix)]:
+        for _ in range(attempts):
+            try:
+                if n.is_maintenance:
+                    conn.baremetal.unset_node_maintenance(n.id)
+                conn.baremetal.delete_node(n.id, ignore_missing=True)
+                failed.pop(n.name, None)
+                break
+            except Exception as exc:  # noqa: BLE001 - locked for a moment; reported if it stays
+                failed[n.name] = str(exc)
+                time.sleep(1)
+                n = conn.baremetal.get_node(n.id)
+    assert not failed, f"teardown could not delete nodes: {failed}"

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from nodeforge.devcloud import bmc
-from tests.ironic.devcloud_inventory import fake_node, ipmi_node, redfish_node, write_inventory
+from tests.ironic.devcloud_inventory import fake_mac, fake_node, ipmi_node, redfish_node, write_inventory
 
 pytestmark = [pytest.mark.devcloud, pytest.mark.slow]
 
@@ -34,32 +34,41 @@ def nodeforge(*args, env=None, timeout=600):
 
 
 @pytest.fixture(scope="module")
-def batch(devcloud, tmp_path_factory):
+def batch(devcloud, bmc_pool, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("enroll")
     prefix = f"t{uuid.uuid4().hex[:4]}-"
     paths = devcloud.paths
     conn = devcloud.system()
     # A node Ironic already has, holding a MAC the inventory also lists.
     owner = conn.baremetal.create_node(name=f"{prefix}mac-owner", driver="fake-hardware")
-    dup_mac = "52:54:ff:00:00:01"
+    dup_mac = fake_mac(prefix, 99999)
     conn.baremetal.create_port(node_uuid=owner.id, address=dup_mac)
-    nodes = [redfish_node(paths, tmp, 2, prefix=prefix), redfish_node(paths, tmp, 3, prefix=prefix),
-             ipmi_node(paths, tmp, 2, prefix=prefix),
-             ipmi_node(paths, tmp, 3, prefix=prefix, password=WRONG_PASSWORD),
-             {**redfish_node(paths, tmp, 4, prefix=prefix), "name": f"{prefix}unreachable",
-              "bmc": {**redfish_node(paths, tmp, 4, prefix=prefix)["bmc"],
+    rf_a, rf_b, rf_c = bmc_pool.redfish(3)
+    ipmi_ok, ipmi_bad = bmc_pool.ipmi(2)
+    nodes = [redfish_node(paths, tmp, rf_a.index, prefix=prefix), redfish_node(paths, tmp, rf_b.index, prefix=prefix),
+             ipmi_node(paths, tmp, ipmi_ok, prefix=prefix),
+             ipmi_node(paths, tmp, ipmi_bad, prefix=prefix, password=WRONG_PASSWORD),
+             {**redfish_node(paths, tmp, rf_c.index, prefix=prefix), "name": f"{prefix}unreachable",
+              "bmc": {**redfish_node(paths, tmp, rf_c.index, prefix=prefix)["bmc"],
                       "address": "redfish+https://127.0.0.1:1/redfish/v1/Systems/x"}},
              {**fake_node(9000, prefix=prefix), "name": f"{prefix}dup-mac", "macs": [dup_mac]}]
     nodes += [fake_node(i, prefix=prefix) for i in range(12)]
     inv = write_inventory(tmp / "inventory.yaml", nodes)
     yield {"inv": inv, "tmp": tmp, "prefix": prefix, "conn": conn, "names": [n["name"] for n in nodes],
+           "rf": nodes[0]["name"], "rf_system": rf_a, "ipmi_ok": nodes[2]["name"], "ipmi_bad": nodes[3]["name"],
+           "dup_mac": dup_mac, "failing": (nodes[3]["name"], f"{prefix}unreachable", f"{prefix}dup-mac"),
            "secrets": [bmc.credentials(paths).redfish.password.reveal(),
                        *(e.password.reveal() for e in bmc.ipmi_endpoints(paths)), WRONG_PASSWORD]}
+    errors = []
     for n in list(conn.baremetal.nodes(details=True)):
         if n.name and n.name.startswith(prefix):
-            if n.is_maintenance:
-                conn.baremetal.unset_node_maintenance(n.id)
-            conn.baremetal.delete_node(n.id, ignore_missing=True)
+            try:
+                if n.is_maintenance:
+                    conn.baremetal.unset_node_maintenance(n.id)
+                conn.baremetal.delete_node(n.id, ignore_missing=True)
+            except Exception as exc:  # noqa: BLE001 - collected, reported below
+                errors.append(f"{n.name}: {exc}")
+    assert not errors, f"teardown could not delete: {errors}"
 
 
 @pytest.fixture(scope="module")
@@ -75,20 +84,20 @@ def test_mixed_batch_reaches_available_and_failures_are_per_node(batch, first_ru
     p = batch["prefix"]
     by = {n["name"]: n for n in data["nodes"]}
     assert proc.returncode == 3, proc.stderr  # ExitCode.PARTIAL
-    good = [n for n in batch["names"] if n not in (f"{p}ipmi-03", f"{p}unreachable", f"{p}dup-mac")]
+    good = [n for n in batch["names"] if n not in batch["failing"]]
     for name in good:
         assert by[name]["ok"] and by[name]["state"] == "available", by[name]
-    assert by[f"{p}ipmi-03"]["error_type"] == "power-credentials"
+    assert by[batch["ipmi_bad"]]["error_type"] == "power-credentials"
     assert by[f"{p}unreachable"]["error_type"] == "power-credentials"
-    assert by[f"{p}dup-mac"]["error_type"] == "conflict" and "52:54:ff:00:00:01" in by[f"{p}dup-mac"]["error"]
+    assert by[f"{p}dup-mac"]["error_type"] == "conflict" and batch["dup_mac"] in by[f"{p}dup-mac"]["error"]
     assert by[f"{p}dup-mac"]["uuid"] is None  # never created
-    assert by[f"{p}ipmi-03"]["hint"]
+    assert by[batch["ipmi_bad"]]["hint"]
     # Redfish node: ports for its MACs, fingerprint kept, no password readable.
-    node = batch["conn"].baremetal.get_node(by[f"{p}rf-002"]["uuid"])
+    node = batch["conn"].baremetal.get_node(by[batch["rf"]]["uuid"])
     assert node.extra["nodeforge_credential_fp"].startswith("scrypt1:")
     assert node.driver_info["redfish_password"] == "******"
     ports = {x.address for x in batch["conn"].baremetal.ports(node_uuid=node.id)}
-    assert ports == set(bmc.redfish_systems()[1].macs)
+    assert ports == set(batch["rf_system"].macs)
     xml = report.read_text()
     assert xml.count("<testcase") == len(batch["names"]) and xml.count("<failure") == 3
 
@@ -96,11 +105,19 @@ def test_mixed_batch_reaches_available_and_failures_are_per_node(batch, first_ru
 def test_second_run_makes_zero_writes(batch, first_run):
     proc = nodeforge("baremetal", "enroll", str(batch["inv"]), "-o", "json")
     data = json.loads(proc.stdout)
+    # The whole batch again: the good nodes are left alone, the failed ones fail again.
+    by = {n["name"]: n for n in data["nodes"]}
+    assert proc.returncode == 3, proc.stderr
+    assert set(by) == set(batch["names"])
+    for name in batch["names"]:
+        if name in batch["failing"]:
+            assert not by[name]["ok"], by[name]
+        else:
+            assert by[name]["ok"] and by[name]["action"] == "no-op" and by[name]["state"] == "available", by[name]
     # The failed nodes are retried (manage again) - count only writes for the good ones:
     # re-run the good subset alone, which must be a pure no-op.
-    p = batch["prefix"]
     doc = yaml.safe_load(batch["inv"].read_text())
-    doc["nodes"] = [n for n in doc["nodes"] if n["name"] not in (f"{p}ipmi-03", f"{p}unreachable", f"{p}dup-mac")]
+    doc["nodes"] = [n for n in doc["nodes"] if n["name"] not in batch["failing"]]
     good = batch["tmp"] / "good.yaml"
     good.write_text(yaml.safe_dump(doc))
     proc = nodeforge("baremetal", "enroll", str(good), "-o", "json")
@@ -111,9 +128,8 @@ def test_second_run_makes_zero_writes(batch, first_run):
 
 
 def test_dry_run_shows_rotation_masked_and_writes_nothing(batch, first_run):
-    p = batch["prefix"]
     doc = yaml.safe_load(batch["inv"].read_text())
-    node = next(n for n in doc["nodes"] if n["name"] == f"{p}rf-002")
+    node = next(n for n in doc["nodes"] if n["name"] == batch["rf"])
     rotated = batch["tmp"] / "rotated.pw"
     rotated.write_text("Rotated-" + uuid.uuid4().hex)
     node["bmc"]["password"] = f"file:{rotated}"
@@ -121,7 +137,7 @@ def test_dry_run_shows_rotation_masked_and_writes_nothing(batch, first_run):
     doc["nodes"] = [node]
     f = batch["tmp"] / "rotate.yaml"
     f.write_text(yaml.safe_dump(doc))
-    before = batch["conn"].baremetal.get_node(f"{p}rf-002")
+    before = batch["conn"].baremetal.get_node(batch["rf"])
     proc = nodeforge("baremetal", "enroll", str(f), "--dry-run", "-o", "json")
     plan = json.loads(proc.stdout)
     assert proc.returncode == 0, proc.stderr
@@ -131,7 +147,7 @@ def test_dry_run_shows_rotation_masked_and_writes_nothing(batch, first_run):
     assert fields["resource_class"]["desired"] == "baremetal-rf-new"
     assert fields["driver_info.redfish_password"]["desired"] == "(rotated)"
     assert rotated.read_text() not in proc.stdout + proc.stderr
-    after = batch["conn"].baremetal.get_node(f"{p}rf-002")
+    after = batch["conn"].baremetal.get_node(batch["rf"])
     assert after.resource_class == before.resource_class and after.extra == before.extra
 
 
@@ -169,8 +185,8 @@ def test_preflight_classifies_failures(batch, first_run):
     p = batch["prefix"]
     by = {c["name"]: c for c in data["checks"]}
     assert proc.returncode == 3
-    assert by[f"{p}rf-002"]["ok"] and by[f"{p}rf-002"]["facts"]["serial_number"]
-    assert set(by[f"{p}rf-002"]["facts"]["macs"]) == set(bmc.redfish_systems()[1].macs)
-    assert by[f"{p}ipmi-02"]["ok"] and by[f"{p}ipmi-02"]["power_state"] in ("on", "off")
-    assert by[f"{p}ipmi-03"]["failure"] == "auth"
+    assert by[batch["rf"]]["ok"] and by[batch["rf"]]["facts"]["serial_number"]
+    assert set(by[batch["rf"]]["facts"]["macs"]) == set(batch["rf_system"].macs)
+    assert by[batch["ipmi_ok"]]["ok"] and by[batch["ipmi_ok"]]["power_state"] in ("on", "off")
+    assert by[batch["ipmi_bad"]]["failure"] == "auth"
     assert by[f"{p}unreachable"]["failure"] == "network"

@@ -25,7 +25,7 @@ import pytest
 
 from nodeforge.devcloud import bmc
 from nodeforge.ironic import constants as C
-from tests.ironic.devcloud_inventory import fake_node, redfish_node, write_inventory
+from tests.ironic.devcloud_inventory import delete_nodes, fake_node, redfish_node, write_inventory
 
 pytestmark = [pytest.mark.devcloud, pytest.mark.slow]
 
@@ -33,37 +33,15 @@ SYSTEM = "nodeforge-dev-system"
 FAKE_NODES = 12
 
 
-def _free_systems(conn, count: int):
-    used = {(n.driver_info or {}).get("redfish_system_id", "").rsplit("/", 1)[-1]
-            for n in conn.baremetal.nodes(details=True)}
-    macs = {p.address.lower() for p in conn.baremetal.ports(details=True)}
-    free = [s for s in reversed(bmc.redfish_systems()) if s.uuid not in used and not macs & set(s.macs)]
-    if len(free) < count:
-        pytest.skip("not enough free Redfish systems in the emulated fleet")
-    return free[:count]
-
-
 def _ours(conn, prefix: str) -> list:
     return [n for n in conn.baremetal.nodes(details=True) if (n.name or "").startswith(prefix)]
 
 
-def _delete(conn, prefix: str) -> None:
-    for n in _ours(conn, prefix):
-        for _ in range(60):
-            try:
-                if n.is_maintenance:
-                    conn.baremetal.unset_node_maintenance(n.id)
-                conn.baremetal.delete_node(n.id, ignore_missing=True)
-                break
-            except Exception:  # noqa: BLE001 - locked for a moment (cleaning finishing)
-                time.sleep(1)
-
-
-def test_killed_midway_then_rerun_finishes_without_duplicates(devcloud, tmp_path):
+def test_killed_midway_then_rerun_finishes_without_duplicates(devcloud, bmc_pool, tmp_path):
     conn = devcloud.system()
     prefix = f"kill{uuid.uuid4().hex[:5]}-"
     paths = devcloud.paths
-    systems = _free_systems(conn, 3)
+    systems = bmc_pool.redfish(3)
     rf = [redfish_node(paths, tmp_path, s.index, prefix=prefix) for s in systems]
     for node in rf:
         del node["macs"]                      # ports from the MACs the BMC reports
@@ -138,4 +116,4 @@ def test_killed_midway_then_rerun_finishes_without_duplicates(devcloud, tmp_path
         if "first" in locals() and first.poll() is None:
             first.kill()
             first.wait()
-        _delete(conn, prefix)
+        delete_nodes(conn, prefix)
