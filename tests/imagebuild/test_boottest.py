@@ -241,8 +241,7 @@ def test_user_data_writes_the_collector_and_probes():
     ("baremetal", "config-2", {"openstack/latest/meta_data.json", "openstack/latest/user_data"}),
 ])
 def test_seed_iso(tmp_path, variant, label, paths):
-    if not shutil.which("genisoimage"):
-        pytest.skip("genisoimage not installed (make setup)")
+    require_tools("genisoimage")
     got_label, files = boottest.seed_files(variant, {"id": "i-1"}, "i-1")
     assert got_label == label and set(files) == paths
     if variant == "baremetal":
@@ -399,9 +398,8 @@ def test_member_digest_from_the_pinned_archive(tmp_path):
 
 # --- offline reading of a GPT disk with an ext4 root ------------------------------------------
 
-@pytest.mark.skipif(not all(shutil.which(t, path=SBIN_PATH) for t in ("sgdisk", "mkfs.ext4", "debugfs")),
-                    reason="disk tools not installed (make setup)")
 def test_image_facts_read_the_root_partition_without_mounting(tmp_path):
+    require_tools("sgdisk", "mkfs.ext4", "debugfs")
     tree = tmp_path / "tree"
     for p in ("etc/ssh", "etc/nodeforge", "var/log", "var/lib/cloud"):
         (tree / p).mkdir(parents=True)
@@ -438,6 +436,7 @@ def test_image_facts_read_the_root_partition_without_mounting(tmp_path):
 # --- real boots (slow): the session build, both variants, and a broken copy -------------------------
 
 from tests.imagebuild.realbuild import linked_copy as _linked_copy, verify as _verify  # noqa: E402
+from tests.prereq import require_tools
 
 
 def _qemu_children() -> list[str]:

@@ -12,13 +12,19 @@ from pathlib import Path
 import pytest
 
 from nodeforge.imagebuild import disk
+from tests.prereq import require, require_tools
 
 HOST_GRUB = Path("/usr/lib/grub")
-needs_tools = pytest.mark.skipif(
-    not (HOST_GRUB / "x86_64-efi").is_dir() or not (HOST_GRUB / "i386-pc").is_dir()
-    or not all(shutil.which(t, path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
-               for t in ("sgdisk", "mkfs.ext4", "mkfs.vfat", "mcopy", "grub-mkimage", "debugfs")),
-    reason="host grub modules / disk tools not installed (make setup)")
+
+
+@pytest.fixture
+def _host_disk_tools():
+    require((HOST_GRUB / "x86_64-efi").is_dir() and (HOST_GRUB / "i386-pc").is_dir(),
+            "host grub modules (grub-efi-amd64-bin, grub-pc-bin) not installed (make setup)")
+    require_tools("sgdisk", "mkfs.ext4", "mkfs.vfat", "mcopy", "grub-mkimage", "debugfs")
+
+
+needs_tools = pytest.mark.usefixtures("_host_disk_tools")
 
 
 def test_install_bios_patches_sector_numbers(tmp_path):

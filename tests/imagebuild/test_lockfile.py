@@ -11,6 +11,7 @@ import yaml
 from nodeforge.errors import ConfigError
 from nodeforge.imagebuild import lockfile
 from nodeforge.imagebuild.lockfile import Arch, BaseOS, Component, MinorPins, Pin, Version
+from tests.prereq import require
 
 REPO = Path(__file__).resolve().parents[2]
 PRODUCTION = REPO / "manifests" / "versions.yaml"
@@ -52,8 +53,8 @@ def test_every_pinned_checksum_equals_the_published_reference():
     assert checked == 42
 
 
-@pytest.mark.skipif(not SHARED_REFERENCE.exists(), reason="shared reference data not beside the checkout")
 def test_vendored_reference_is_the_shared_reference_verbatim():
+    require(SHARED_REFERENCE.exists(), f"shared reference data ({SHARED_REFERENCE}) not beside the checkout")
     assert REFERENCE.read_bytes() == SHARED_REFERENCE.read_bytes()
 
 

@@ -11,6 +11,7 @@ import pytest
 from nodeforge.errors import ConfigError
 from nodeforge.imagebuild import lockfile, render
 from nodeforge.imagebuild.lockfile import Arch
+from tests.prereq import require, require_tools
 
 
 def _snapshot(root: Path) -> dict[str, tuple]:
@@ -114,8 +115,8 @@ def test_rendered_elements_pass_dib_lint(tmp_path):
     import subprocess
     import sys
     dib_lint = Path(sys.prefix) / "bin" / "dib-lint"
-    if not dib_lint.exists() or not shutil.which("git"):
-        pytest.skip("dib-lint or git not installed")
+    require(dib_lint.exists(), f"dib-lint not installed ({dib_lint}; it comes with diskimage-builder)")
+    require_tools("git", why="dib-lint runs git")
     r = render.render(lockfile.load(), "1.36", tmp_path / "r")
     repo = tmp_path / "lint"
     shutil.copytree(r.elements, repo / "diskimage_builder" / "elements", symlinks=True)

@@ -20,6 +20,7 @@ from nodeforge import cli
 from nodeforge.imagebuild import builddir, glance as g, signing
 from tests.imagebuild.builddir_factory import make_build_dir
 from tests.imagebuild.glance_fixtures import admin, member, policy, tracker  # noqa: F401 - fixtures
+from tests.prereq import require_module
 
 PASSPHRASE = "nf-test-passphrase-Zq81"
 
@@ -46,7 +47,7 @@ def _cert(key, days: int = 7) -> bytes:
 
 def _cursive_verify(signer_props: dict, public_key, data: bytes) -> None:
     """Verify as Glance/Nova do, with cursive's verifier for the key type."""
-    su = pytest.importorskip("cursive.signature_utils")
+    su = require_module("cursive.signature_utils", "image-signature verification as Nova does it")
 
     sig = base64.b64decode(signer_props["img_signature"])
     hash_method = su.HASH_METHODS[signer_props["img_signature_hash_method"]]
@@ -176,7 +177,7 @@ def test_signed_publish_goes_active_and_verifies_with_cursive(tmp_path, admin, t
 
 
 def _cursive_via_barbican(conn, img: dict, data: bytes) -> None:
-    signature_utils = pytest.importorskip("cursive.signature_utils")
+    signature_utils = require_module("cursive.signature_utils", "image-signature verification through Barbican")
     from castellan import key_manager, options
     from oslo_config import cfg
     from oslo_context import context
