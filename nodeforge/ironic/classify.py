@@ -17,6 +17,12 @@ profiles also removes the old profile's traits).
 
 :func:`apply` writes only ``update`` nodes: one PATCH for the resource class,
 one PUT of the whole trait list. A plan with nothing to do makes no write.
+
+Ownership scope: with ``scope=``, only nodes enrolled by an inventory of that
+scope (``extra.nodeforge_scope``) are planned; nodes of other scopes and
+unscoped ones are left out (counted in ``Plan.skipped``), so one team's
+profiles never flag nor rewrite another team's nodes. Without it every
+(selected) node is planned, as before.
 """
 
 from __future__ import annotations
@@ -83,6 +89,8 @@ class NodeClass:
 class Plan:
     nodes: list[NodeClass]
     profiles: P.ProfileSet
+    scope: str | None = None
+    skipped: dict[str, int] = dataclasses.field(default_factory=dict)   # scope ("" for none) -> nodes left out
 
     def counts(self) -> dict[str, int]:
         out = {o.value: 0 for o in Outcome}
@@ -108,7 +116,8 @@ class Plan:
         return [{"profiles": list(k), "nodes": v} for k, v in seen.items()]
 
     def to_dict(self) -> dict:
-        return {"profiles_file": self.profiles.path, "summary": self.counts(),
+        return {"profiles_file": self.profiles.path, "scope": self.scope, "skipped": dict(sorted(self.skipped.items())),
+                "summary": self.counts(),
                 "unused_profiles": self.unused_profiles(), "overlaps": self.overlaps(),
                 "nodes": [n.to_dict() for n in self.nodes]}
 
@@ -119,6 +128,26 @@ def select(nodes: list[dict], patterns: list[str] | tuple[str, ...] | None) -> l
         return nodes
     return [n for n in nodes
             if any(fnmatch.fnmatchcase(n.get("name") or "", p) or n["uuid"] == p for p in patterns)]
+
+
+def node_scope(node: dict) -> str | None:
+    """The ownership scope the node was enrolled with (None: none)."""
+    return (node.get("extra") or {}).get(C.EXTRA_SCOPE)
+
+
+def in_scope(nodes: list[dict], scope: str | None) -> tuple[list[dict], dict[str, int]]:
+    """The nodes of ``scope`` (all when None), and how many of the others per
+    scope ("" for nodes without one)."""
+    if scope is None:
+        return nodes, {}
+    mine, skipped = [], {}
+    for n in nodes:
+        s = node_scope(n)
+        if s == scope:
+            mine.append(n)
+        else:
+            skipped[s or ""] = skipped.get(s or "", 0) + 1
+    return mine, skipped
 
 
 def node_facts(node: dict, provisioner: Provisioner, preflight: dict[str, P.Facts] | None = None) -> P.Facts | None:
@@ -179,11 +208,11 @@ def classify_node(node: dict, facts: P.Facts | None, profiles: P.ProfileSet) -> 
 
 
 def plan(provisioner: Provisioner, profiles: P.ProfileSet, *, nodes: list[str] | None = None,
-         preflight: dict[str, P.Facts] | None = None, jobs: int = 8) -> Plan:
-    selected = select(provisioner.list_nodes(), nodes)
+         preflight: dict[str, P.Facts] | None = None, jobs: int = 8, scope: str | None = None) -> Plan:
+    selected, skipped = in_scope(select(provisioner.list_nodes(), nodes), scope)
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         facts = list(pool.map(lambda n: node_facts(n, provisioner, preflight), selected))
-    return Plan([classify_node(n, f, profiles) for n, f in zip(selected, facts)], profiles)
+    return Plan([classify_node(n, f, profiles) for n, f in zip(selected, facts)], profiles, scope, skipped)
 
 
 @dataclasses.dataclass

@@ -9,6 +9,13 @@ compared through a credential fingerprint kept in the node's ``extra``
 (:data:`constants.EXTRA_FINGERPRINT`). A node whose plan has no change makes
 no API call at all, so a second run of the same file makes zero writes.
 
+Ownership scope: every node a plan creates or updates is marked with its
+inventory's scope (``extra.nodeforge_scope``, :data:`constants.EXTRA_SCOPE`).
+A matched node marked with another scope is an error for that node (never
+written): another inventory enrolled it. A matched node without a scope
+(enrolled before scopes, or by hand) is taken into the inventory's scope; the
+plan shows the mark being added.
+
 :func:`apply` executes a plan with a bounded thread pool; each node's failure
 is recorded on its own result and never stops the others.
 """
@@ -98,6 +105,8 @@ def create_body(spec: NodeSpec, *, reveal: bool) -> dict:
     fp = spec.bmc.credential_fingerprint()
     if fp:
         extra[C.EXTRA_FINGERPRINT] = fp
+    if spec.scope:
+        extra[C.EXTRA_SCOPE] = spec.scope
     if extra:
         body["extra"] = extra
     for k in ("resource_class", "owner", "description"):
@@ -192,6 +201,13 @@ def _plan_node(spec: NodeSpec, by_name, by_uuid, by_bmc, port_owner) -> NodePlan
         return p
     p = NodePlan(spec, Action.NOOP, uuid=node["uuid"], matched_by=matched,
                  provision_state=node.get("provision_state"))
+    owner = (node.get("extra") or {}).get(C.EXTRA_SCOPE)
+    if spec.scope and owner and owner != spec.scope:
+        return dataclasses.replace(
+            p, action=Action.ERROR, uuid=None,
+            error=f"Ironic node {node.get('name') or node['uuid']} (matched by {matched}) belongs to scope "
+                  f"'{owner}' (extra.{C.EXTRA_SCOPE}), not this inventory's '{spec.scope}': another inventory "
+                  "enrolled it; not touched")
     if matched != "name" and node.get("name"):
         # Matching by BMC or MAC adopts unnamed nodes; a named one is someone else's.
         what = f"BMC {spec.bmc.address}" if matched == "bmc" else "MAC " + next(
@@ -261,6 +277,8 @@ def _diff(spec: NodeSpec, node: dict, p: NodePlan) -> None:
     for k, v in spec.extra.items():
         if extra.get(k) != v:
             change(f"extra.{k}", f"/extra/{k}", extra.get(k), v)
+    if spec.scope and extra.get(C.EXTRA_SCOPE) != spec.scope:
+        change(f"extra.{C.EXTRA_SCOPE}", f"/extra/{C.EXTRA_SCOPE}", extra.get(C.EXTRA_SCOPE), spec.scope)
     for k in ("resource_class", "owner", "description"):
         v = getattr(spec, k)
         if v is not None and node.get(k) != v:

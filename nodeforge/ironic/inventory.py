@@ -2,7 +2,7 @@
 
 Formats (``docs/inventory.md``), detected from the file or forced by ``fmt``:
 
-* ``nodeforge`` YAML/JSON: ``{version: 1, defaults: {...}, nodes: [...]}``.
+* ``nodeforge`` YAML/JSON: ``{version: 1, scope: NAME, defaults: {...}, nodes: [...]}``.
 * ``csv``: one node per row; header names the columns.
 * ``ironicclient``: python-ironicclient's ``baremetal create`` file
   (``{nodes: [{driver, driver_info, ports: [...]}]}``).
@@ -17,6 +17,11 @@ Ironic hardware type, interfaces and ``driver_info`` by :data:`HARDWARE`.
 :func:`load` validates the whole batch before anything is written and raises
 one :class:`InventoryError` listing every problem with file, line (or CSV row),
 node and field. Passwords are credential references (:mod:`.secrets`).
+
+Every inventory has an ownership scope (:attr:`Inventory.scope`): ``scope:``
+at the top of a nodeforge YAML/JSON file, else derived from the file's path
+(:func:`constants.derive_scope`; the other formats have no place for it).
+Enrollment marks nodes with it (``extra.nodeforge_scope``).
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from nodeforge.errors import ConfigError, ExitCode
 from nodeforge.imagebuild import yamlfile
+from nodeforge.ironic import constants as C
 from nodeforge.ironic import secrets as secrets_mod
 from nodeforge.redact import MASK, Secret
 
@@ -263,6 +269,7 @@ class NodeSpec:
     inspect: bool = False
     cleaning: Cleaning = dataclasses.field(default_factory=Cleaning)
     description: str | None = None
+    scope: str | None = None          # the inventory's ownership scope (extra.nodeforge_scope)
 
     @property
     def driver(self) -> str:
@@ -281,7 +288,7 @@ class NodeSpec:
             "driver_info": self.driver_info(), "interfaces": self.all_interfaces(),
             "macs": self.macs, "resource_class": self.resource_class, "properties": self.properties,
             "traits": self.traits, "owner": self.owner, "extra": self.extra, "inspect": self.inspect,
-            "cleaning": self.cleaning.to_dict(), "location": str(self.location),
+            "cleaning": self.cleaning.to_dict(), "scope": self.scope, "location": str(self.location),
         }
 
 
@@ -290,6 +297,8 @@ class Inventory:
     path: Path
     format: Format
     nodes: list[NodeSpec]
+    scope: str | None = None          # set by load(): ``scope:`` or derived from the path
+    scope_source: str = "file"        # "file" or "derived"
 
     def by_name(self) -> dict[str, NodeSpec]:
         return {n.name: n for n in self.nodes}
@@ -437,6 +446,7 @@ def load(path: Path | str, *, fmt: Format | str | None = None, allow_plaintext: 
         raise ConfigError(path=str(path), detail=exc.strerror or str(exc)) from None
     fmt = Format(fmt) if fmt else None
     col = _Collector(path)
+    doc: Any = None
     if fmt is Format.CSV or (fmt is None and path.suffix.lower() == ".csv"):
         fmt = Format.CSV
         raws = _raw_csv(path, text, col)
@@ -449,9 +459,14 @@ def load(path: Path | str, *, fmt: Format | str | None = None, allow_plaintext: 
     resolver = secrets_mod.Resolver(path.parent, allow_plaintext=allow_plaintext, key=key, environ=environ)
     nodes = [n for n in (_build(raw, col, resolver) for raw in raws) if n is not None]
     _check_duplicates(col.idents, col)
+    scope, scope_source = C.derive_scope(path), "derived"
+    if fmt is Format.NODEFORGE and isinstance(doc, dict) and "scope" in doc:
+        scope, scope_source = doc["scope"], "file"      # validated by _raw_nodeforge
     if col.issues:
         raise InventoryError(str(path), sorted(col.issues, key=lambda i: (i.location.line or 0)))
-    return Inventory(path=path, format=fmt, nodes=nodes)
+    for n in nodes:
+        n.scope = scope
+    return Inventory(path=path, format=fmt, nodes=nodes, scope=scope, scope_source=scope_source)
 
 
 def _lines_of(node: Any, prefix: str = "") -> dict[str, int]:
@@ -493,8 +508,10 @@ def _raw_nodeforge(path: Path, doc: Any, col: _Collector) -> list[_Raw]:
         col.add(Location(file, yamlfile.line_of(doc, "version") if "version" in doc else 1), None, "version",
                 f"must be {SCHEMA_VERSION}")
     for key in doc:
-        if key not in ("version", "defaults", "nodes"):
+        if key not in ("version", "scope", "defaults", "nodes"):
             col.add(Location(file, yamlfile.line_of(doc, key)), None, str(key), "unknown top-level field")
+    if "scope" in doc and (why := C.scope_problem(doc["scope"])) is not None:
+        col.add(Location(file, yamlfile.line_of(doc, "scope")), None, "scope", why)
     defaults = doc.get("defaults") or {}
     if not isinstance(defaults, dict):
         col.add(Location(file, yamlfile.line_of(doc, "defaults")), None, "defaults", "must be a mapping")

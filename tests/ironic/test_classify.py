@@ -116,3 +116,24 @@ def test_cli_dry_run_flags_overlap_and_writes_nothing(ironic, monkeypatch):
     assert data["results"] == [{"name": "c1", "uuid": ironic._node("c1")["uuid"], "outcome": "update", "ok": True,
                                 "error": None}]
     assert ironic._node("c1")["resource_class"] == "baremetal-compute"
+
+
+def test_scope_plans_only_the_nodes_of_that_scope(ironic):
+    """Two inventories' nodes side by side: with a scope, one team's profiles
+    neither flag nor rewrite the other team's nodes (nor unscoped ones)."""
+    from nodeforge.ironic import constants as IC
+
+    for name, scope in (("c1", "team-a"), ("c2", "team-a"), ("s1", "team-b"), ("g1", "team-b")):
+        ironic._node(name)["extra"][IC.EXTRA_SCOPE] = scope
+    profiles = P.load(MANIFEST)
+    a = C.plan(ironic, profiles, scope="team-a")
+    assert [n.name for n in a.nodes] == ["c1", "c2"] and not a.flagged
+    assert a.skipped == {"team-b": 2, "": 3} and a.to_dict()["scope"] == "team-a"
+    b = C.plan(ironic, profiles, scope="team-b", nodes=["*1"])
+    assert {n.name: n.outcome for n in b.nodes} == {"s1": C.Outcome.UPDATE, "g1": C.Outcome.NO_MATCH}
+    assert b.skipped == {"team-a": 1}
+    C.apply(a, ironic)
+    assert {uuid for _, uuid in ironic.calls} == {ironic._node("c1")["uuid"]}
+    assert ironic._node("s1")["resource_class"] == "baremetal-compute"     # team-b's: untouched
+    # Without a scope: every node, as before.
+    assert len(C.plan(ironic, profiles).nodes) == 7

@@ -124,3 +124,47 @@ def test_redfish_macs_conflict_or_unreadable_bmc_is_per_node(tmp_path, bmc_passw
     # Without discovery nothing is asked and no ports are planned.
     plain = {p.spec.name: p for p in enroll.plan(inventory, fake).nodes}
     assert plain["rf-a"].ports_to_add == []
+
+
+def _scoped(tmp_path, name: str, scope: str | None, nodes: list[str]):
+    import yaml
+
+    doc = {"version": 1, **({"scope": scope} if scope else {}),
+           "nodes": [{"name": n, "bmc": {"address": f"fake://{n}"}} for n in nodes]}
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(doc))
+    return inv.load(path)
+
+
+def test_nodes_carry_the_inventory_scope_and_another_scope_is_never_touched(tmp_path):
+    fake = FakeProvisioner()
+    a = _scoped(tmp_path, "a.yaml", "team-a", ["a1", "shared"])
+    b = _scoped(tmp_path, "b.yaml", "team-b", ["b1", "shared"])
+    assert all(r.ok for r in enroll.apply(enroll.plan(a, fake), fake))
+    assert {n["name"]: n["extra"][C.EXTRA_SCOPE] for n in fake.nodes.values()} == {"a1": "team-a",
+                                                                                  "shared": "team-a"}
+    plan = {p.spec.name: p for p in enroll.plan(b, fake).nodes}
+    assert plan["b1"].action is enroll.Action.CREATE
+    assert plan["shared"].action is enroll.Action.ERROR
+    assert "belongs to scope 'team-a' (extra.nodeforge_scope), not this inventory's 'team-b'" in plan["shared"].error
+    writes = fake.writes
+    results = {r.name: r for r in enroll.apply(enroll.Plan(list(plan.values())), fake)}
+    assert not results["shared"].ok and results["shared"].error_kind == "conflict"
+    assert fake.writes == writes + 1                          # b1 created; shared not written
+    shared = next(n for n in fake.nodes.values() if n["name"] == "shared")
+    assert shared["extra"][C.EXTRA_SCOPE] == "team-a"
+    # team-a's re-run: nothing to write.
+    assert enroll.plan(a, fake).counts() == {"create": 0, "update": 0, "no-op": 2, "error": 0}
+
+
+def test_an_unscoped_node_is_taken_into_the_scope_of_the_inventory_listing_it(tmp_path):
+    fake = FakeProvisioner()
+    fake.create_node({"name": "old", "driver": "fake-hardware", "extra": {"team": "x"}, "automated_clean": True})
+    i = _scoped(tmp_path, "inv.yaml", None, ["old"])          # derived scope
+    [p] = enroll.plan(i, fake).nodes
+    assert p.action is enroll.Action.UPDATE
+    assert (f"extra.{C.EXTRA_SCOPE}", None, i.scope) in {(c.field, c.current, c.desired) for c in p.changes}
+    enroll.apply(enroll.Plan([p]), fake)
+    [node] = fake.nodes.values()
+    assert node["extra"] == {"team": "x", C.EXTRA_SCOPE: i.scope}
+    assert enroll.plan(i, fake).counts()["no-op"] == 1

@@ -173,3 +173,29 @@ def test_undetectable_format(tmp_path):
     p.write_text("- a\n- b\n")
     with pytest.raises(inv.ConfigError, match="cannot tell the inventory format"):
         inv.load(p)
+
+
+def test_scope_from_the_file_or_derived_from_its_path(tmp_path, data_dir, bmc_password):
+    from nodeforge.ironic import constants as C
+
+    i = inv.load(data_dir / "nodeforge.yaml")               # no scope: derived, on the inventory and its nodes
+    assert i.scope_source == "derived" and i.scope == C.derive_scope(data_dir / "nodeforge.yaml")
+    assert i.scope.startswith("nodeforge-") and {n.scope for n in i.nodes} == {i.scope}
+    assert inv.load(data_dir / "nodes.csv").scope == C.derive_scope(data_dir / "nodes.csv") != i.scope
+    f = tmp_path / "team.yaml"
+    f.write_text("version: 1\nscope: rack-a1.team\nnodes:\n  - {name: n1, bmc: {address: 'fake://n1'}}\n")
+    i = inv.load(f)
+    assert (i.scope, i.scope_source, i.nodes[0].scope) == ("rack-a1.team", "file", "rack-a1.team")
+    assert i.nodes[0].to_dict()["scope"] == "rack-a1.team"
+
+
+@pytest.mark.parametrize("bad", ["Team", "_x", "a b", "x" * 64, "7", "{a: 1}"])
+def test_invalid_scope_names_file_line_and_field(tmp_path, bad):
+    f = tmp_path / "inv.yaml"
+    f.write_text(f"version: 1\nnodes:\n  - {{name: n1, bmc: {{address: 'fake://n1'}}}}\nscope: {bad}\n")
+    with pytest.raises(inv.InventoryError) as err:
+        inv.load(f)
+    [issue] = err.value.issues
+    assert (issue.location.file, issue.location.line, issue.field) == (str(f), 4, "scope")
+    assert issue.message.startswith("must be 1-63 characters of a-z 0-9 . _ -")
+    assert f"{f}:4: field 'scope': must be" in str(err.value)
