@@ -141,8 +141,8 @@ def test_nodes_carry_the_inventory_scope_and_another_scope_is_never_touched(tmp_
     a = _scoped(tmp_path, "a.yaml", "team-a", ["a1", "shared"])
     b = _scoped(tmp_path, "b.yaml", "team-b", ["b1", "shared"])
     assert all(r.ok for r in enroll.apply(enroll.plan(a, fake), fake))
-    assert {n["name"]: n["extra"][C.EXTRA_SCOPE] for n in fake.nodes.values()} == {"a1": "team-a",
-                                                                                  "shared": "team-a"}
+    scopes = {n["name"]: n["extra"][C.EXTRA_SCOPE] for n in fake.nodes.values()}
+    assert scopes == {"a1": "team-a", "shared": "team-a"}
     plan = {p.spec.name: p for p in enroll.plan(b, fake).nodes}
     assert plan["b1"].action is enroll.Action.CREATE
     assert plan["shared"].action is enroll.Action.ERROR
