@@ -382,10 +382,11 @@ def _package_base(plan: Plan, rendered: rd.Rendered, work: Path, logf: _Log) -> 
         if not req.rebuild_package_base:
             entry = cache.lookup(key)   # re-hashes the tarball; a damaged entry is removed
             if entry is not None:
-                logf.step(f"package base {key[:12]}: cached ({entry.path})")
+                logf.step(f"package base {key}: cached ({entry.path}; cache directory {cache.root})")
                 return entry, True
         elements = [spec.distro_element, pb.ELEMENT]
-        logf.step(f"package base {key[:12]}: not cached, building it ({' '.join(elements)})")
+        logf.step(f"package base {key}: not cached in {cache.root}, building it ({' '.join(elements)}); "
+                  "a CI cache that keeps that directory skips this step next time")
         plan.dib_cache.mkdir(parents=True, exist_ok=True)
         env = _dib_env(plan, base_elements, plan.dib_cache, {
             "DIB_RELEASE": spec.release, "DIB_DEBIAN_COMPONENTS": spec.components,
