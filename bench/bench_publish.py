@@ -1,20 +1,31 @@
 """Benchmark: `nodeforge image publish` vs `openstack image create --file` on one image.
 
-Writes a synthetic build directory with one raw image of SIZE (default
-2 GiB; incompressible data), its SHA256SUMS/SHA512SUMS and manifest.json,
-then uploads it to the local cloud's Glance (``nodeforge devcloud up``):
+Writes one raw image of SIZE (default 2 GiB; incompressible data) and its
+SHA256SUMS/SHA512SUMS BEFORE any timing, then uploads it to the local cloud's
+Glance (``nodeforge devcloud up``) ROUNDS times per side:
 
 * nodeforge: ``python -m nodeforge.cli image publish DIR`` (process start-up,
   the manifest image, the streamed upload and the digest check included);
-* baseline: ``openstack image create --file IMAGE --disk-format raw``.
+  every round gets a new build directory (new build id, its own
+  manifest.json) whose image is a hard link to the one file;
+* peer: ``openstack image create --file IMAGE --disk-format raw``.
 
-Each side runs ROUNDS times (the image file stays in the page cache for
-both); the best time of each is compared. Prints MiB/s of each, the
-throughput ratio nodeforge/openstack (goal: >= 0.9) and nodeforge's peak RSS
-from wait4() (goal: < 150 MB and flat with image size: run with --size-mib
-256 and 2048 to see). Every image it creates and the directory are removed.
+The order alternates round by round (nodeforge first in odd rounds, the peer
+first in even ones: AB BA AB ...). Before EVERY timed upload, on either side,
+dirty pages are flushed (``sync``: the previous upload's writes in Glance's
+file store) and the image is read through once, so each side starts with the
+image in the page cache and no writeback pending. Images are deleted after
+each upload (not timed).
 
-Run: eval "$(.venv/bin/nodeforge devcloud env)"; .venv/bin/python bench/bench_publish.py [--size-mib 2048] [--rounds 2]
+Prints every round, each side's min and median, MiB/s at the median, the
+median of the per-round throughput ratios nodeforge/openstack (goal: >= 0.9)
+and nodeforge's peak RSS from wait4() (goal: < 150 MB and flat with image
+size: run with --size-mib 256 and 2048 to see). Exits 1 when a goal is
+missed. Every image it creates and the directory are removed. ``--dry-run``
+writes and checks the build directory, prints the schedule and exits without
+contacting the cloud.
+
+Run: eval "$(.venv/bin/nodeforge devcloud env)"; .venv/bin/python bench/bench_publish.py [--size-mib 2048] [--rounds 4]
 """
 
 from __future__ import annotations
@@ -25,6 +36,7 @@ import hashlib
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -32,31 +44,46 @@ import time
 import uuid
 from pathlib import Path
 
-import openstack
+RATIO_GOAL = 0.9
+RSS_GOAL = 150e6
+IMAGE_NAME = "nodeforge-k8s-1.36.0-baremetal.raw"
 
-from nodeforge.imagebuild import glance as g
 
-
-def make_build(root: Path, size_mib: int) -> Path:
-    build_id = f"nf-bench-{uuid.uuid4().hex[:8]}"
-    d = root / build_id
-    d.mkdir()
-    name = "nodeforge-k8s-1.36.0-baremetal.raw"
+def make_image(root: Path, size_mib: int) -> tuple[Path, str, str]:
+    """The one image file, and its sha256 and sha512."""
+    path = root / IMAGE_NAME
     h256, h512 = hashlib.sha256(), hashlib.sha512()
     block = os.urandom(1 << 20)
-    with open(d / name, "wb") as f:
+    with open(path, "wb") as f:
         for i in range(size_mib):
             chunk = block[:-8] + i.to_bytes(8, "big")  # no two MiB alike
             f.write(chunk)
             h256.update(chunk)
             h512.update(chunk)
-    (d / "SHA256SUMS").write_text(f"{h256.hexdigest()}  {name}\n")
-    (d / "SHA512SUMS").write_text(f"{h512.hexdigest()}  {name}\n")
+    return path, h256.hexdigest(), h512.hexdigest()
+
+
+def make_build(root: Path, image: Path, h256: str, h512: str) -> Path:
+    """A fresh build directory (new build id) around a hard link to ``image``."""
+    build_id = f"nf-bench-{uuid.uuid4().hex[:8]}"
+    d = root / build_id
+    d.mkdir()
+    os.link(image, d / IMAGE_NAME)
+    (d / "SHA256SUMS").write_text(f"{h256}  {IMAGE_NAME}\n")
+    (d / "SHA512SUMS").write_text(f"{h512}  {IMAGE_NAME}\n")
     (d / "manifest.json").write_text(json.dumps({
         "build_id": build_id, "build_time": datetime.datetime.now(datetime.timezone.utc).isoformat(),
         "kubernetes": {"version": "1.36.0", "minor": "1.36"}, "base_os": {"distro": "debian", "release": "12"},
-        "arch": "amd64", "images": {"baremetal": name}, "packages": [], "artifacts": []}))
+        "arch": "amd64", "images": {"baremetal": IMAGE_NAME}, "packages": [], "artifacts": []}))
     return d
+
+
+def settle(image: Path) -> None:
+    """Same starting state for every timed upload: no pending writeback, the image in the page cache."""
+    os.sync()
+    with open(image, "rb", buffering=0) as fh:
+        while fh.read(16 << 20):
+            pass
 
 
 def timed(argv: list[str], env: dict) -> tuple[float, int]:
@@ -76,39 +103,79 @@ def timed(argv: list[str], env: dict) -> tuple[float, int]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size-mib", type=int, default=2048)
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=4, help="uploads per side, order alternating (default 4)")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="write and check the build directory, print the schedule; no cloud")
     args = ap.parse_args()
-    conn = openstack.connect()
+    if args.rounds < 1:
+        ap.error("--rounds must be at least 1")
     env = dict(os.environ)
     bindir = Path(sys.executable).parent
     root = Path(tempfile.mkdtemp(prefix="nf-bench-publish-"))
-    nf_times, os_times, rss = [], [], []
+    times: dict[str, list[float]] = {"nodeforge": [], "openstack": []}
+    rss: list[int] = []
+    ratios: list[float] = []
     try:
-        for _ in range(args.rounds):
-            d = make_build(root, args.size_mib)
-            image = next(d.glob("*.raw"))
+        image, h256, h512 = make_image(root, args.size_mib)
+        order = [("nodeforge", "openstack") if r % 2 == 0 else ("openstack", "nodeforge") for r in range(args.rounds)]
+        print(f"image: {args.size_mib} MiB written before any timing; order per round: "
+              + " | ".join("+".join(o) for o in order), flush=True)
+        if args.dry_run:
+            from nodeforge.imagebuild import checksums
+
+            d = make_build(root, image, h256, h512)
+            bad = checksums.verify_sums(d)
+            print(f"dry run: build directory {d.name} {'checks' if not bad else 'does NOT check: ' + str(bad)}; "
+                  "no upload")
+            return 1 if bad else 0
+
+        import openstack
+
+        from nodeforge.imagebuild import glance as g
+
+        conn = openstack.connect()
+
+        def nodeforge() -> float:
+            d = make_build(root, image, h256, h512)
+            settle(image)
             seconds, peak = timed([sys.executable, "-m", "nodeforge.cli", "image", "publish", str(d)], env)
-            nf_times.append(seconds)
             rss.append(peak)
             for img in g.list_images(conn, nodeforge_build_id=d.name):
                 g.delete_image(conn, img["id"])
+            shutil.rmtree(d)
+            return seconds
+
+        def peer() -> float:
             name = f"nf-bench-openstack-{uuid.uuid4().hex[:8]}"
+            settle(image)
             seconds, _ = timed([str(bindir / "openstack"), "image", "create", "--file", str(image),
                                 "--disk-format", "raw", "--container-format", "bare", name], env)
-            os_times.append(seconds)
             for img in g.list_images(conn, name=name):
                 g.delete_image(conn, img["id"])
-            shutil.rmtree(d)
+            return seconds
+
+        sides = {"nodeforge": nodeforge, "openstack": peer}
+        for r, pair in enumerate(order):
+            for side in pair:
+                times[side].append(sides[side]())
+            ratios.append(times["openstack"][-1] / times["nodeforge"][-1])
+            print(f"  round {r + 1} ({pair[0]} first): nodeforge {times['nodeforge'][-1]:.2f}s, "
+                  f"openstack {times['openstack'][-1]:.2f}s, throughput ratio {ratios[-1]:.2f}x", flush=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     mib = args.size_mib
-    nf, base = min(nf_times), min(os_times)
-    print(f"image: {mib} MiB, rounds: {args.rounds}")
-    print(f"nodeforge image publish:      best {nf:6.2f} s  {mib / nf:7.1f} MiB/s  (all: {', '.join(f'{t:.2f}' for t in nf_times)})")
-    print(f"openstack image create --file: best {base:6.2f} s  {mib / base:7.1f} MiB/s  (all: {', '.join(f'{t:.2f}' for t in os_times)})")
-    print(f"throughput ratio nodeforge/openstack: {base / nf:.2f}x (goal >= 0.9)")
-    print(f"nodeforge peak RSS: {max(rss) / 1e6:.0f} MB (goal < 150 MB)")
-    return 0
+    print(f"image: {mib} MiB, rounds: {args.rounds} per side")
+    for label, side in (("nodeforge image publish", "nodeforge"), ("openstack image create --file", "openstack")):
+        med = statistics.median(times[side])
+        print(f"{label:30} min {min(times[side]):6.2f} s  median {med:6.2f} s  {mib / med:7.1f} MiB/s at the median")
+    ratio = statistics.median(ratios)
+    peak = max(rss)
+    print(f"throughput ratio nodeforge/openstack: {ratio:.2f}x median of per-round ratios "
+          f"(goal >= {RATIO_GOAL}: {'met' if ratio >= RATIO_GOAL else 'NOT met'})")
+    print(f"nodeforge peak RSS: {peak / 1e6:.0f} MB (goal < {RSS_GOAL / 1e6:.0f} MB: "
+          f"{'met' if peak < RSS_GOAL else 'NOT met'})")
+    print(f"load average now {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    return 0 if ratio >= RATIO_GOAL and peak < RSS_GOAL else 1
 
 
 if __name__ == "__main__":
