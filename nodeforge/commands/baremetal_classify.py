@@ -20,11 +20,21 @@ def profiles_option(fn):
                         help="Hardware profiles file.")(fn)
 
 
-def _preflight_facts(inventory_path: Path) -> dict:
-    from nodeforge.ironic import inventory as inv_mod, preflight
+def _preflight_facts(inv) -> dict:
+    from nodeforge.ironic import preflight
 
-    inv = inv_mod.load(inventory_path)
     return {c.name: profiles_mod.facts_from_preflight(c.facts) for c in preflight.run(inv) if c.ok and c.facts}
+
+
+def _scope(value: str | None) -> str | None:
+    if value is None:
+        return None
+    from nodeforge.ironic import constants as C
+
+    problem = C.scope_problem(value)
+    if problem:
+        raise click.BadParameter(problem, param_hint="--scope")
+    return value
 
 
 @click.command()
@@ -32,10 +42,14 @@ def _preflight_facts(inventory_path: Path) -> dict:
 @click.option("--node", "nodes", multiple=True, metavar="NAME|GLOB|UUID",
               help="Only these nodes (repeatable; globs allowed).  [default: every node]")
 @click.option("--inventory", "inventory_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="Also read facts from a Redfish pre-flight of this inventory, for nodes without inspection data.")
+              help="Also read facts from a Redfish pre-flight of this inventory, for nodes without inspection data; "
+                   "its scope is then the default of --scope.")
+@click.option("--scope", "scope", metavar="SCOPE",
+              help="Only nodes enrolled under this ownership scope (extra.nodeforge_scope).  "
+                   "[default: the --inventory's scope; every node without --inventory]")
 @options.dry_run
 @options.pass_app
-def classify(app, profiles_path, nodes, inventory_path, dry_run):
+def classify(app, profiles_path, nodes, inventory_path, scope, dry_run):
     """Match each node to one hardware profile; set its resource class and traits.
 
     The plan shows the profile each node matches and why each other one does
@@ -46,10 +60,17 @@ def classify(app, profiles_path, nodes, inventory_path, dry_run):
     3: some flagged."""
     from nodeforge.ironic.provisioner import SdkProvisioner
 
+    scope = _scope(scope)
     profiles = profiles_mod.load(profiles_path)
     prov = SdkProvisioner(app.connect())
-    preflight = _preflight_facts(inventory_path) if inventory_path else None
-    plan = classify_mod.plan(prov, profiles, nodes=list(nodes), preflight=preflight)
+    preflight = None
+    if inventory_path:
+        from nodeforge.ironic import inventory as inv_mod
+
+        inv = inv_mod.load(inventory_path)
+        preflight = _preflight_facts(inv)
+        scope = scope or inv.scope
+    plan = classify_mod.plan(prov, profiles, nodes=list(nodes), preflight=preflight, scope=scope)
     rows = [{"node": n.name, "state": n.provision_state, "outcome": n.outcome.value, "profile": n.profile,
              "changes": "; ".join(f"{c.field}: {c.current} -> {c.desired}" for c in n.changes),
              "detail": n.detail or "", "why not": "; ".join(

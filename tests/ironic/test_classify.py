@@ -137,3 +137,11 @@ def test_scope_plans_only_the_nodes_of_that_scope(ironic):
     assert ironic._node("s1")["resource_class"] == "baremetal-compute"     # team-b's: untouched
     # Without a scope: every node, as before.
     assert len(C.plan(ironic, profiles).nodes) == 7
+
+
+def test_classify_refuses_a_bad_scope_before_connecting(capsys):
+    from nodeforge import cli
+
+    code = cli.main(["--os-cloud", "no-such-cloud", "baremetal", "classify", "--scope", "Not A Scope"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--scope" in err
