@@ -23,7 +23,9 @@ Steps per build directory (``docs/boot-verification.md``):
    finished, collects what the probes ask for, writes the framed report to
    ``ttyS1`` and powers off. The host stops QEMU as soon as the report is in;
 5. :func:`verifychecks.evaluate` decides, and ``verify.json`` gets the
-   variant's section (``passed``, per-check id/expected/observed/evidence).
+   variant's section (``passed``, per-check id/expected/observed/evidence),
+   bound to the build id, the manifest digest and the image's sha256/sha512
+   (schema and its strict check: :mod:`.verifyreport`).
 
 A boot that produces no report within the timeout is stopped and fails the
 variant; the error carries the console's last lines.
@@ -53,14 +55,14 @@ from typing import Callable
 
 from nodeforge import hosttools
 from nodeforge.errors import MissingToolError, NodeforgeError
-from nodeforge.imagebuild import builddir, checksums, verify_guest, verifychecks as vc
+from nodeforge.imagebuild import builddir, checksums, verify_guest, verifychecks as vc, verifyreport
 from nodeforge.imagebuild.cache import Cache
 
 log = logging.getLogger(__name__)
 
 REPO = Path(__file__).resolve().parents[2]
 PROFILE = REPO / "elements" / "k8s-hardening" / "profile.yaml"
-VERIFY_SCHEMA = "nodeforge-image-verify/1"
+VERIFY_SCHEMA = verifyreport.SCHEMA
 QEMU = "qemu-system-x86_64"
 TOOLS = (QEMU, "qemu-img", "genisoimage", "debugfs")
 OVMF_PAIRS = (("/usr/share/OVMF/OVMF_CODE_4M.fd", "/usr/share/OVMF/OVMF_VARS_4M.fd"),
@@ -104,10 +106,14 @@ class VariantResult:
     console_log: str
     seconds: dict[str, float]
     error: str | None = None
+    image_sha512: str = ""
 
-    def section(self) -> dict:
+    def section(self, build: builddir.BuildDir) -> dict:
+        """This variant's part of ``verify.json`` (exactly :data:`verifyreport.SECTION_FIELDS`): the
+        verdict bound to ``build``'s id and manifest digest and to the image bytes it was reached on."""
         return {
-            "passed": self.passed, "image": self.image, "image_sha256": self.image_sha256,
+            "passed": self.passed, "build_id": build.build_id, "manifest_sha256": build.manifest_sha256,
+            "image": self.image, "image_sha256": self.image_sha256, "image_sha512": self.image_sha512,
             "verified_at": datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat(),
             "accel": self.accel, "firmware": self.firmware, "console_log": self.console_log,
             "seconds": {k: round(v, 1) for k, v in self.seconds.items()},
@@ -581,7 +587,7 @@ def _verify_variant(ctx: _Context, variant: str) -> tuple[VariantResult, BootErr
         seconds["total"] = time.monotonic() - t_all
         result = VariantResult(variant, all(c["passed"] for c in checks) and error is None, checks,
                                image.path.name, image.sha256, ctx.accel, "uefi" if fw else "bios", console.name,
-                               seconds, str(error).splitlines()[0] if error else None)
+                               seconds, str(error).splitlines()[0] if error else None, image_sha512=image.sha512)
         with ctx.lock:
             write_report(root, build, [result])
         failed = [c["id"] for c in checks if not c["passed"]]
@@ -597,35 +603,40 @@ def _verify_variant(ctx: _Context, variant: str) -> tuple[VariantResult, BootErr
 
 
 def write_report(root: Path, build: builddir.BuildDir, results: list[VariantResult]) -> dict:
-    """Merge ``results`` into ``root/verify.json`` (other variants' sections are
-    kept when they belong to this same build and manifest). No top-level
-    verdict: each variant passes or fails on its own section."""
+    """Merge ``results`` into ``root/verify.json`` (schema :data:`verifyreport.SCHEMA`). Other
+    variants' sections are kept only from a valid report of this same build and manifest. No
+    top-level verdict: each variant passes or fails on its own section.
+
+    The document is checked with :func:`verifyreport.parse`, the readers' check, before it is
+    written: the writer never leaves a report the readers would refuse."""
     path = root / builddir.VERIFY
-    doc = {}
+    variants: dict = {}
     if path.is_file():
         try:
-            doc = json.loads(path.read_text())
-        except ValueError:
-            doc = {}
-    if not isinstance(doc, dict) or doc.get("schema") != VERIFY_SCHEMA or \
-            doc.get("manifest_sha256") != build.manifest_sha256:
-        doc = {}
-    variants = dict(doc.get("variants") or {})
+            old = verifyreport.parse(path.read_bytes(), str(path))
+        except verifyreport.VerifyReportError as exc:
+            log.info("replacing %s: %s", path, exc)
+        else:
+            if (old["build_id"], old["manifest_sha256"]) == (build.build_id, build.manifest_sha256):
+                variants = dict(old["variants"])
     for r in results:
-        variants[r.variant] = r.section()
+        variants[r.variant] = r.section(build)
     doc = {"schema": VERIFY_SCHEMA, "build_id": build.build_id, "manifest_sha256": build.manifest_sha256,
            "variants": {k: variants[k] for k in sorted(variants)}}
+    text = json.dumps(doc, indent=2) + "\n"
+    doc = verifyreport.parse(text, f"{path} (about to be written)")
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(doc, indent=2) + "\n")
+    tmp.write_text(text)
     os.replace(tmp, path)
     return doc
 
 
 def read_report(root: Path) -> dict:
-    """``verify.json`` of a build directory (FileNotFoundError if absent)."""
-    doc = json.loads((Path(root) / builddir.VERIFY).read_text())
-    doc.setdefault("variants", {})
-    return doc
+    """``verify.json`` of a build directory, strictly validated (:func:`verifyreport.parse`;
+    FileNotFoundError if absent, :class:`verifyreport.VerifyReportError` if invalid). Whether it
+    is this build's and for these image bytes is :func:`builddir.load`'s verdict."""
+    path = Path(root) / builddir.VERIFY
+    return verifyreport.parse(path.read_bytes(), str(path))
 
 
 def _virtual_size(qemu_img: str, path: Path, fmt: str) -> int:

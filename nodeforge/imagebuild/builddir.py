@@ -9,7 +9,7 @@ A build directory (written by `nodeforge image build`, checked by
     manifest.json        packages, artifacts, lockfile digest, versions, build time
     sbom.cdx.json        CycloneDX SBOM (optional here)
     build.log            (optional here)
-    verify.json          boot verification report (absent until verified)
+    verify.json          boot verification report (absent until verified; strict, see verifyreport)
 
 This reader is deliberately tolerant: the keys it reads from ``manifest.json``
 have fallbacks (listed on :func:`load`), optional files may be missing, and a
@@ -17,13 +17,17 @@ variant is found either in the manifest's ``images`` map or by the image file
 extension in the SUMS files. What it never tolerates is an image without both
 digests: publishing compares Glance's digest with ``SHA512SUMS`` (or
 ``SHA256SUMS``, whichever algorithm the cloud hashes with).
+
+``verify.json`` is *not* read tolerantly: each variant's status comes from
+:func:`verifyreport.judge` (schema ``nodeforge-image-verify/2``, bound to this
+build id, this ``manifest.json`` and this image's SUMS entries), with the
+reason when it is not ``passed``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
-import enum
 import hashlib
 import json
 import logging
@@ -31,6 +35,8 @@ import re
 from pathlib import Path
 
 from nodeforge.errors import NodeforgeError
+from nodeforge.imagebuild import verifyreport
+from nodeforge.imagebuild.verifyreport import VerifyStatus  # noqa: F401 - re-exported (publish, pipeline)
 
 log = logging.getLogger(__name__)
 
@@ -50,12 +56,6 @@ class BuildDirError(NodeforgeError):
     message = "{path}: {detail}"
 
 
-class VerifyStatus(str, enum.Enum):
-    PASSED = "passed"
-    FAILED = "failed"
-    ABSENT = "absent"
-
-
 @dataclasses.dataclass(frozen=True)
 class VariantImage:
     variant: str
@@ -66,6 +66,7 @@ class VariantImage:
     size: int
     verify: VerifyStatus
     firmware: str  # bios | uefi
+    verify_reason: str = ""  # why ``verify`` is what it is (verifyreport.judge)
 
     def digest(self, algo: str) -> str:
         if algo not in ("sha256", "sha512"):
@@ -95,6 +96,7 @@ class BuildDir:
     verify_present: bool
     image_source: str | None = None
     original_user: str | None = None
+    verify_raw: bytes | None = None   # verify.json exactly as judged (publish stores these bytes)
 
     @property
     def k8s_minor(self) -> str:
@@ -105,6 +107,18 @@ class BuildDir:
             raise BuildDirError(path=self.path, detail=f"no '{name}' image in this build "
                                                       f"(has: {', '.join(sorted(self.variants)) or 'none'})")
         return self.variants[name]
+
+    def binding(self, variant: str) -> verifyreport.Binding:
+        """What ``variant``'s verify verdict must be bound to: this build, manifest and image."""
+        image = self.variant(variant)
+        return verifyreport.Binding(variant=variant, build_id=self.build_id, manifest_sha256=self.manifest_sha256,
+                                    image_sha256=image.sha256, image_sha512=image.sha512,
+                                    image_name=image.path.name, origin="this build")
+
+    def verify_verdict(self, variant: str) -> verifyreport.Verdict:
+        """``variant``'s verdict judged again from :attr:`verify_raw` (what publish relies on)."""
+        return verifyreport.judge(self.verify_raw, [self.binding(variant)],
+                                  str(self.path / VERIFY))[variant]
 
     def to_dict(self) -> dict:
         return {
@@ -180,7 +194,7 @@ def load(path: Path | str) -> BuildDir:
     if isinstance(lock, str) and lock.startswith("sha256:"):
         lock = lock.split(":", 1)[1]
 
-    verify_doc = _read_verify(root / VERIFY)
+    verify_raw = (root / VERIFY).read_bytes() if (root / VERIFY).is_file() else None
     sums = {algo: read_sums(root / fname) for algo, fname in SUMS.items()}
     variants: dict[str, VariantImage] = {}
     declared = manifest.get("images") if isinstance(manifest.get("images"), dict) else None
@@ -205,18 +219,24 @@ def load(path: Path | str) -> BuildDir:
         fmt = str(entry.get("format") or ("qcow2" if file.suffix == ".qcow2" else "raw"))
         firmware = str(entry.get("firmware") or ("uefi" if variant == "baremetal" else "bios"))
         variants[variant] = VariantImage(variant, file, fmt, digests["sha256"], digests["sha512"],
-                                         file.stat().st_size, _verify_status(verify_doc, variant, digests["sha256"]),
-                                         firmware)
+                                         file.stat().st_size, VerifyStatus.ABSENT, firmware)
     if not variants:
         raise BuildDirError(path=root, detail="no images found (no manifest 'images' and no .qcow2/.raw in SHA*SUMS)")
-    return BuildDir(
+    build = BuildDir(
         path=root, build_id=build_id, k8s_version=k8s, os_distro=os_distro.lower(), os_version=os_version,
         architecture=arch, build_time=build_time, lockfile_sha256=lock if isinstance(lock, str) else None,
         manifest_path=manifest_path, manifest_sha256=hashlib.sha256(raw).hexdigest(), variants=variants,
-        verify_present=verify_doc is not None,
+        verify_present=verify_raw is not None,
         image_source=_first(manifest, "image_source", "source.url", "source_url"),
         original_user=_first(manifest, "image_original_user", "original_user"),
+        verify_raw=verify_raw,
     )
+    # Each variant's status, strictly (verifyreport), bound to this build; ``variants`` is the BuildDir's dict.
+    verdicts = verifyreport.judge(verify_raw, [build.binding(v) for v in variants], str(root / VERIFY))
+    for v, verdict in verdicts.items():
+        log.debug("%s verify %s: %s", v, verdict.status.value, verdict.reason)
+        variants[v] = dataclasses.replace(variants[v], verify=verdict.status, verify_reason=verdict.reason)
+    return build
 
 
 def _first(doc: dict, *keys: str):
@@ -237,55 +257,3 @@ def _parse_time(value, path: Path) -> datetime.datetime:
             raise BuildDirError(path=path, detail=f"build_time '{value}' is not ISO 8601") from None
         return t if t.tzinfo else t.replace(tzinfo=datetime.timezone.utc)
     return datetime.datetime.fromtimestamp(path.stat().st_mtime, datetime.timezone.utc)
-
-
-def _read_verify(path: Path) -> dict | None:
-    if not path.is_file():
-        return None
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except ValueError:
-        # A damaged report proves nothing: treat as failed, not absent.
-        log.warning("%s is not valid JSON; treating the build as failed verification", path)
-        return {"result": "failed"}
-    return doc if isinstance(doc, dict) else {"result": "failed"}
-
-
-def _verdict(node) -> VerifyStatus | None:
-    """passed/failed from ``{"result": "pass"|..}``, ``{"passed": bool}``,
-    ``{"status": ..}`` or a list of checks each with such a verdict."""
-    if isinstance(node, bool):
-        return VerifyStatus.PASSED if node else VerifyStatus.FAILED
-    if isinstance(node, str):
-        return VerifyStatus.PASSED if node.lower() in ("pass", "passed", "ok", "success") else VerifyStatus.FAILED
-    if isinstance(node, dict):
-        for key in ("passed", "result", "status", "verdict"):
-            if key in node:
-                return _verdict(node[key])
-        if isinstance(node.get("checks"), list):
-            return _verdict(node["checks"])
-        return None
-    if isinstance(node, list):
-        verdicts = [_verdict(c) for c in node]
-        if not verdicts or None in verdicts:
-            return VerifyStatus.FAILED
-        return VerifyStatus.PASSED if all(v is VerifyStatus.PASSED for v in verdicts) else VerifyStatus.FAILED
-    return None
-
-
-def _verify_status(doc: dict | None, variant: str, image_sha256: str | None = None) -> VerifyStatus:
-    """A variant passed only if its own section (``variants.<v>`` or ``<v>``)
-    says so; a top-level failure fails every variant; a section recorded for
-    other image bytes (its ``image_sha256`` is not this image's) is a failure."""
-    if doc is None:
-        return VerifyStatus.ABSENT
-    section = _first(doc, f"variants.{variant}") or doc.get(variant)
-    top = _verdict({k: v for k, v in doc.items() if k in ("passed", "result", "status", "verdict")})
-    if top is VerifyStatus.FAILED:
-        return VerifyStatus.FAILED
-    if section is None:
-        return top or VerifyStatus.ABSENT
-    if isinstance(section, dict) and image_sha256 and section.get("image_sha256") not in (None, image_sha256):
-        log.warning("verify.json: the %s result is for other image bytes; treating it as failed", variant)
-        return VerifyStatus.FAILED
-    return _verdict(section) or VerifyStatus.FAILED

@@ -3,7 +3,9 @@
 Real image files (a qcow2 from ``qemu-img create`` holding some random data,
 a raw file of random bytes), correct ``SHA256SUMS``/``SHA512SUMS`` and a
 ``manifest.json`` in the shape ``nodeforge image build`` writes; optionally a
-``verify.json``. Each call makes unique content, so digests never collide
+``verify.json``, written by the product's writer (``boottest.write_report``,
+through ``tests/imagebuild/verify_fixture.py``) in the strict form publish and
+promote require. Each call makes unique content, so digests never collide
 between tests sharing the local Glance.
 """
 
@@ -19,6 +21,7 @@ import uuid
 from pathlib import Path
 
 from nodeforge.imagebuild.builddir import write_sums
+from tests.imagebuild.verify_fixture import write_verify
 
 # A few hundred packages make a manifest of realistic size (~25 KiB).
 _PACKAGES = [{"name": f"pkg-{i:03d}", "version": f"1.{i}.0-1", "arch": "amd64"} for i in range(300)]
@@ -27,7 +30,8 @@ _PACKAGES = [{"name": f"pkg-{i:03d}", "version": f"1.{i}.0-1", "arch": "amd64"} 
 def make_build_dir(root: Path, *, k8s: str = "1.36.0", variants=("vm", "baremetal"), size: int = 256 * 1024,
                    verify: str | None = "passed", build_id: str | None = None,
                    build_time: datetime.datetime | None = None, packages: list | None = None) -> Path:
-    """Create ``root/<build id>/`` and return it. ``verify``: passed, failed or None (no verify.json)."""
+    """Create ``root/<build id>/`` and return it. ``verify``: passed, failed (NF-HARD-003 failed) for
+    every variant, or None (no verify.json)."""
     build_id = build_id or f"nf-test-{k8s}-{uuid.uuid4().hex[:10]}"
     d = root / build_id
     d.mkdir(parents=True)
@@ -77,8 +81,7 @@ def make_build_dir(root: Path, *, k8s: str = "1.36.0", variants=("vm", "baremeta
                              "sha512": hashlib.sha512(text.encode()).hexdigest()}
     write_sums(d, sums)
     if verify is not None:
-        (d / "verify.json").write_text(json.dumps({
-            "variants": {v: {"passed": verify == "passed", "checks": [
-                {"id": "kubelet-version", "result": "pass" if verify == "passed" else "fail"}]} for v in variants}
-        }))
+        if verify not in ("passed", "failed"):
+            raise ValueError(f"verify={verify!r}: passed, failed or None")
+        write_verify(d, verify)
     return d

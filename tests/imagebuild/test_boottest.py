@@ -316,36 +316,70 @@ def test_checksum_mismatch_is_refused_before_booting(tmp_path, monkeypatch, caps
     assert not (d / "verify.json").exists()
 
 
-def _result(variant: str, passed: bool, sha: str) -> boottest.VariantResult:
-    checks = [{"id": "boot", "title": "t", "passed": True, "expected": {}, "observed": {}, "items": [],
-               "evidence": []},
-              {"id": "NF-HARD-003", "title": "t", "passed": passed, "expected": {}, "observed": {}, "items": [],
-               "evidence": []}]
-    return boottest.VariantResult(variant, passed, checks, f"{variant}.img", sha, "tcg", "bios",
-                                  f"verify-{variant}-console.log", {"boot_to_verdict": 1.0})
+def _result(variant: str, passed: bool, build: builddir.BuildDir, **kw) -> boottest.VariantResult:
+    """What ``image verify`` returns for a variant: real checks (NF-HARD-003 fails unless ``passed``)."""
+    from tests.imagebuild.verify_fixture import variant_result
+
+    return variant_result(build, variant, passed=passed, **kw)
 
 
 def test_verify_json_is_what_the_publisher_reads(tmp_path):
     d = make_build_dir(tmp_path, verify=None)
     b = builddir.load(d)
     assert b.variant("vm").verify is builddir.VerifyStatus.ABSENT
-    boottest.write_report(d, b, [_result("vm", True, b.variant("vm").sha256)])
+    boottest.write_report(d, b, [_result("vm", True, b)])
     b = builddir.load(d)
     assert b.variant("vm").verify is builddir.VerifyStatus.PASSED
     assert b.variant("baremetal").verify is builddir.VerifyStatus.ABSENT   # not verified yet
-    boottest.write_report(d, b, [_result("baremetal", False, b.variant("baremetal").sha256)])
+    assert "variants.baremetal missing" in b.variant("baremetal").verify_reason
+    boottest.write_report(d, b, [_result("baremetal", False, b)])
     b = builddir.load(d)
     assert (b.variant("vm").verify, b.variant("baremetal").verify) == ("passed", "failed")
+    assert "variants.baremetal did not pass: checks NF-HARD-003 failed" in b.variant("baremetal").verify_reason
     doc = json.loads((d / "verify.json").read_text())
-    assert doc["schema"] == boottest.VERIFY_SCHEMA and doc["manifest_sha256"] == b.manifest_sha256
+    assert doc["schema"] == boottest.VERIFY_SCHEMA == "nodeforge-image-verify/2"
+    assert (doc["build_id"], doc["manifest_sha256"]) == (b.build_id, b.manifest_sha256)
+    vm = doc["variants"]["vm"]
+    assert (vm["build_id"], vm["manifest_sha256"]) == (b.build_id, b.manifest_sha256)
+    assert (vm["image_sha256"], vm["image_sha512"]) == (b.variant("vm").sha256, b.variant("vm").sha512)
     assert doc["variants"]["baremetal"]["summary"]["failed"] == ["NF-HARD-003"]
+    assert boottest.read_report(d) == doc
 
 
 def test_verify_json_for_other_image_bytes_does_not_count(tmp_path):
     d = make_build_dir(tmp_path, verify=None)
     b = builddir.load(d)
-    boottest.write_report(d, b, [_result("vm", True, "0" * 64)])
-    assert builddir.load(d).variant("vm").verify is builddir.VerifyStatus.FAILED
+    boottest.write_report(d, b, [_result("vm", True, b, image_sha256="0" * 64)])
+    vm = builddir.load(d).variant("vm")
+    assert vm.verify is builddir.VerifyStatus.FAILED
+    assert "verify.json: variants.vm.image_sha256 is for other image bytes" in vm.verify_reason
+
+
+def test_write_report_replaces_an_old_schema_report_and_keeps_only_this_builds_sections(tmp_path):
+    d = make_build_dir(tmp_path, verify=None)
+    b = builddir.load(d)
+    (d / "verify.json").write_text(json.dumps({"schema": "nodeforge-image-verify/1", "build_id": b.build_id,
+                                               "manifest_sha256": b.manifest_sha256,
+                                               "variants": {"baremetal": {"passed": True}}}))
+    doc = boottest.write_report(d, b, [_result("vm", True, b)])
+    assert set(doc["variants"]) == {"vm"} and doc["schema"] == "nodeforge-image-verify/2"
+    other = make_build_dir(tmp_path, verify="passed")   # a valid report, of another build
+    (d / "verify.json").write_bytes((other / "verify.json").read_bytes())
+    assert set(boottest.write_report(d, b, [_result("vm", True, b)])["variants"]) == {"vm"}
+    boottest.write_report(d, b, [_result("baremetal", True, b)])
+    assert {v: i.verify.value for v, i in builddir.load(d).variants.items()} == {"vm": "passed",
+                                                                                "baremetal": "passed"}
+
+
+def test_write_report_refuses_to_write_what_the_readers_would_refuse(tmp_path):
+    d = make_build_dir(tmp_path, verify=None)
+    b = builddir.load(d)
+    r = _result("vm", True, b)
+    r.passed = True
+    r.checks[3]["passed"] = False        # a verdict that its checks do not support
+    with pytest.raises(boottest.verifyreport.VerifyReportError, match=r"checks\[3\]\.passed is false but its items"):
+        boottest.write_report(d, b, [r])
+    assert not (d / "verify.json").exists()
 
 
 def test_cli_prints_the_report_and_exits_non_zero_on_a_failed_check(tmp_path, monkeypatch, capsys):
@@ -355,8 +389,7 @@ def test_cli_prints_the_report_and_exits_non_zero_on_a_failed_check(tmp_path, mo
     def fake_verify(req):
         seen["req"] = req
         b = builddir.load(req.build_dir)
-        results = [_result("vm", True, b.variant("vm").sha256),
-                   _result("baremetal", False, b.variant("baremetal").sha256)]
+        results = [_result("vm", True, b), _result("baremetal", False, b)]
         results = [r for r in results if r.variant in (req.variants or ("vm", "baremetal"))]
         boottest.write_report(req.build_dir, b, results)
         return results

@@ -17,6 +17,7 @@ from nodeforge.imagebuild import builddir, glance as g
 from nodeforge.imagebuild.retention import RetentionPolicy
 from tests.imagebuild.builddir_factory import make_build_dir
 from tests.imagebuild.glance_fixtures import admin, member, policy, tracker  # noqa: F401 - fixtures
+from tests.imagebuild.verify_fixture import write_verify
 
 SCS_AND_MAGNUM = ("os_distro", "os_version", "architecture", "kube_version", "hw_firmware_type", "hw_machine_type",
                   "hw_disk_bus", "hw_scsi_model", "hw_rng_model", "image_build_date", "image_source",
@@ -37,20 +38,38 @@ def test_builddir_reads_the_image_build_layout(tmp_path):
     vm = b.variant("vm")
     assert vm.disk_format == "qcow2" and b.variant("baremetal").disk_format == "raw"
     assert vm.sha512 == hashlib.sha512(vm.path.read_bytes()).hexdigest()
-    assert vm.verify is builddir.VerifyStatus.PASSED
+    assert vm.verify is builddir.VerifyStatus.PASSED and "checks passed" in vm.verify_reason
+    assert b.verify_raw == (d / "verify.json").read_bytes()
     assert b.manifest_sha256 == hashlib.sha256((d / "manifest.json").read_bytes()).hexdigest()
     assert b.lockfile_sha256 == json.loads((d / "manifest.json").read_text())["lockfile"]["sha256"]
 
 
 def test_builddir_verify_absent_failed_and_per_variant(tmp_path):
-    assert builddir.load(make_build_dir(tmp_path, verify=None)).variant("vm").verify is builddir.VerifyStatus.ABSENT
-    assert builddir.load(make_build_dir(tmp_path, verify="failed")).variant("vm").verify is builddir.VerifyStatus.FAILED
-    d = make_build_dir(tmp_path)
-    (d / "verify.json").write_text(json.dumps({"variants": {"vm": {"passed": True}, "baremetal": {"passed": False}}}))
+    absent = builddir.load(make_build_dir(tmp_path, verify=None)).variant("vm")
+    assert absent.verify is builddir.VerifyStatus.ABSENT and "no verify.json" in absent.verify_reason
+    failed = builddir.load(make_build_dir(tmp_path, verify="failed")).variant("vm")
+    assert failed.verify is builddir.VerifyStatus.FAILED and "NF-HARD-003 failed" in failed.verify_reason
+    d = make_build_dir(tmp_path, verify=None)
+    write_verify(d, "passed", variants=["vm"])
+    write_verify(d, "failed", variants=["baremetal"])
     b = builddir.load(d)
     assert (b.variant("vm").verify, b.variant("baremetal").verify) == ("passed", "failed")
+
+
+def test_builddir_lenient_verify_forms_no_longer_pass(tmp_path):
+    """What the old reader took for a pass: a bare verdict, a 'result', a section without image_sha256."""
+    d = make_build_dir(tmp_path)
+    for lenient, problem in [({"variants": {"vm": {"passed": True}, "baremetal": {"passed": True}}}, "schema is missing"),
+                             ({"passed": True}, "schema is missing"), ({"result": "ok"}, "schema is missing"),
+                             ({"vm": {"result": "pass"}}, "schema is missing")]:
+        (d / "verify.json").write_text(json.dumps(lenient))
+        b = builddir.load(d)
+        for v in ("vm", "baremetal"):
+            assert b.variant(v).verify is builddir.VerifyStatus.FAILED, lenient
+            assert f"verify.json: {problem}" in b.variant(v).verify_reason
     (d / "verify.json").write_text("{not json")
-    assert builddir.load(d).variant("vm").verify is builddir.VerifyStatus.FAILED
+    damaged = builddir.load(d).variant("vm")
+    assert damaged.verify is builddir.VerifyStatus.FAILED and "not valid JSON" in damaged.verify_reason
 
 
 def test_builddir_refuses_image_without_digest_and_unknown_variant(tmp_path):
