@@ -41,9 +41,11 @@ def _retention_option(fn):
 @options.dry_run
 @options.pass_app
 def publish(app, build_dir, variants, sign_key, passphrase_ref, sign_cert_id, sign_hash, retention_path, dry_run):
-    """Upload a build's images to Glance as candidates, with their properties and manifest.
+    """Upload a build's verified images to Glance as candidates, with manifest and verify report.
 
-    Streams each image from disk, then checks Glance's os_hash_value against
+    Refuses, before uploading anything, any variant whose verify.json does
+    not pass for this build, manifest and image bytes (and says why). Streams
+    each image from disk, then checks Glance's os_hash_value against
     SHA512SUMS (deletes the image on a mismatch). Publishing the same build
     again uploads nothing; images left in flight by an interrupted run are
     removed first."""
@@ -62,10 +64,6 @@ def publish(app, build_dir, variants, sign_key, passphrase_ref, sign_cert_id, si
     results = glance.Publisher(conn, policy, sign=sign).publish(build, variants or None, dry_run=dry_run)
     output.emit([r.to_dict() for r in results], app.output,
                 columns=["variant", "action", "image_id", "verify", "signed", "size", "seconds", "hash_value"])
-    if app.output == "table":
-        for r in results:
-            if r.verify != "passed":
-                click.echo(f"note: {r.variant} verify is '{r.verify}': candidate only, promote refuses it", err=True)
 
 
 @click.command("manifest")
@@ -86,8 +84,11 @@ def manifest_cmd(app, image):
 def promote(app, image, retention_path, dry_run):
     """Approve a verified image and retire older approved ones of its group.
 
-    Older approved images of the same Kubernetes minor, variant and OS are kept
-    listed, hidden, deactivated or deleted per the retention policy."""
+    The image's verify report (stored beside it by publish) is downloaded and
+    checked again against the image in Glance; anything but a pass for these
+    bytes, this build and this manifest is refused. Older approved images of
+    the same Kubernetes minor, variant and OS are kept listed, hidden,
+    deactivated or deleted per the retention policy."""
     steps = catalog.promote(app.connect(), image, retention.load(retention_path), dry_run=dry_run)
     output.emit([s.to_dict() for s in steps], app.output, columns=["action", "image_id", "name", "reason"],
                 title="plan (dry run)" if dry_run else None)

@@ -6,6 +6,13 @@ An image published by ``image publish`` is a *candidate* (private, tag
 older approved images of its group (Kubernetes minor, variant, OS). Promote
 is a plan (:func:`plan_promote`, pure: Glance records in, actions out) and an
 apply (:func:`apply_promote`), so ``--dry-run`` shows exactly what would change.
+
+"Verified" is never taken from the ``nodeforge_verify`` string alone: before
+planning, :func:`check_verify_report` downloads the verify report publish
+stored beside the image (digest-checked against ``nodeforge_verify_sha256``)
+and judges it again with :mod:`.verifyreport` against the Glance image's
+build id, manifest digest and ``os_hash_value``. Promote may run in another
+job, on another machine, than verify and publish.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ import enum
 import logging
 
 from nodeforge.errors import NodeforgeError
-from nodeforge.imagebuild import glance as g
+from nodeforge.imagebuild import glance as g, verifyreport
 from nodeforge.imagebuild.retention import Expire, RetentionPolicy
 
 log = logging.getLogger(__name__)
@@ -71,6 +78,25 @@ def check_promotable(image: dict) -> None:
     if verify != "passed":
         raise PromoteRefused(image=name, detail=f"its build's boot verification is '{verify or 'absent'}'; "
                                                 "only builds that passed 'nodeforge image verify' are approved")
+    if not image.get(f"{P}verify_report") or not image.get(f"{P}verify_sha256"):
+        raise PromoteRefused(image=name, detail=f"it carries no verify report ({P}verify_report, {P}verify_sha256): "
+                                                "'nodeforge_verify' alone proves nothing; publish the verified "
+                                                "build directory again to attach its verify.json")
+
+
+def check_verify_report(conn, image: dict) -> verifyreport.Verdict:
+    """Refuse ``image`` unless the verify report stored beside it in Glance is intact and, judged
+    strictly again, passes for this very image (its build id, manifest digest and bytes)."""
+    name = image.get("name") or image["id"]
+    try:
+        data = g.download_verify_report(conn, image)
+        binding = g.verify_binding(image)
+    except g.PublishError as exc:
+        raise PromoteRefused(image=name, detail=str(exc)) from None
+    verdict = verifyreport.judge(data, [binding], f"verify report {image[f'{P}verify_report']}")[binding.variant]
+    if not verdict.passed:
+        raise PromoteRefused(image=name, detail=verdict.reason)
+    return verdict
 
 
 def group_filters(image: dict) -> dict:
@@ -122,7 +148,7 @@ def apply_promote(conn, steps: list[Step], images: dict[str, dict]) -> None:
                 raise PromoteRefused(image=step.name or step.image_id,
                                      detail=f"{exc} (making an image public is an admin action in Glance's "
                                             "default policy; promote with an admin cloud)") from None
-            _manifest_public(conn, img)
+            _side_images_public(conn, img)
         elif step.action is Action.KEEP:
             continue
         elif step.action in (Action.HIDE, Action.DEACTIVATE):
@@ -132,28 +158,32 @@ def apply_promote(conn, steps: list[Step], images: dict[str, dict]) -> None:
                 g.deactivate_image(conn, img["id"])
         elif step.action is Action.DELETE:
             g.delete_image(conn, img["id"])
-            if img.get(f"{P}manifest_image"):
-                g.delete_image(conn, img[f"{P}manifest_image"])
+            for prop in (f"{P}manifest_image", f"{P}verify_report"):
+                if img.get(prop):
+                    g.delete_image(conn, img[prop])
         log.info("%s: %s (%s)", step.image_id, step.action.value, step.reason)
 
 
-def _manifest_public(conn, image: dict) -> None:
-    manifest_id = image.get(f"{P}manifest_image")
-    if not manifest_id:
-        return
-    try:
-        m = g.get_image(conn, manifest_id)
-    except g.PublishError:
-        log.warning("manifest image %s of %s is missing", manifest_id, image["id"])
-        return
-    if m.get("visibility") != "public":
-        g.patch_image(conn, manifest_id, [{"op": "replace", "path": "/visibility", "value": "public"}],
-                      f"publicizing manifest {manifest_id}")
+def _side_images_public(conn, image: dict) -> None:
+    """The manifest and verify report images go public with their node image."""
+    for prop, what in ((f"{P}manifest_image", "manifest"), (f"{P}verify_report", "verify report")):
+        side_id = image.get(prop)
+        if not side_id:
+            continue
+        try:
+            m = g.get_image(conn, side_id)
+        except g.PublishError:
+            log.warning("%s image %s of %s is missing", what, side_id, image["id"])
+            continue
+        if m.get("visibility") != "public":
+            g.patch_image(conn, side_id, [{"op": "replace", "path": "/visibility", "value": "public"}],
+                          f"publicizing {what} {side_id}")
 
 
 def promote(conn, ref: str, policy: RetentionPolicy, *, dry_run: bool = False) -> list[Step]:
     image = g.find_image(conn, ref)
     check_promotable(image)
+    check_verify_report(conn, image)
     approved = g.list_images(conn, **group_filters(image))
     steps = plan_promote(image, approved, policy)
     if not dry_run:
@@ -219,6 +249,8 @@ def show(conn, ref: str) -> dict:
                       if "img_signature" in image else None),
         "manifest_image": image.get(f"{P}manifest_image"),
         "manifest_sha256": image.get(f"{P}manifest_sha256"),
+        "verify_report": image.get(f"{P}verify_report"),
+        "verify_sha256": image.get(f"{P}verify_sha256"),
         "lockfile_sha256": image.get(f"{P}lockfile_sha256"),
         "hash": f"{image.get('os_hash_algo')}:{image.get('os_hash_value')}",
         "size": image.get("size"),

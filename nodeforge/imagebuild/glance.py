@@ -1,7 +1,12 @@
-"""Publish a build's images to Glance: properties, streaming upload, digest
-check, the manifest beside the image, idempotency and clean-up.
+"""Publish a build's images to Glance: the verify gate, properties, streaming
+upload, digest check, the manifest and the verify report beside the image,
+idempotency and clean-up.
 
-One variant is published as two Glance images (see docs/publishing.md):
+Only a variant whose ``verify.json`` passes the strict check
+(:mod:`.verifyreport`, bound to this build, manifest and image bytes) is
+published; anything else is refused before anything is uploaded.
+
+One variant is published as three Glance images (see docs/publishing.md):
 
 * the **node image**: the variant's disk, tagged ``nodeforge``, with the
   Magnum/SCS properties and nodeforge's ``nodeforge_*`` ones;
@@ -10,7 +15,13 @@ One variant is published as two Glance images (see docs/publishing.md):
   by the node image's ``nodeforge_manifest_image`` and checked against its
   ``nodeforge_manifest_sha256``. Image properties stay small (Nova copies
   each one onto every instance, truncated to 255 characters; listings return
-  all of them; MySQL caps a value at 64 KiB).
+  all of them; MySQL caps a value at 64 KiB);
+* the **verify report image**: the build's ``verify.json`` byte for byte, the
+  same way (tag ``nodeforge-verify-report``), named by the node image's
+  ``nodeforge_verify_report`` and checked against its
+  ``nodeforge_verify_sha256``. ``image promote`` downloads it and judges it
+  again against the Glance image (:func:`verify_binding`), so it never trusts
+  the ``nodeforge_verify`` string alone.
 
 All calls are plain Glance v2 REST through the openstacksdk session (the
 SDK's ``create_image`` adds its own ``owner_specified.*`` properties, reads
@@ -36,6 +47,7 @@ from pathlib import Path
 from typing import Iterable
 
 from nodeforge.errors import NodeforgeError
+from nodeforge.imagebuild import verifyreport
 from nodeforge.imagebuild.builddir import BuildDir, VariantImage, VerifyStatus
 from nodeforge.imagebuild.retention import RetentionPolicy
 
@@ -61,6 +73,7 @@ LONG_OK = frozenset({"img_signature"})
 
 TAG = "nodeforge"
 TAG_MANIFEST = "nodeforge-manifest"
+TAG_VERIFY_REPORT = "nodeforge-verify-report"
 TAG_CANDIDATE = "nodeforge-candidate"
 TAG_APPROVED = "nodeforge-approved"
 TAG_SUPERSEDED = "nodeforge-superseded"
@@ -108,6 +121,12 @@ class UploadInterrupted(PublishError):
 
 class PropertyLimitError(PublishError):
     message = "{image}: image properties exceed what a production Glance stores: {detail}"
+
+
+class NotVerified(PublishError):
+    message = "{image}: not published: its boot verification is '{status}': {reason}"
+    hint = ("only a variant whose verify.json passes (schema nodeforge-image-verify/2, this build, this "
+            "manifest, these image bytes) is published; run 'nodeforge image verify' on the build directory")
 
 
 class UploadInProgress(PublishError):
@@ -274,7 +293,7 @@ def image_name(build: BuildDir, variant: str) -> str:
 
 
 def image_properties(build: BuildDir, image: VariantImage, policy: RetentionPolicy, *,
-                     manifest_image_id: str) -> dict[str, str]:
+                     manifest_image_id: str, verify_report_id: str, verify_sha256: str) -> dict[str, str]:
     """The extra properties of a node image (all strings). Core attributes
     (min_disk, min_ram, os_hidden, visibility, tags) are set separately."""
     vm = image.variant == "vm"
@@ -307,6 +326,8 @@ def image_properties(build: BuildDir, image: VariantImage, policy: RetentionPoli
         f"{P}manifest_image": manifest_image_id,
         f"{P}sha256": image.sha256,
         f"{P}verify": image.verify.value,
+        f"{P}verify_report": verify_report_id,
+        f"{P}verify_sha256": verify_sha256,
         f"{P}role": "image",
     }
     if vm:
@@ -382,6 +403,7 @@ class VariantResult:
     hash_value: str | None = None
     signed: bool = False
     verify: str = VerifyStatus.ABSENT.value
+    verify_report_id: str | None = None
     cleaned: list[str] = dataclasses.field(default_factory=list)
 
     def to_dict(self) -> dict:
@@ -466,15 +488,80 @@ class Publisher:
             raise PublishError(detail=f"{build.manifest_path} changed while publishing")
         return img["id"]
 
+    def _report_image(self, build: BuildDir, variant: str, existing: list[dict], report: bytes) -> str:
+        """The hidden image holding ``report`` (the verify.json bytes judged at load), reused when
+        an earlier run left an active one with the same digest; Glance's own hash is checked."""
+        digest = hashlib.sha256(report).hexdigest()
+        for img in existing:
+            if img["status"] == ACTIVE and img.get(f"{P}verify_sha256") == digest:
+                return img["id"]
+        img = create_image(self.conn, {
+            "name": f"{image_name(build, variant)}.verify.json"[:255], "disk_format": "raw",
+            "container_format": "bare", "os_hidden": True, "tags": [TAG_VERIFY_REPORT],
+            f"{P}role": "verify-report", f"{P}build_id": build.build_id, f"{P}variant": variant,
+            f"{P}verify_sha256": digest, f"{P}uploader": self.owner,
+        })
+        try:
+            resp = self.conn.image.put(f"/images/{img['id']}/file", data=report,
+                                       headers={"Content-Type": "application/octet-stream"})
+        except Exception as exc:  # noqa: BLE001 - as for the image data: the next run cleans up
+            self._discard(img["id"])
+            raise UploadInterrupted(image=img["name"], sent=0, detail=type(exc).__name__) from None
+        if resp.status_code >= 400:
+            self._discard(img["id"])
+            _raise_for(resp, f"uploading {img['name']}")
+        stored = get_image(self.conn, img["id"])
+        algo = stored.get("os_hash_algo") or "sha512"
+        local = hashlib.new(algo, report).hexdigest() if algo in hashlib.algorithms_available else None
+        if stored["status"] != ACTIVE or stored.get("os_hash_value") != local:
+            self._discard(img["id"])
+            raise PublishError(detail=f"{img['name']}: Glance stored the verify report as '{stored['status']}' "
+                                      f"with {algo} {stored.get('os_hash_value')}, not the {len(report)} bytes sent")
+        patch_image(self.conn, img["id"], [{"op": "remove", "path": f"/{P}uploader"}], f"updating {img['name']}")
+        return img["id"]
+
+    def _ensure_report(self, image: dict, build: BuildDir, variant: str, reports: list[dict], report: bytes,
+                       dry_run: bool) -> str | None:
+        """An existing node image of this build carries this verify report (publishing a build
+        verified again, or published before images carried one): attach it if not."""
+        digest = hashlib.sha256(report).hexdigest()
+        linked = image.get(f"{P}verify_report")
+        if linked and image.get(f"{P}verify_sha256") == digest and \
+                any(r["id"] == linked and r["status"] == ACTIVE for r in reports):
+            return linked
+        if dry_run:
+            return None
+        report_id = self._report_image(build, variant, reports, report)
+        patch_image(self.conn, image["id"], set_ops(image, {
+            f"{P}verify_report": report_id, f"{P}verify_sha256": digest,
+            f"{P}verify": VerifyStatus.PASSED.value}), f"attaching the verify report to {image.get('name')}")
+        log.info("%s: verify report %s attached (was %s)", image["id"], report_id, linked or "none")
+        for old in reports:
+            if old["id"] != report_id:
+                delete_image(self.conn, old["id"])
+        return report_id
+
     # -- one variant
+
+    @staticmethod
+    def gate(build: BuildDir, variant: str) -> bytes:
+        """The verify.json bytes that pass for ``variant`` (judged again, strictly, from the bytes
+        :func:`builddir.load` read); :class:`NotVerified` with the reason for anything else."""
+        verdict = build.verify_verdict(variant)
+        if not verdict.passed or build.verify_raw is None:
+            raise NotVerified(image=image_name(build, variant), status=verdict.status.value, reason=verdict.reason)
+        return build.verify_raw
 
     def publish_variant(self, build: BuildDir, variant: str, *, dry_run: bool = False) -> VariantResult:
         image = build.variant(variant)
         name = image_name(build, variant)
-        result = VariantResult(variant=variant, name=name, action="", size=image.size, verify=image.verify.value)
+        report = self.gate(build, variant)
+        result = VariantResult(variant=variant, name=name, action="", size=image.size,
+                               verify=VerifyStatus.PASSED.value)
         found, cleaned = self._clean(self._mine(build, variant, "image"), name, dry_run)
         manifests, cleaned_m = self._clean(self._mine(build, variant, "manifest"), name, dry_run)
-        result.cleaned = cleaned + cleaned_m
+        reports, cleaned_r = self._clean(self._mine(build, variant, "verify-report"), name, dry_run)
+        result.cleaned = cleaned + cleaned_m + cleaned_r
         for img in found:  # active or deactivated: this build is in Glance already
             algo = img.get("os_hash_algo") or "sha512"
             expected = image.digest(algo) if algo in ("sha256", "sha512") else None
@@ -486,6 +573,7 @@ class Publisher:
             result.image_id, result.hash_algo, result.hash_value = img["id"], algo, img.get("os_hash_value")
             result.manifest_image_id = img.get(f"{P}manifest_image")
             result.signed = "img_signature" in img
+            result.verify_report_id = self._ensure_report(img, build, variant, reports, report, dry_run)
             return result
         if dry_run:
             result.action = "would-upload"
@@ -494,7 +582,9 @@ class Publisher:
 
         t0 = time.monotonic()
         manifest_id = self._manifest_image(build, variant, manifests, dry_run)
-        props = image_properties(build, image, self.policy, manifest_image_id=manifest_id)
+        report_id = self._report_image(build, variant, reports, report)
+        props = image_properties(build, image, self.policy, manifest_image_id=manifest_id,
+                                 verify_report_id=report_id, verify_sha256=hashlib.sha256(report).hexdigest())
         # sha512 of what is sent: tells a local file that changed since the
         # build from bytes damaged on the way.
         hashers = {"sha512": hashlib.sha512()}
@@ -532,7 +622,7 @@ class Publisher:
         # Upload finished: drop the in-flight owner marker.
         patch_image(self.conn, created["id"], [{"op": "remove", "path": f"/{P}uploader"}], f"updating {name}")
         result.action = "uploaded"
-        result.image_id, result.manifest_image_id = created["id"], manifest_id
+        result.image_id, result.manifest_image_id, result.verify_report_id = created["id"], manifest_id, report_id
         result.hash_algo, result.hash_value = algo, stored.get("os_hash_value")
         result.signed = self.sign is not None
         result.seconds = round(time.monotonic() - t0, 3)
@@ -550,25 +640,66 @@ class Publisher:
         names = list(variants) if variants else sorted(build.variants)
         for v in names:
             build.variant(v)  # all unknown variants fail before any upload
+        for v in names:
+            self.gate(build, v)  # and so does any variant without a passing verify report
         return [self.publish_variant(build, v, dry_run=dry_run) for v in names]
 
 
 # --------------------------------------------------------------------------
-# The manifest, back from Glance
+# The manifest and the verify report, back from Glance
 
-def download_manifest(conn, image: dict) -> bytes:
-    """The manifest of a node image, verified against its ``nodeforge_manifest_sha256``."""
-    manifest_id = image.get(f"{P}manifest_image")
-    expected = image.get(f"{P}manifest_sha256")
-    if not manifest_id or not expected:
-        raise PublishError(detail=f"image {image['id']} carries no nodeforge manifest reference")
-    resp = conn.image.get(f"/images/{manifest_id}/file", stream=True)
+def _download_linked(conn, image: dict, id_prop: str, sha_prop: str, what: str) -> bytes:
+    """The side image ``image[id_prop]`` points at, verified against ``image[sha_prop]``."""
+    linked_id = image.get(id_prop)
+    expected = image.get(sha_prop)
+    if not linked_id or not expected:
+        raise PublishError(detail=f"image {image['id']} carries no nodeforge {what} reference")
+    resp = conn.image.get(f"/images/{linked_id}/file", stream=True)
     if resp.status_code == 404:
-        raise PublishError(detail=f"manifest image {manifest_id} of image {image['id']} is gone")
-    _raise_for(resp, f"downloading manifest {manifest_id}")
+        raise PublishError(detail=f"{what} image {linked_id} of image {image['id']} is gone")
+    _raise_for(resp, f"downloading {what} {linked_id}")
     data = resp.content
     actual = hashlib.sha256(data).hexdigest()
     if actual != expected:
-        raise PublishError(detail=f"manifest image {manifest_id}: sha256 {actual} does not match the "
-                                  f"image's nodeforge_manifest_sha256 {expected}")
+        raise PublishError(detail=f"{what} image {linked_id}: sha256 {actual} does not match the "
+                                  f"image's {sha_prop} {expected}")
     return data
+
+
+def download_manifest(conn, image: dict) -> bytes:
+    """The manifest of a node image, verified against its ``nodeforge_manifest_sha256``."""
+    return _download_linked(conn, image, f"{P}manifest_image", f"{P}manifest_sha256", "manifest")
+
+
+def download_verify_report(conn, image: dict) -> bytes:
+    """The verify.json publish stored for a node image, verified against its ``nodeforge_verify_sha256``
+    (whether it is a passing report for this image is :func:`verify_binding` + :func:`verifyreport.judge`)."""
+    return _download_linked(conn, image, f"{P}verify_report", f"{P}verify_sha256", "verify report")
+
+
+def verify_binding(image: dict) -> verifyreport.Binding:
+    """What a node image's verify report must be bound to, from the image Glance holds: its build
+    id, manifest digest and variant (properties publish set), and its bytes: ``os_hash_value``,
+    which Glance computed itself on upload and never changes (sha512, or sha256 where the cloud
+    hashes with sha256, then also equal to ``nodeforge_sha256``)."""
+    name = image.get("name") or image["id"]
+    props = {k: image.get(f"{P}{k}") for k in ("variant", "build_id", "manifest_sha256", "sha256")}
+    missing = [f"{P}{k}" for k, v in props.items() if not v]
+    if missing:
+        raise PublishError(detail=f"{name}: no {', '.join(missing)} (not published by 'nodeforge image publish')")
+    algo, value = image.get("os_hash_algo"), image.get("os_hash_value")
+    if not value:
+        raise PublishError(detail=f"{name}: Glance recorded no os_hash_value for the image data")
+    if algo == "sha512":
+        sha512 = value
+    elif algo == "sha256":
+        if value != props["sha256"]:
+            raise PublishError(detail=f"{name}: Glance's os_hash_value (sha256 {value}) is not the image's "
+                                      f"{P}sha256 {props['sha256']}")
+        sha512 = None
+    else:
+        raise PublishError(detail=f"{name}: Glance hashes image data with {algo}; a verify report binds "
+                                  "sha256 and sha512 only")
+    return verifyreport.Binding(variant=props["variant"], build_id=props["build_id"],
+                                manifest_sha256=props["manifest_sha256"], image_sha256=props["sha256"],
+                                image_sha512=sha512, origin="the Glance image")

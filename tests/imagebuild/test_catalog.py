@@ -4,6 +4,7 @@ promote/list/show against the local Glance."""
 from __future__ import annotations
 
 import datetime
+import hashlib
 import json
 
 import pytest
@@ -20,7 +21,8 @@ def _img(i: int, *, verify="passed", approved=True, in_use=False, status="active
     tags = ["nodeforge", "nodeforge-k8s-1.36", "nodeforge-vm", "nodeforge-approved" if approved else "nodeforge-candidate"]
     img = {"id": f"id-{i}", "name": f"img-{i}", "status": status, "tags": tags, "nodeforge_role": "image",
            "nodeforge_verify": verify, "nodeforge_k8s_minor": "1.36", "nodeforge_variant": "vm",
-           "nodeforge_promoted_at": f"2026-01-{i:02d}T00:00:00Z"}
+           "nodeforge_promoted_at": f"2026-01-{i:02d}T00:00:00Z",
+           "nodeforge_verify_report": f"report-{i}", "nodeforge_verify_sha256": "0" * 64}
     if in_use:
         img["nodeforge_in_use"] = "true"
     return img
@@ -46,6 +48,14 @@ def test_promote_refuses_unverified_builds(verify):
     if verify is None:
         del img["nodeforge_verify"]
     with pytest.raises(catalog.PromoteRefused, match="boot verification"):
+        catalog.plan_promote(img, [], RetentionPolicy())
+
+
+@pytest.mark.parametrize("missing", ["nodeforge_verify_report", "nodeforge_verify_sha256"])
+def test_promote_refuses_a_passed_string_without_its_verify_report(missing):
+    img = _img(1, approved=False)
+    del img[missing]
+    with pytest.raises(catalog.PromoteRefused, match="carries no verify report.*proves nothing"):
         catalog.plan_promote(img, [], RetentionPolicy())
 
 
@@ -142,8 +152,20 @@ def test_member_cannot_promote_and_failed_verify_stays_candidate(tmp_path, admin
     assert "cannot promote" in capsys.readouterr().err
     img = g.get_image(member, mine)
     assert img["visibility"] == "private" and "nodeforge-candidate" in img["tags"]
-    failed = _publish(admin, tmp_path, tracker, verify="failed")
-    assert g.get_image(admin, failed)["nodeforge_verify"] == "failed"
-    with pytest.raises(catalog.PromoteRefused, match="'failed'"):
-        catalog.promote(admin, failed, RetentionPolicy())
-    assert "nodeforge-approved" not in g.get_image(admin, failed)["tags"]
+    # A failed verify never becomes a candidate: publish refuses it and uploads nothing.
+    failed = tracker.build(make_build_dir(tmp_path / "failed", k8s=_publish.k8s, verify="failed", variants=("vm",)))
+    with pytest.raises(g.NotVerified, match="'failed'.*NF-HARD-003 failed"):
+        g.Publisher(admin, RetentionPolicy()).publish(builddir.load(failed))
+    assert tracker.images(failed.name) == []
+    # A candidate whose string says passed but whose stored report is not its own stays a candidate.
+    g.patch_image(admin, mine, [{"op": "replace", "path": "/nodeforge_verify", "value": "passed"}], "x")
+    data = (failed / "verify.json").read_bytes()
+    forged = g.create_image(admin, {"name": "forged.verify.json", "disk_format": "raw", "container_format": "bare",
+                                    "os_hidden": True, "nodeforge_build_id": img["nodeforge_build_id"]})
+    admin.image.put(f"/images/{forged['id']}/file", data=data, headers={"Content-Type": "application/octet-stream"})
+    g.patch_image(admin, mine, g.set_ops(g.get_image(admin, mine), {
+        "nodeforge_verify_report": forged["id"],
+        "nodeforge_verify_sha256": hashlib.sha256(data).hexdigest()}), "forge")
+    with pytest.raises(catalog.PromoteRefused, match="build_id .* is another build's"):
+        catalog.promote(admin, mine, RetentionPolicy())
+    assert "nodeforge-approved" not in g.get_image(admin, mine)["tags"]

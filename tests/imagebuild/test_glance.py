@@ -23,7 +23,7 @@ SCS_AND_MAGNUM = ("os_distro", "os_version", "architecture", "kube_version", "hw
                   "hw_disk_bus", "hw_scsi_model", "hw_rng_model", "image_build_date", "image_source",
                   "image_description", "image_original_user", "replace_frequency", "uuid_validity", "provided_until")
 NODEFORGE = ("nodeforge_build_id", "nodeforge_variant", "nodeforge_lockfile_sha256", "nodeforge_manifest_sha256",
-             "nodeforge_manifest_image", "nodeforge_verify")
+             "nodeforge_manifest_image", "nodeforge_verify", "nodeforge_verify_report", "nodeforge_verify_sha256")
 
 
 # --------------------------------------------------------------------------
@@ -85,12 +85,14 @@ def test_builddir_refuses_image_without_digest_and_unknown_variant(tmp_path):
 
 def test_properties_cover_magnum_scs_and_nodeforge(tmp_path):
     b = builddir.load(make_build_dir(tmp_path))
-    props = g.image_properties(b, b.variant("vm"), RetentionPolicy(keep=4), manifest_image_id="m-id")
+    props = g.image_properties(b, b.variant("vm"), RetentionPolicy(keep=4), manifest_image_id="m-id",
+                               verify_report_id="r-id", verify_sha256="0" * 64)
     for key in SCS_AND_MAGNUM + NODEFORGE + ("hw_qemu_guest_agent",):
         assert props.get(key), key
     assert props["kube_version"] == "v1.36.0" and props["uuid_validity"] == "last-4"
     assert "hw_qemu_guest_agent" not in g.image_properties(b, b.variant("baremetal"), RetentionPolicy(),
-                                                           manifest_image_id="m")
+                                                           manifest_image_id="m", verify_report_id="r",
+                                                           verify_sha256="0" * 64)
     g.check_properties("x", props)  # small enough for MySQL and Nova
 
 
@@ -131,10 +133,17 @@ def test_publish_end_to_end(tmp_path, admin, tracker, policy):
         manifest = g.get_image(admin, img["nodeforge_manifest_image"])
         assert manifest["os_hidden"] is True and "nodeforge" not in manifest["tags"]
         assert g.download_manifest(admin, img) == (d / "manifest.json").read_bytes()
-    # Template authors' listings show node images only, not manifests.
+        # So does the verify report promote judges again: hidden, byte-identical, digest-checked.
+        report = g.get_image(admin, img["nodeforge_verify_report"])
+        assert report["os_hidden"] is True and report["tags"] == ["nodeforge-verify-report"]
+        assert img["nodeforge_verify_report"] == r.verify_report_id and img["nodeforge_verify"] == "passed"
+        assert g.download_verify_report(admin, img) == (d / "verify.json").read_bytes()
+        assert img["nodeforge_verify_sha256"] == hashlib.sha256((d / "verify.json").read_bytes()).hexdigest()
+    # Template authors' listings show node images only, not manifests or reports.
     listed = {i["id"] for i in g.list_images(admin, tag="nodeforge")}
     assert {r.image_id for r in results.values()} <= listed
     assert not {r.manifest_image_id for r in results.values()} & listed
+    assert not {r.verify_report_id for r in results.values()} & listed
 
 
 @pytest.mark.devcloud
@@ -143,9 +152,9 @@ def test_second_publish_uploads_nothing(tmp_path, admin, tracker, policy):
     first = g.Publisher(admin, policy).publish(b)[0]
     before = {i["id"] for i in tracker.images(b.build_id)}
     second = g.Publisher(admin, policy).publish(b)[0]
-    assert (second.action, second.image_id, second.manifest_image_id) == \
-        ("exists", first.image_id, first.manifest_image_id)
-    assert {i["id"] for i in tracker.images(b.build_id)} == before and len(before) == 2
+    assert (second.action, second.image_id, second.manifest_image_id, second.verify_report_id) == \
+        ("exists", first.image_id, first.manifest_image_id, first.verify_report_id)
+    assert {i["id"] for i in tracker.images(b.build_id)} == before and len(before) == 3
     assert g.Publisher(admin, policy).publish(b, dry_run=True)[0].action == "exists"
 
 
@@ -259,7 +268,7 @@ def test_connection_dropped_mid_upload_leaves_nothing_and_rerun_completes(tmp_pa
     r = g.Publisher(admin, policy).publish(b)[0]
     assert r.action == "uploaded"
     statuses = [i["status"] for i in tracker.images(b.build_id)]
-    assert statuses == ["active", "active"]  # node image + manifest
+    assert statuses == ["active", "active", "active"]  # node image + manifest + verify report
 
 
 @pytest.mark.devcloud
@@ -304,7 +313,7 @@ def test_publish_killed_mid_upload_then_rerun_cleans_and_completes(tmp_path, dev
     assert left and set(left.values()) <= g.TRANSIENT  # the killed run left its image in flight
     r = g.Publisher(admin, policy).publish(b)[0]
     assert r.action == "uploaded" and set(left) <= set(r.cleaned)
-    assert [i["status"] for i in tracker.images(b.build_id)] == ["active", "active"]
+    assert [i["status"] for i in tracker.images(b.build_id)] == ["active", "active", "active"]
 
 
 @pytest.mark.slow
@@ -365,6 +374,6 @@ def test_glance_restarted_mid_upload_then_rerun_cleans_and_completes(tmp_path, m
         assert left and set(left.values()) <= g.TRANSIENT, left
         r = g.Publisher(conn, policy).publish(b)[0]
         assert r.action == "uploaded" and set(left) <= set(r.cleaned)
-        assert [i["status"] for i in g.list_images(conn, nodeforge_build_id=b.build_id)] == ["active", "active"]
+        assert [i["status"] for i in g.list_images(conn, nodeforge_build_id=b.build_id)] == ["active"] * 3
     finally:
         cloud.down()
