@@ -2,10 +2,15 @@
 
 Writes one raw image of SIZE (default 2 GiB; incompressible data) and its
 SHA256SUMS/SHA512SUMS BEFORE any timing, then uploads it to the local cloud's
-Glance (``nodeforge devcloud up``) ROUNDS times per side:
+Glance (``nodeforge devcloud up``) ROUNDS times per side. Publish refuses a
+build without a passing boot verification, so every synthetic build directory
+gets a passing ``verify.json`` written by the product's own report writer
+(``boottest.write_report`` through ``tests/imagebuild/verify_fixture.py``; no
+boot), untimed:
 
 * nodeforge: ``python -m nodeforge.cli image publish DIR`` (process start-up,
-  the manifest image, the streamed upload and the digest check included);
+  the manifest image, the verify-report image, the streamed upload and the
+  digest check included);
   every round gets a new build directory (new build id, its own
   manifest.json) whose image is a hard link to the one file;
 * peer: ``openstack image create --file IMAGE --disk-format raw``.
@@ -44,6 +49,10 @@ import time
 import uuid
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.imagebuild.verify_fixture import write_verify  # noqa: E402
+
 RATIO_GOAL = 0.9
 RSS_GOAL = 150e6
 IMAGE_NAME = "nodeforge-k8s-1.36.0-baremetal.raw"
@@ -75,6 +84,7 @@ def make_build(root: Path, image: Path, h256: str, h512: str) -> Path:
         "build_id": build_id, "build_time": datetime.datetime.now(datetime.timezone.utc).isoformat(),
         "kubernetes": {"version": "1.36.0", "minor": "1.36"}, "base_os": {"distro": "debian", "release": "12"},
         "arch": "amd64", "images": {"baremetal": IMAGE_NAME}, "packages": [], "artifacts": []}))
+    write_verify(d, "passed")
     return d
 
 
@@ -121,13 +131,14 @@ def main() -> int:
         print(f"image: {args.size_mib} MiB written before any timing; order per round: "
               + " | ".join("+".join(o) for o in order), flush=True)
         if args.dry_run:
-            from nodeforge.imagebuild import checksums
+            from nodeforge.imagebuild import builddir, checksums
 
             d = make_build(root, image, h256, h512)
             bad = checksums.verify_sums(d)
-            print(f"dry run: build directory {d.name} {'checks' if not bad else 'does NOT check: ' + str(bad)}; "
-                  "no upload")
-            return 1 if bad else 0
+            verify = {v: im.verify.value for v, im in builddir.load(d).variants.items()}
+            print(f"dry run: build directory {d.name}: checksums {'ok' if not bad else 'BAD: ' + str(bad)}, "
+                  f"verify {verify}; no upload")
+            return 1 if bad or set(verify.values()) != {"passed"} else 0
 
         import openstack
 
