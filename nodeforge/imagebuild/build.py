@@ -457,7 +457,8 @@ def _build(plan: Plan, work: Path, stage: Path, logf: _Log, build_time, seconds)
         dib={"version": dib_version(plan.disk_image_create), "args": args, "elements": elements},
         source=mf.source_commit(REPO),
         package_base={"key": base.key, "sha256": base.meta["sha256"], "created": base.meta["created"],
-                      "recipe": pb.RECIPE})
+                      "recipe": pb.RECIPE},
+        scope=lock.scope)
     text = mf.dumps(manifest)
     disk.replace_file(rootfs / mf.IN_IMAGE_PATH, text)
     (stage / "manifest.json").write_text(text)

@@ -5,6 +5,13 @@ patch release and the sha256 (per architecture) of kubelet, kubeadm, kubectl,
 crictl, the CNI plugins, containerd and runc, plus the pause image; the base OS
 and the hardening profile. ``docs/lockfile.md`` documents the schema.
 
+The optional top-level ``scope:`` names the lockfile's ownership scope: the
+images built from it carry it (``manifest.json`` ``scope``, Glance property
+``nodeforge_scope``), and promote retires older images only within it.
+Without the key the scope is derived from the file's path
+(:func:`nodeforge.ironic.constants.derive_scope`, the rule flavors and
+inventories use).
+
 :func:`load` validates the whole file and reports every problem with its line
 and key path. Edits go through :meth:`Lockfile.with_minor`, which changes only
 the values that differ in the round-trip tree, so comments and key order
@@ -25,6 +32,7 @@ from ruamel.yaml.scalarstring import DoubleQuotedScalarString
 
 from nodeforge.errors import ConfigError
 from nodeforge.imagebuild import yamlfile
+from nodeforge.ironic import constants as IC
 
 SCHEMA_VERSION = 1
 DEFAULT_PATH = Path(__file__).resolve().parents[2] / "manifests" / "versions.yaml"
@@ -173,6 +181,9 @@ class Lockfile:
     hardening: Hardening
     minors: dict[str, MinorPins]
     doc: CommentedMap = dataclasses.field(repr=False, compare=False)
+    # Ownership scope of the images built from this lockfile: ``scope:``, else derived from the path.
+    scope: str = ""
+    scope_source: str = "file"          # "file" (scope: key) or "derived" (from the file's path)
 
     def minor(self, minor: str) -> MinorPins:
         try:
@@ -345,7 +356,7 @@ class _Validator:
         return out if len(out) == len(arches) else None
 
     def lockfile(self, doc) -> Lockfile:
-        top = self.mapping(doc, None, [], ["schema_version", "architectures", "base_os", "hardening",
+        top = self.mapping(doc, None, [], ["schema_version", "scope", "architectures", "base_os", "hardening",
                                            "kubernetes"],
                            ["schema_version", "architectures", "base_os", "hardening", "kubernetes"])
         if top is None:
@@ -353,6 +364,7 @@ class _Validator:
         if top["schema_version"] != SCHEMA_VERSION:
             self.fail(top, "schema_version", ["schema_version"],
                       f"unsupported schema version {top['schema_version']!r} (this nodeforge reads {SCHEMA_VERSION})")
+        scope, scope_source = self.scope(top)
         arches = self.architectures(top)
         base_os = self.base_os(top)
         hardening = self.hardening(top)
@@ -367,7 +379,19 @@ class _Validator:
                     minors[entry.minor] = entry
         if self.problems:
             raise LockfileError(self.path, self.problems)
-        return Lockfile(self.path, arches, base_os, hardening, minors, doc)
+        return Lockfile(self.path, arches, base_os, hardening, minors, doc, scope, scope_source)
+
+    def scope(self, top) -> tuple[str, str]:
+        """The lockfile's ownership scope and where it came from (the shared rule,
+        :func:`IC.scope_problem` / :func:`IC.derive_scope`)."""
+        if "scope" not in top:
+            return IC.derive_scope(self.path), "derived"
+        value = top["scope"]
+        problem = IC.scope_problem(value)
+        if problem is not None:
+            self.fail(top, "scope", ["scope"], problem)
+            return "", "file"
+        return str(value), "file"
 
     def architectures(self, top) -> tuple[Arch, ...]:
         value = top["architectures"]

@@ -5,7 +5,9 @@ package in the root filesystem (read from ``var/lib/dpkg/status``, no chroot),
 every non-dpkg artifact with version and sha256, the lockfile and element
 tree digests, the package base the root filesystem was built from (its cache
 key and tarball sha256), the diskimage-builder version and arguments, the source commit
-and the build time. The same file is stored inside every image at
+and the build time, and the ownership ``scope`` of the lockfile it was built
+from (``image publish`` marks the images with it; optional: manifests written
+before scopes have none). The same file is stored inside every image at
 ``/etc/nodeforge/manifest.json``; the image checksums are in ``SHA256SUMS``
 beside it (an image cannot contain its own digest).
 """
@@ -19,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from nodeforge.imagebuild.cache import sha256_file
+from nodeforge.ironic import constants as IC
 
 SCHEMA = "nodeforge-image-manifest/1"
 IN_IMAGE_PATH = "etc/nodeforge/manifest.json"
@@ -62,7 +65,8 @@ def source_commit(repo: Path) -> dict:
 def build_manifest(*, build_id: str, build_time: datetime.datetime, minor: str, kubernetes_version: str,
                    pause_image: str, base_os: dict, arch: str, variants: list[str], images: dict[str, str],
                    packages: list[dict], artifacts: list[dict], lockfile_path: Path, element_tree_digest: str,
-                   hardening: dict, dib: dict, source: dict, package_base: dict | None = None) -> dict:
+                   hardening: dict, dib: dict, source: dict, package_base: dict | None = None,
+                   scope: str | None = None) -> dict:
     out = {
         "schema": SCHEMA,
         "build_id": build_id,
@@ -84,6 +88,9 @@ def build_manifest(*, build_id: str, build_time: datetime.datetime, minor: str, 
         # The cached root filesystem the build started from (key = sha256 of its inputs,
         # see nodeforge/imagebuild/package_base.py); the packages above are read from the final tree.
         out["package_base"] = package_base
+    if scope is not None:
+        # The lockfile's ownership scope (its 'scope:', else derived from its path): publish's default.
+        out["scope"] = scope
     return out
 
 
@@ -116,6 +123,8 @@ def validate(manifest: Any) -> list[str]:
     for key in ("version", "args"):
         if key not in manifest["diskimage_builder"]:
             problems.append(f"diskimage_builder.{key} missing")
+    if "scope" in manifest and (why := IC.scope_problem(manifest["scope"])) is not None:
+        problems.append(f"scope {why}")
     return problems
 
 

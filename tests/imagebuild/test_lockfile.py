@@ -191,3 +191,36 @@ def test_version_order_puts_prerelease_before_release():
     assert sorted(order, key=lambda s: Version.parse(s).sort_key()) == order
     with pytest.raises(ValueError):
         Version.parse("latest")
+
+
+# --------------------------------------------------------------------------
+# Ownership scope (issue 14.1): the images built from the lockfile carry it
+
+def test_scope_key_names_the_lockfiles_scope_and_survives_edits(tmp_path):
+    path = tmp_path / "versions.yaml"
+    path.write_text(PRODUCTION.read_text().replace("schema_version: 1\n", "schema_version: 1\nscope: team-a\n", 1))
+    lock = lockfile.load(path)
+    assert (lock.scope, lock.scope_source) == ("team-a", "file")
+    base = lock.minors["1.36"]
+    pins = {c: (Pin(c, "1.37.0", {a: "b" * 64 for a in Arch}) if c.is_kubernetes else p) for c, p in base.pins.items()}
+    updated = lock.with_minor(MinorPins("1.37", Version.parse("1.37.0"), base.pause_image, pins))
+    assert updated.scope == "team-a" and "\nscope: team-a\n" in updated.dumps()
+
+
+def test_without_scope_key_the_scope_is_derived_from_the_path(tmp_path):
+    from nodeforge.ironic import constants as IC
+
+    lock = lockfile.load(PRODUCTION)
+    assert (lock.scope, lock.scope_source) == (IC.derive_scope(PRODUCTION), "derived")
+    assert lock.scope.startswith("versions-")        # the same on every checkout of this repository
+    copy = tmp_path / "versions.yaml"
+    copy.write_text(PRODUCTION.read_text())
+    assert lockfile.load(copy).scope == IC.derive_scope(copy) != lock.scope
+
+
+@pytest.mark.parametrize("value", ["Team-A", "'-x'", "a b", "1.5", "[a]"])
+def test_bad_scope_names_file_line_and_key(tmp_path, value):
+    err = _broken(tmp_path, "schema_version: 1\n", f"schema_version: 1\nscope: {value}\n")
+    line = _line("scope:", tmp_path)
+    assert str(err).startswith(f"{tmp_path / 'versions.yaml'}:{line}: scope: must be 1-63 characters")
+    assert err.exit_code == 2

@@ -80,3 +80,10 @@ def test_sbom_is_cyclonedx_with_every_component():
     kubelet = next(c for c in doc["components"] if c["name"] == "kubelet")
     assert kubelet["hashes"] == [{"alg": "SHA-256", "content": "a" * 64}]
     assert manifest.sbom(m) == manifest.sbom(m)  # deterministic for one manifest
+
+
+def test_manifest_records_the_lockfiles_scope_when_given():
+    assert "scope" not in _manifest()                       # manifests before scopes: no key, still valid
+    m = _manifest(scope="team-a")
+    assert m["scope"] == "team-a" and manifest.validate(m) == []
+    assert any(p.startswith("scope must be 1-63") for p in manifest.validate(dict(m, scope="Not Valid")))
