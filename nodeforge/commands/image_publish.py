@@ -19,6 +19,22 @@ from nodeforge.imagebuild import builddir, catalog, glance, retention, signing
 VARIANTS = click.Choice(sorted(builddir.VARIANT_FORMATS))
 
 
+def _scope(ctx, param, value):
+    """--scope: the shared ownership-scope rule (a bad one exits 2 before any API call)."""
+    if value is None:
+        return None
+    from nodeforge.ironic import constants as C
+
+    problem = C.scope_problem(value)
+    if problem:
+        raise click.BadParameter(problem, ctx=ctx, param=param)
+    return value
+
+
+def _scope_option(help_text: str):
+    return click.option("--scope", "scope", metavar="SCOPE", callback=_scope, help=help_text)
+
+
 def _retention_option(fn):
     return click.option("--retention", "retention_path", type=click.Path(dir_okay=False, path_type=Path),
                         default=retention.DEFAULT_PATH, show_default=True, envvar="NODEFORGE_IMAGE_RETENTION",
@@ -37,14 +53,18 @@ def _retention_option(fn):
                                                    "(from 'nodeforge image signing-cert upload').")
 @click.option("--sign-hash", type=click.Choice(list(signing.HASH_METHODS)), default="SHA-256", show_default=True,
               help="Hash the signature covers.")
+@_scope_option(f"Ownership scope the images get (nodeforge_scope).  [default: the manifest's 'scope' "
+               f"(the lockfile's), else '{glance.DEFAULT_SCOPE}']")
 @_retention_option
 @options.dry_run
 @options.pass_app
-def publish(app, build_dir, variants, sign_key, passphrase_ref, sign_cert_id, sign_hash, retention_path, dry_run):
+def publish(app, build_dir, variants, sign_key, passphrase_ref, sign_cert_id, sign_hash, scope, retention_path,
+            dry_run):
     """Upload a build's verified images to Glance as candidates, with manifest and verify report.
 
     Refuses, before uploading anything, any variant whose verify.json does
-    not pass for this build, manifest and image bytes (and says why). Streams
+    not pass for this build, manifest and image bytes (and says why), and
+    any variant of this build already in Glance under another scope. Streams
     each image from disk, then checks Glance's os_hash_value against
     SHA512SUMS (deletes the image on a mismatch). Publishing the same build
     again uploads nothing; images left in flight by an interrupted run are
@@ -61,9 +81,11 @@ def publish(app, build_dir, variants, sign_key, passphrase_ref, sign_cert_id, si
         signer = signing.load_signer(sign_key, passphrase_ref, hash_method=sign_hash)
         signing.check_key_matches(signer, signing.fetch_certificate(conn, sign_cert_id), sign_cert_id)
         sign = glance.SignOptions(signer, sign_cert_id)
-    results = glance.Publisher(conn, policy, sign=sign).publish(build, variants or None, dry_run=dry_run)
+    results = glance.Publisher(conn, policy, sign=sign, scope=scope).publish(build, variants or None,
+                                                                             dry_run=dry_run)
     output.emit([r.to_dict() for r in results], app.output,
-                columns=["variant", "action", "image_id", "verify", "signed", "size", "seconds", "hash_value"])
+                columns=["variant", "action", "image_id", "scope", "verify", "signed", "size", "seconds",
+                         "hash_value"])
 
 
 @click.command("manifest")
@@ -78,19 +100,23 @@ def manifest_cmd(app, image):
 
 @click.command()
 @click.argument("image")
+@_scope_option("The scope the image must belong to; an image published before scopes (no nodeforge_scope) "
+               "is taken into it.  [default: the image's own scope]")
 @_retention_option
 @options.dry_run
 @options.pass_app
-def promote(app, image, retention_path, dry_run):
-    """Approve a verified image and retire older approved ones of its group.
+def promote(app, image, scope, retention_path, dry_run):
+    """Approve a verified image and retire older approved ones of its group and scope.
 
     The image's verify report (stored beside it by publish) is downloaded and
     checked again against the image in Glance; anything but a pass for these
     bytes, this build and this manifest is refused. Older approved images of
-    the same Kubernetes minor, variant and OS are kept listed, hidden,
-    deactivated or deleted per the retention policy."""
-    steps = catalog.promote(app.connect(), image, retention.load(retention_path), dry_run=dry_run)
-    output.emit([s.to_dict() for s in steps], app.output, columns=["action", "image_id", "name", "reason"],
+    the same Kubernetes minor, variant, OS and ownership scope are kept
+    listed, hidden, deactivated or deleted per the retention policy; images
+    of other scopes, and legacy ones without a scope, are never touched."""
+    policy = retention.load(retention_path)
+    steps = catalog.promote(app.connect(), image, policy, dry_run=dry_run, scope=scope)
+    output.emit([s.to_dict() for s in steps], app.output, columns=["action", "image_id", "name", "scope", "reason"],
                 title="plan (dry run)" if dry_run else None)
 
 
@@ -99,13 +125,15 @@ def promote(app, image, retention_path, dry_run):
 @click.option("--k8s", metavar="1.NN[.P]", help="Only this Kubernetes minor (or exact version).")
 @click.option("--variant", type=VARIANTS, help="Only this variant.")
 @click.option("--all", "include_hidden", is_flag=True, help="Include hidden (superseded) images.")
+@_scope_option("Only images of this ownership scope (nodeforge_scope).  [default: every scope, and legacy "
+               "images without one]")
 @options.pass_app
-def list_cmd(app, approved, k8s, variant, include_hidden):
+def list_cmd(app, approved, k8s, variant, include_hidden, scope):
     """nodeforge images in Glance: IDs for templates and the facts behind them."""
     rows = catalog.list_catalog(app.connect(), approved=approved, k8s=k8s, variant=variant,
-                                include_hidden=include_hidden)
-    output.emit(rows, app.output, columns=["id", "k8s", "variant", "os", "build_date", "state", "verify", "signed",
-                                           "visibility"])
+                                include_hidden=include_hidden, scope=scope)
+    output.emit(rows, app.output, columns=["id", "k8s", "variant", "os", "scope", "build_date", "state", "verify",
+                                           "signed", "visibility"])
 
 
 @click.command()

@@ -3,7 +3,12 @@
 An image published by ``image publish`` is a *candidate* (private, tag
 ``nodeforge-candidate``). ``promote`` makes a verified candidate *approved*
 (public, tag ``nodeforge-approved``) and applies the retention policy to the
-older approved images of its group (Kubernetes minor, variant, OS). Promote
+older approved images of its group (Kubernetes minor, variant, OS) **and its
+ownership scope** (``nodeforge_scope``, see :mod:`.glance`): approved images
+of other scopes, and legacy ones without a scope, are never hidden,
+deactivated or deleted by a promote. An image published before scopes has no
+scope: promote refuses it unless given one (``scope=``), which it then
+carries. Promote
 is a plan (:func:`plan_promote`, pure: Glance records in, actions out) and an
 apply (:func:`apply_promote`), so ``--dry-run`` shows exactly what would change.
 
@@ -48,9 +53,11 @@ class Step:
     name: str
     action: Action
     reason: str
+    scope: str | None = None        # the ownership scope the promote acts within
 
     def to_dict(self) -> dict:
-        return {"image_id": self.image_id, "name": self.name, "action": self.action.value, "reason": self.reason}
+        return {"image_id": self.image_id, "name": self.name, "action": self.action.value, "reason": self.reason,
+                "scope": self.scope}
 
 
 def state(image: dict) -> str:
@@ -99,28 +106,58 @@ def check_verify_report(conn, image: dict) -> verifyreport.Verdict:
     return verdict
 
 
-def group_filters(image: dict) -> dict:
-    return {"tag": [g.TAG, g.TAG_APPROVED, g.tag_k8s(image[f"{P}k8s_minor"]), g.tag_variant(image[f"{P}variant"])],
-            "os_distro": image.get("os_distro"), "os_version": image.get("os_version")}
+def promote_scope(image: dict, scope: str | None = None) -> str:
+    """The scope a promote of ``image`` acts within: the image's own ``nodeforge_scope``.
+    ``scope`` (validated) must then be the same; an image without one (published before
+    scopes) is refused unless ``scope`` is given, which it is then taken into."""
+    g.check_scope(scope)
+    name = image.get("name") or image["id"]
+    own = g.scope_of(image)
+    if own is not None:
+        if scope is not None and scope != own:
+            raise PromoteRefused(image=name, detail=f"it belongs to scope '{own}', not '{scope}' "
+                                                    f"({g.SCOPE}); promote it within its own scope")
+        return own
+    if scope is None:
+        raise PromoteRefused(image=name, detail=f"it carries no {g.SCOPE} (published before ownership scopes), "
+                                                "so it is no declaration's: give --scope to take it into one "
+                                                "(retention then acts within that scope)")
+    return scope
 
 
-def plan_promote(image: dict, approved: list[dict], policy: RetentionPolicy) -> list[Step]:
-    """Steps for promoting ``image`` given the approved images of its group."""
+def group_filters(image: dict, scope: str | None = None) -> dict:
+    """Glance filters for the approved images of ``image``'s group (and ``scope``, if given)."""
+    filters = {"tag": [g.TAG, g.TAG_APPROVED, g.tag_k8s(image[f"{P}k8s_minor"]), g.tag_variant(image[f"{P}variant"])],
+               "os_distro": image.get("os_distro"), "os_version": image.get("os_version")}
+    if scope is not None:
+        filters[g.SCOPE] = scope
+    return filters
+
+
+def plan_promote(image: dict, approved: list[dict], policy: RetentionPolicy, *,
+                 scope: str | None = None) -> list[Step]:
+    """Steps for promoting ``image`` given the approved images of its group. Retention
+    considers only the images of the promote's scope (:func:`promote_scope`): any other
+    image in ``approved`` (another scope's, or a legacy one without a scope) gets no step."""
     check_promotable(image)
-    others = sorted((i for i in approved if i["id"] != image["id"] and i.get("status") != g.DEACTIVATED),
+    own = promote_scope(image, scope)
+    others = sorted((i for i in approved if i["id"] != image["id"] and i.get("status") != g.DEACTIVATED
+                     and g.scope_of(i) == own),
                     key=_promoted_key, reverse=True)
-    steps = [Step(image["id"], image.get("name", ""), Action.APPROVE, "promoted")]
+    adopted = "" if g.scope_of(image) else f"; taken into scope '{own}'"
+    steps = [Step(image["id"], image.get("name", ""), Action.APPROVE, "promoted" + adopted, own)]
     for pos, other in enumerate(others, start=2):
         name = other.get("name", "")
         if pos <= policy.visible:
-            steps.append(Step(other["id"], name, Action.KEEP, f"newest {policy.visible} stay listed"))
+            steps.append(Step(other["id"], name, Action.KEEP, f"newest {policy.visible} stay listed", own))
         elif pos <= policy.keep:
-            steps.append(Step(other["id"], name, Action.HIDE, f"beyond visible={policy.visible}, within keep={policy.keep}"))
+            steps.append(Step(other["id"], name, Action.HIDE,
+                              f"beyond visible={policy.visible}, within keep={policy.keep}", own))
         elif in_use(other):
-            steps.append(Step(other["id"], name, Action.HIDE, f"beyond keep={policy.keep} but marked in use"))
+            steps.append(Step(other["id"], name, Action.HIDE, f"beyond keep={policy.keep} but marked in use", own))
         else:
             action = Action.DELETE if policy.expire is Expire.DELETE else Action.DEACTIVATE
-            steps.append(Step(other["id"], name, action, f"beyond keep={policy.keep}"))
+            steps.append(Step(other["id"], name, action, f"beyond keep={policy.keep}", own))
     return steps
 
 
@@ -142,7 +179,8 @@ def apply_promote(conn, steps: list[Step], images: dict[str, dict]) -> None:
                     {"op": "replace", "path": "/visibility", "value": "public"},
                     {"op": "replace", "path": "/os_hidden", "value": False},
                     _tags_op(img, {g.TAG_APPROVED}, {g.TAG_CANDIDATE, g.TAG_SUPERSEDED}),
-                    *g.set_ops(img, {f"{P}promoted_at": now}),
+                    *g.set_ops(img, {f"{P}promoted_at": now,
+                                     **({g.SCOPE: step.scope} if step.scope and not g.scope_of(img) else {})}),
                 ], what)
             except g.ForbiddenError as exc:
                 raise PromoteRefused(image=step.name or step.image_id,
@@ -180,12 +218,16 @@ def _side_images_public(conn, image: dict) -> None:
                           f"publicizing {what} {side_id}")
 
 
-def promote(conn, ref: str, policy: RetentionPolicy, *, dry_run: bool = False) -> list[Step]:
+def promote(conn, ref: str, policy: RetentionPolicy, *, dry_run: bool = False,
+            scope: str | None = None) -> list[Step]:
+    """Promote ``ref`` within its scope (``scope``: see :func:`promote_scope`)."""
+    g.check_scope(scope)
     image = g.find_image(conn, ref)
     check_promotable(image)
+    own = promote_scope(image, scope)
     check_verify_report(conn, image)
-    approved = g.list_images(conn, **group_filters(image))
-    steps = plan_promote(image, approved, policy)
+    approved = g.list_images(conn, **group_filters(image, own))
+    steps = plan_promote(image, approved, policy, scope=own)
     if not dry_run:
         apply_promote(conn, steps, {i["id"]: i for i in [image, *approved]})
     return steps
@@ -203,6 +245,7 @@ def summary(image: dict) -> dict:
         "os": f"{image.get('os_distro', '')} {image.get('os_version', '')}".strip(),
         "build_date": image.get("image_build_date"),
         "state": state(image),
+        "scope": g.scope_of(image),
         "verify": image.get(f"{P}verify", "absent"),
         "signed": "img_signature" in image,
         "visibility": image.get("visibility"),
@@ -211,7 +254,11 @@ def summary(image: dict) -> dict:
 
 
 def list_catalog(conn, *, approved: bool = False, k8s: str | None = None, variant: str | None = None,
-                 include_hidden: bool = False) -> list[dict]:
+                 include_hidden: bool = False, scope: str | None = None) -> list[dict]:
+    """nodeforge node images as :func:`summary` rows; ``scope``: only that scope's (legacy
+    images without a scope are in no scope)."""
+    g.check_scope(scope)
+    filters = {g.SCOPE: scope} if scope is not None else {}
     tags = [g.TAG]
     if approved:
         tags.append(g.TAG_APPROVED)
@@ -219,7 +266,8 @@ def list_catalog(conn, *, approved: bool = False, k8s: str | None = None, varian
         tags.append(g.tag_k8s(".".join(k8s.lstrip("v").split(".")[:2])))
     if variant:
         tags.append(g.tag_variant(variant))
-    images = [i for i in g.list_images(conn, tag=tags) if i.get(f"{P}role") == "image"]
+    images = [i for i in g.list_images(conn, tag=tags, **filters) if i.get(f"{P}role") == "image"
+              and (scope is None or g.scope_of(i) == scope)]
     if k8s and k8s.count(".") == 2:
         images = [i for i in images if (i.get("kube_version") or "").lstrip("v") == k8s.lstrip("v")]
     if not include_hidden:

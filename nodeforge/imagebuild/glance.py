@@ -23,6 +23,17 @@ One variant is published as three Glance images (see docs/publishing.md):
   again against the Glance image (:func:`verify_binding`), so it never trusts
   the ``nodeforge_verify`` string alone.
 
+Ownership scopes: every image publish creates carries ``nodeforge_scope``,
+the scope of the declaration that made it, the version lockfile: publish's
+``scope`` argument (``image publish --scope``; the pipeline passes its
+lockfile's), else the build manifest's ``scope`` (``image build`` records the
+lockfile's), else :data:`DEFAULT_SCOPE` for manifests written before scopes.
+Promote retires only images of the promoted image's scope
+(:mod:`.catalog`); a build's images already in Glance under another scope
+are refused (:class:`ScopeConflict`), legacy ones (no ``nodeforge_scope``)
+are taken into the scope. The rule (:func:`nodeforge.ironic.constants.scope_problem`)
+is the one flavors and bare-metal inventories use.
+
 All calls are plain Glance v2 REST through the openstacksdk session (the
 SDK's ``create_image`` adds its own ``owner_specified.*`` properties, reads
 the file for checksums first, and its list call ignores property filters).
@@ -46,10 +57,11 @@ import uuid
 from pathlib import Path
 from typing import Iterable
 
-from nodeforge.errors import NodeforgeError
+from nodeforge.errors import NodeforgeError, UsageError
 from nodeforge.imagebuild import verifyreport
 from nodeforge.imagebuild.builddir import BuildDir, VariantImage, VerifyStatus
 from nodeforge.imagebuild.retention import RetentionPolicy
+from nodeforge.ironic import constants as IC
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +91,11 @@ TAG_APPROVED = "nodeforge-approved"
 TAG_SUPERSEDED = "nodeforge-superseded"
 TAG_IN_USE = "nodeforge-in-use"
 P = "nodeforge_"  # namespace of nodeforge's own properties
+# The ownership mark: the scope of the declaration (lockfile) that made the image.
+SCOPE = f"{P}scope"
+# The scope of a build whose manifest names none (built before scopes, or a
+# synthetic build) when publish is given none either.
+DEFAULT_SCOPE = "default"
 
 
 def tag_k8s(minor: str) -> str:
@@ -87,6 +104,22 @@ def tag_k8s(minor: str) -> str:
 
 def tag_variant(variant: str) -> str:
     return f"nodeforge-{variant}"
+
+
+def scope_of(image: dict) -> str | None:
+    """The scope an image in Glance is marked with (None: legacy, published before scopes)."""
+    value = image.get(SCOPE)
+    return str(value) if value not in (None, "") else None
+
+
+def check_scope(value: str | None, what: str = "scope") -> str | None:
+    """``value`` if it is a valid scope (or None); :class:`UsageError` (exit 2) otherwise."""
+    if value is None:
+        return None
+    problem = IC.scope_problem(value)
+    if problem is not None:
+        raise UsageError(detail=f"{what} {problem}")
+    return value
 
 
 # --------------------------------------------------------------------------
@@ -127,6 +160,13 @@ class NotVerified(PublishError):
     message = "{image}: not published: its boot verification is '{status}': {reason}"
     hint = ("only a variant whose verify.json passes (schema nodeforge-image-verify/2, this build, this "
             "manifest, these image bytes) is published; run 'nodeforge image verify' on the build directory")
+
+
+class ScopeConflict(PublishError):
+    message = ("{image}: image {image_id} of this build is in Glance under scope '{owner}', not '{scope}'; "
+               "nothing was written")
+    hint = ("a build belongs to one scope: publish it with --scope set to the scope that owns it, or delete "
+            "that image first (docs/publishing.md, 'Ownership scopes')")
 
 
 class UploadInProgress(PublishError):
@@ -292,8 +332,27 @@ def image_name(build: BuildDir, variant: str) -> str:
     return f"nodeforge-k8s-{build.k8s_version}-{build.os_distro}-{build.os_version}-{variant}-{build.build_id}"[:255]
 
 
+def manifest_scope(build: BuildDir) -> str | None:
+    """The ``scope`` the build's manifest records (None: a manifest from before scopes). Read
+    from the bytes :func:`builddir.load` digested; an invalid value is refused."""
+    raw = build.manifest_path.read_bytes()
+    if hashlib.sha256(raw).hexdigest() != build.manifest_sha256:
+        raise PublishError(detail=f"{build.manifest_path} changed since the build directory was read")
+    try:
+        value = json.loads(raw).get("scope")
+    except (ValueError, AttributeError):
+        return None
+    if value is None:
+        return None
+    problem = IC.scope_problem(value)
+    if problem is not None:
+        raise PublishError(detail=f"{build.manifest_path}: scope {problem}")
+    return value
+
+
 def image_properties(build: BuildDir, image: VariantImage, policy: RetentionPolicy, *,
-                     manifest_image_id: str, verify_report_id: str, verify_sha256: str) -> dict[str, str]:
+                     manifest_image_id: str, verify_report_id: str, verify_sha256: str,
+                     scope: str = DEFAULT_SCOPE) -> dict[str, str]:
     """The extra properties of a node image (all strings). Core attributes
     (min_disk, min_ram, os_hidden, visibility, tags) are set separately."""
     vm = image.variant == "vm"
@@ -329,6 +388,7 @@ def image_properties(build: BuildDir, image: VariantImage, policy: RetentionPoli
         f"{P}verify_report": verify_report_id,
         f"{P}verify_sha256": verify_sha256,
         f"{P}role": "image",
+        SCOPE: scope,
     }
     if vm:
         props["hw_qemu_guest_agent"] = "yes"
@@ -405,6 +465,8 @@ class VariantResult:
     verify: str = VerifyStatus.ABSENT.value
     verify_report_id: str | None = None
     cleaned: list[str] = dataclasses.field(default_factory=list)
+    scope: str | None = None
+    note: str | None = None
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -417,12 +479,37 @@ class SignOptions:
 
 
 class Publisher:
-    def __init__(self, conn, policy: RetentionPolicy, *, sign: SignOptions | None = None, progress=None):
+    """Publishes builds. ``scope``: the ownership scope every image gets (validated here,
+    :class:`UsageError`); None: the build manifest's ``scope``, else :data:`DEFAULT_SCOPE`."""
+
+    def __init__(self, conn, policy: RetentionPolicy, *, sign: SignOptions | None = None, progress=None,
+                 scope: str | None = None):
         self.conn = conn
         self.policy = policy
         self.sign = sign
         self.progress = progress
+        self.scope = check_scope(scope)
         self.owner = uploader_id()
+        self._scopes: dict[tuple[str, str], str] = {}
+
+    def scope_for(self, build: BuildDir) -> str:
+        """The scope ``build``'s images are published under (see the class)."""
+        key = (str(build.path), build.manifest_sha256)
+        if key not in self._scopes:
+            recorded = manifest_scope(build)
+            if self.scope is not None and recorded is not None and recorded != self.scope:
+                log.warning("%s: the manifest records scope '%s'; publishing under '%s' as asked",
+                            build.path, recorded, self.scope)
+            self._scopes[key] = self.scope or recorded or DEFAULT_SCOPE
+        return self._scopes[key]
+
+    def check_owner(self, build: BuildDir, variant: str, scope: str, found: list[dict] | None = None) -> None:
+        """Refuse (:class:`ScopeConflict`) when an image of this build and variant is in Glance
+        under another scope."""
+        for img in self._mine(build, variant, "image") if found is None else found:
+            owner = scope_of(img)
+            if owner is not None and owner != scope:
+                raise ScopeConflict(image=image_name(build, variant), image_id=img["id"], owner=owner, scope=scope)
 
     # -- lookup and clean-up
 
@@ -481,6 +568,7 @@ class Publisher:
             "container_format": "bare", "os_hidden": True, "tags": [TAG_MANIFEST],
             f"{P}role": "manifest", f"{P}build_id": build.build_id, f"{P}variant": variant,
             f"{P}manifest_sha256": build.manifest_sha256, f"{P}uploader": self.owner,
+            SCOPE: self.scope_for(build),
         })
         digests = self._upload(img["id"], build.manifest_path, {"sha256": hashlib.sha256()}, img["name"])
         if digests["sha256"] != build.manifest_sha256 or hashlib.sha256(raw).hexdigest() != build.manifest_sha256:
@@ -499,7 +587,7 @@ class Publisher:
             "name": f"{image_name(build, variant)}.verify.json"[:255], "disk_format": "raw",
             "container_format": "bare", "os_hidden": True, "tags": [TAG_VERIFY_REPORT],
             f"{P}role": "verify-report", f"{P}build_id": build.build_id, f"{P}variant": variant,
-            f"{P}verify_sha256": digest, f"{P}uploader": self.owner,
+            f"{P}verify_sha256": digest, f"{P}uploader": self.owner, SCOPE: self.scope_for(build),
         })
         try:
             resp = self.conn.image.put(f"/images/{img['id']}/file", data=report,
@@ -556,9 +644,12 @@ class Publisher:
         image = build.variant(variant)
         name = image_name(build, variant)
         report = self.gate(build, variant)
+        scope = self.scope_for(build)
         result = VariantResult(variant=variant, name=name, action="", size=image.size,
-                               verify=VerifyStatus.PASSED.value)
-        found, cleaned = self._clean(self._mine(build, variant, "image"), name, dry_run)
+                               verify=VerifyStatus.PASSED.value, scope=scope)
+        found = self._mine(build, variant, "image")
+        self.check_owner(build, variant, scope, found)     # before any write
+        found, cleaned = self._clean(found, name, dry_run)
         manifests, cleaned_m = self._clean(self._mine(build, variant, "manifest"), name, dry_run)
         reports, cleaned_r = self._clean(self._mine(build, variant, "verify-report"), name, dry_run)
         result.cleaned = cleaned + cleaned_m + cleaned_r
@@ -574,6 +665,14 @@ class Publisher:
             result.manifest_image_id = img.get(f"{P}manifest_image")
             result.signed = "img_signature" in img
             result.verify_report_id = self._ensure_report(img, build, variant, reports, report, dry_run)
+            if scope_of(img) is None:
+                # Published before scopes (legacy): this build is declared in ``scope`` now.
+                result.note = f"legacy image (no {SCOPE}): taken into scope '{scope}'"
+                if not dry_run:
+                    current = get_image(self.conn, img["id"])
+                    patch_image(self.conn, img["id"], set_ops(current, {SCOPE: scope}),
+                                f"marking {name} with scope {scope}")
+                log.info("%s: %s", img["id"], result.note)
             return result
         if dry_run:
             result.action = "would-upload"
@@ -584,7 +683,8 @@ class Publisher:
         manifest_id = self._manifest_image(build, variant, manifests, dry_run)
         report_id = self._report_image(build, variant, reports, report)
         props = image_properties(build, image, self.policy, manifest_image_id=manifest_id,
-                                 verify_report_id=report_id, verify_sha256=hashlib.sha256(report).hexdigest())
+                                 verify_report_id=report_id, verify_sha256=hashlib.sha256(report).hexdigest(),
+                                 scope=scope)
         # sha512 of what is sent: tells a local file that changed since the
         # build from bytes damaged on the way.
         hashers = {"sha512": hashlib.sha512()}
@@ -642,6 +742,9 @@ class Publisher:
             build.variant(v)  # all unknown variants fail before any upload
         for v in names:
             self.gate(build, v)  # and so does any variant without a passing verify report
+        scope = self.scope_for(build)
+        for v in names:
+            self.check_owner(build, v, scope)  # and any variant already in Glance under another scope
         return [self.publish_variant(build, v, dry_run=dry_run) for v in names]
 
 

@@ -53,6 +53,7 @@ class PipelineConfig:
     arch: str = Arch.AMD64.value
     jobs: int = 4
     fixture: str | None = None      # artifacts come from a fixture mirror: this label goes on every image
+    scope: str | None = None        # ownership scope of the published images; None: the lockfile's
 
     def to_dict(self) -> dict:
         return {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(self).items()}
@@ -64,6 +65,11 @@ class PipelineConfig:
         return cls(**{k: (Path(v) if k in paths and v is not None else v) for k, v in doc.items() if k in known})
 
     def check(self) -> None:
+        if self.scope is not None:
+            from nodeforge.ironic import constants as IC
+
+            if (problem := IC.scope_problem(self.scope)) is not None:
+                raise UsageError(detail=f"scope {problem}")
         if self.fixture and Path(self.lockfile).resolve() == PRODUCTION_LOCKFILE:
             raise UsageError(detail=f"fixture artifacts never go into the production lockfile {PRODUCTION_LOCKFILE}; "
                                     "use a fixture lockfile (nodeforge.demo.fixtures.make_demo writes one)")
@@ -71,6 +77,11 @@ class PipelineConfig:
     # -- library objects -----------------------------------------------------------
     def lock(self) -> lf.Lockfile:
         return lf.load(self.lockfile)
+
+    def image_scope(self) -> str:
+        """The ownership scope publish marks the images with and promote acts within:
+        ``scope``, else the lockfile's (its ``scope:``, else derived from its path)."""
+        return self.scope or self.lock().scope
 
     def sources(self) -> Sources:
         return Sources.load(self.sources_file or Path(self.lockfile).parent / "sources.yaml")
@@ -264,7 +275,8 @@ def publish(ctx: StageContext) -> dict:
     cfg = ctx.config
     b = builddir.load(ctx.previous["build"]["build_dir"])
     conn = ctx.conn()
-    results = glance.Publisher(conn, cfg.policy()).publish(b)
+    scope = cfg.image_scope()
+    results = glance.Publisher(conn, cfg.policy(), scope=scope).publish(b)
     images = {r.variant: r.image_id for r in results}
     if cfg.fixture:
         # Labelled where every consumer sees it: built from fixture stand-ins, not upstream releases.
@@ -275,8 +287,9 @@ def publish(ctx: StageContext) -> dict:
             if ops:
                 glance.patch_image(conn, r.image_id, ops, f"fixture label on {r.name}")
     ctx.run.images[ctx.minor] = images
-    ctx.say(f"publish {ctx.minor}: candidates " + ", ".join(f"{v} {i}" for v, i in sorted(images.items())))
-    return {"images": images, "actions": {r.variant: r.action for r in results},
+    ctx.say(f"publish {ctx.minor}: candidates " + ", ".join(f"{v} {i}" for v, i in sorted(images.items()))
+            + f" (scope {scope})")
+    return {"images": images, "actions": {r.variant: r.action for r in results}, "scope": scope,
             "verify": {r.variant: r.verify for r in results}, "fixture": bool(cfg.fixture),
             "summary": "candidates " + ", ".join(f"{v}={i}" for v, i in sorted(images.items()))}
 
@@ -286,14 +299,17 @@ def promote(ctx: StageContext) -> dict:
 
     conn, policy = ctx.conn(), ctx.config.policy()
     images = ctx.previous["publish"]["images"]
+    # Retention acts within the run's scope only (other declarations' images are never retired).
+    scope = ctx.previous["publish"].get("scope") or ctx.config.image_scope()
     steps = []
     for variant, image_id in sorted(images.items()):
-        steps += [s.to_dict() | {"variant": variant} for s in catalog.promote(conn, image_id, policy)]
+        steps += [s.to_dict() | {"variant": variant}
+                  for s in catalog.promote(conn, image_id, policy, scope=scope)]
     retired = [s["image_id"] for s in steps if s["action"] in ("hide", "deactivate", "delete")]
     ctx.run.approved[ctx.minor] = dict(images)
     ctx.say(f"promote {ctx.minor}: approved " + ", ".join(f"{v} {i}" for v, i in sorted(images.items()))
             + (f"; retired {len(retired)} older image(s)" if retired else ""))
-    return {"approved": dict(images), "steps": steps, "retired": retired,
+    return {"approved": dict(images), "steps": steps, "retired": retired, "scope": scope,
             "summary": f"approved {len(images)}; retired {len(retired)}"}
 
 

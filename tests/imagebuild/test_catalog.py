@@ -17,12 +17,14 @@ from tests.imagebuild.builddir_factory import make_build_dir
 from tests.imagebuild.glance_fixtures import admin, member, policy, tracker  # noqa: F401 - fixtures
 
 
-def _img(i: int, *, verify="passed", approved=True, in_use=False, status="active") -> dict:
+def _img(i: int, *, verify="passed", approved=True, in_use=False, status="active", scope="team-a") -> dict:
     tags = ["nodeforge", "nodeforge-k8s-1.36", "nodeforge-vm", "nodeforge-approved" if approved else "nodeforge-candidate"]
     img = {"id": f"id-{i}", "name": f"img-{i}", "status": status, "tags": tags, "nodeforge_role": "image",
            "nodeforge_verify": verify, "nodeforge_k8s_minor": "1.36", "nodeforge_variant": "vm",
            "nodeforge_promoted_at": f"2026-01-{i:02d}T00:00:00Z",
            "nodeforge_verify_report": f"report-{i}", "nodeforge_verify_sha256": "0" * 64}
+    if scope is not None:
+        img["nodeforge_scope"] = scope
     if in_use:
         img["nodeforge_in_use"] = "true"
     return img
