@@ -4,7 +4,10 @@ template -> approved image -> flavor -> available bare-metal nodes.
 A template file (``manifests/templates/NAME.yaml``) declares what its author
 decides: name, Kubernetes minor, an image *selector* (approved, minor,
 variant, OS; never an ID), node groups (role, variant, flavor, count),
-labels and other Magnum fields. See docs/flavors-and-templates.md.
+labels and other Magnum fields, and optionally the ownership ``scope:`` its
+images must carry (``nodeforge_scope``; without it any scope's image
+qualifies, and the resolution says which scope the chosen one is of). See
+docs/flavors-and-templates.md.
 
 * :func:`resolve` reads Glance (the approved-image catalog), Nova (flavors)
   and Ironic (nodes) once and returns every broken link (:class:`Issue`):
@@ -29,6 +32,7 @@ from pathlib import Path
 from nodeforge.compute import flavors as F
 from nodeforge.errors import ConfigError, NodeforgeError
 from nodeforge.imagebuild import glance as g, yamlfile
+from nodeforge.ironic import constants as IC
 
 DEFAULT_DIR = Path("manifests/templates")
 _MINOR = re.compile(r"^1\.\d+$")
@@ -40,7 +44,7 @@ MAGNUM_FIELDS = {"keypair_id", "external_network_id", "fixed_network", "fixed_su
                  "volume_driver", "dns_nameserver", "docker_volume_size", "docker_storage_driver", "http_proxy",
                  "https_proxy", "no_proxy", "public", "hidden", "master_lb_enabled", "floating_ip_enabled",
                  "tls_disabled", "registry_enabled", "insecure_registry", "apiserver_port"}
-_KEYS = {"name", "description", "kubernetes", "coe", "image", "node_groups", "labels", "magnum"}
+_KEYS = {"name", "description", "kubernetes", "coe", "image", "node_groups", "labels", "magnum", "scope"}
 _GROUP_KEYS = {"name", "role", "variant", "flavor", "count"}
 _SELECTOR_KEYS = {"k8s", "os_distro", "os_version"}
 
@@ -76,6 +80,7 @@ class Template:
     magnum: dict
     coe: str = "kubernetes"
     description: str | None = None
+    scope: str | None = None              # images only of this ownership scope; None: any scope
 
     @property
     def kube_tag(self) -> str | None:
@@ -163,11 +168,15 @@ def parse(doc, label: str) -> Template:
     for key in sorted(set(magnum) - MAGNUM_FIELDS):
         problems.append(f"magnum.{key}: not a cluster-template field nodeforge passes through "
                         f"({', '.join(sorted(MAGNUM_FIELDS))})")
+    scope = doc.get("scope")
+    if scope is not None and (why := IC.scope_problem(scope)) is not None:
+        line = yamlfile.line_of(doc, "scope")
+        problems.append((f"line {line}: " if line else "") + f"scope: {why}")
     if problems:
         raise ConfigError(path=label, detail=f"{len(problems)} problem(s):\n  " + "\n  ".join(problems))
     return Template(name=name, path=label, kubernetes=minor, selector=selector, groups=tuple(groups),
                     labels={str(k): str(v) for k, v in labels.items()}, magnum=dict(magnum),
-                    coe=str(doc.get("coe") or "kubernetes"), description=doc.get("description"))
+                    coe=str(doc.get("coe") or "kubernetes"), description=doc.get("description"), scope=scope)
 
 
 def load_all(directory: Path | str = DEFAULT_DIR) -> dict[str, Template]:
@@ -241,8 +250,9 @@ class Resolution:
 
     def to_dict(self) -> dict:
         return {"template": self.template.name, "ok": self.ok, "issues": [i.to_dict() for i in self.issues],
-                "images": {v: {"id": i["id"], "name": i.get("name"), "kube_version": i.get("kube_version")}
-                           for v, i in self.images.items()},
+                "image_scope": self.template.scope or "any",
+                "images": {v: {"id": i["id"], "name": i.get("name"), "kube_version": i.get("kube_version"),
+                               "scope": g.scope_of(i)} for v, i in self.images.items()},
                 "flavors": {n: f["id"] for n, f in self.flavors.items()}, "capacity": self.capacity}
 
 
@@ -250,6 +260,8 @@ def _describe_selector(t: Template, variant: str) -> str:
     parts = [f"Kubernetes {t.selector.get('k8s', t.kubernetes)}", f"variant {variant}"]
     if "os_distro" in t.selector or "os_version" in t.selector:
         parts.append("os " + " ".join(t.selector[k] for k in ("os_distro", "os_version") if k in t.selector))
+    if t.scope is not None:
+        parts.append(f"scope {t.scope}")
     return ", ".join(parts)
 
 
@@ -265,11 +277,13 @@ def _why_unusable(image: dict) -> str | None:
 
 
 def choose_image(t: Template, variant: str, images: list[dict]) -> tuple[dict | None, str | None]:
-    """The newest approved, visible, active image the selector picks, or why none."""
+    """The newest approved, visible, active image the selector picks (within the template's
+    scope, if it names one), or why none."""
     minor = t.selector.get("k8s", t.kubernetes)
     group = [i for i in images
              if i.get(f"{g.P}k8s_minor") == minor and i.get(f"{g.P}variant") == variant
-             and all(str(i.get(k)) == v for k, v in t.selector.items() if k in ("os_distro", "os_version"))]
+             and all(str(i.get(k)) == v for k, v in t.selector.items() if k in ("os_distro", "os_version"))
+             and (t.scope is None or g.scope_of(i) == t.scope)]
     usable = [i for i in group if _why_unusable(i) is None]
     if usable:
         usable.sort(key=lambda i: (i.get(f"{g.P}promoted_at") or "", i.get("created_at") or ""), reverse=True)
@@ -278,9 +292,14 @@ def choose_image(t: Template, variant: str, images: list[dict]) -> tuple[dict | 
     if group:
         return None, what + ": " + "; ".join(f"{i['id']} ({i.get('name')}) is {_why_unusable(i)}" for i in group)
     others = sorted({i.get(f"{g.P}k8s_minor") for i in images
-                     if i.get(f"{g.P}variant") == variant and _why_unusable(i) is None} - {None})
+                     if i.get(f"{g.P}variant") == variant and _why_unusable(i) is None
+                     and (t.scope is None or g.scope_of(i) == t.scope)} - {None})
+    elsewhere = sorted({g.scope_of(i) or "none (legacy)" for i in images
+                        if i.get(f"{g.P}k8s_minor") == minor and i.get(f"{g.P}variant") == variant
+                        and _why_unusable(i) is None and g.scope_of(i) != t.scope}) if t.scope else []
     return None, what + ": the catalog has none" + (
-        f" (approved {variant} images exist for Kubernetes {', '.join(others)})" if others else "")
+        f" (approved {variant} images exist for Kubernetes {', '.join(others)})" if others else "") + (
+        f" (approved ones of other scopes: {', '.join(elsewhere)})" if elsewhere else "")
 
 
 def resolve(t: Template, state: CloudState) -> Resolution:
@@ -356,7 +375,9 @@ def render(res: Resolution) -> dict:
     extra = [gr for gr in t.groups if gr not in (master, worker)]
     groups = [{"name": gr.name, "role": gr.role, "flavor_id": res.flavors[gr.flavor]["id"], "flavor": gr.flavor,
                "image_id": res.images[gr.variant]["id"], "node_count": gr.count} for gr in t.groups]
-    return {"template": t.name, "cluster_template": body, "node_groups": groups,
+    chosen = {v: {"id": i["id"], "scope": g.scope_of(i)} for v, i in sorted(res.images.items())}
+    return {"template": t.name, "image_scope": t.scope or "any", "images": chosen,
+            "cluster_template": body, "node_groups": groups,
             "cluster_defaults": {"master_count": master.count, "node_count": worker.count},
             "commands": [create_command(body)] + [nodegroup_command(gr, res) for gr in extra]}
 

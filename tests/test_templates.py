@@ -118,3 +118,33 @@ def test_invalid_template_reports_every_problem():
     for expected in ("kubernetes: required", "image.id: unknown selector key", "never by ID",
                      "variant: required", "exactly one master group", "magnum.image_id: not a cluster-template"):
         assert expected in text, (expected, text)
+
+
+def test_scope_restricts_the_image_choice_and_the_chosen_scope_is_said(template, state):
+    def scoped(img, scope):
+        return dict(img, nodeforge_scope=scope)
+
+    # Another declaration's image, promoted later, is the newest of the group.
+    state.images = [scoped(i, "platform") if i["id"] != "other" else i for i in state.images] + [
+        scoped(image("theirs", promoted="2026-01-05"), "team-b")]
+    # Without scope: any scope's image qualifies (the newest), and the output says whose it is.
+    res = T.resolve(template, state)
+    assert res.images["baremetal"]["id"] == "theirs"
+    out = T.render(res)
+    assert out["image_scope"] == "any" and out["images"] == {"baremetal": {"id": "theirs", "scope": "team-b"}}
+    assert res.to_dict()["images"]["baremetal"]["scope"] == "team-b"
+    # With scope: only that scope's images.
+    doc = yamlfile.load(ROOT / "manifests" / "templates" / "k8s-1.36-baremetal.yaml")
+    doc["scope"] = "platform"
+    res = T.resolve(T.parse(doc, "t"), state)
+    out = T.render(res)
+    assert out["cluster_template"]["image_id"] == "new"
+    assert out["image_scope"] == "platform" and out["images"]["baremetal"] == {"id": "new", "scope": "platform"}
+    # A scope with no approved image of the group says so, and names the scopes that have one.
+    doc["scope"] = "team-c"
+    [issue] = [str(i) for i in T.resolve(T.parse(doc, "t"), state).issues if i.kind == "image"]
+    assert "no approved image for Kubernetes 1.36, variant baremetal, os debian 12, scope team-c: the catalog " \
+           "has none" in issue and "approved ones of other scopes: platform, team-b" in issue
+    doc["scope"] = "Not Valid"
+    with pytest.raises(ConfigError, match="scope: must be 1-63 characters"):
+        T.parse(doc, "t")
