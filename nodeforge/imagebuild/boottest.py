@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import Callable
 
 from nodeforge import hosttools
+from nodeforge.fsutil import atomic_write
 from nodeforge.errors import MissingToolError, NodeforgeError
 from nodeforge.imagebuild import builddir, checksums, verify_guest, verifychecks as vc, verifyreport
 from nodeforge.imagebuild.cache import Cache
@@ -536,23 +537,9 @@ def _verify_variant(ctx: _Context, variant: str) -> tuple[VariantResult, BootErr
     t_all = time.monotonic()
     try:
         say(f"{variant}: reading {image.path.name} offline")
-        raw = image.path
-        if image.disk_format == "qcow2":
-            raw = work / "image.raw"
-            _run([tools["qemu-img"], "convert", "-f", "qcow2", "-O", "raw", str(image.path), str(raw)])
-        pre = image_facts(raw, [], tools["debugfs"])  # hardening.json first: it may define the controls
-        controls, source = hardening_controls(ctx.manifest, pre.get("hardening"), req.profile_path)
-        facts = image_facts(raw, controls, tools["debugfs"])
-        if raw != image.path:
-            raw.unlink()
+        exp, facts, virtual = _offline(build, ctx.manifest, variant, tools, ctx.artifacts, req.profile_path,
+                                       req.grow, work)
         seconds["offline"] = time.monotonic() - t_all
-
-        virtual = _virtual_size(tools["qemu-img"], image.path, image.disk_format)
-        exp = vc.Expectations(
-            variant=variant, artifacts=ctx.artifacts, controls=controls,
-            hardening=ctx.manifest.get("hardening") or {}, controls_source=source,
-            manifest_sha256=build.manifest_sha256, disk_bytes=virtual + req.grow,
-            image_root_partition_bytes=facts["root_partition_bytes"])
         instance = str(uuid.uuid4())
         probes = vc.probes(exp, probe_id=instance, wait_seconds=max(60, int(req.timeout * 0.6)))
         overlay = work / "overlay.qcow2"
@@ -583,6 +570,8 @@ def _verify_variant(ctx: _Context, variant: str) -> tuple[VariantResult, BootErr
                               tail=console_tail(console))
             guest = {"error": str(exc)}
         seconds.setdefault("boot_to_verdict", time.monotonic() - t)
+        # What the guest reported, kept beside the console log (judge() re-evaluates it without a boot).
+        atomic_write(root / f"verify-{variant}-guest.json", json.dumps(guest, indent=1, sort_keys=True) + "\n")
         checks = vc.evaluate(exp, guest, facts)
         seconds["total"] = time.monotonic() - t_all
         result = VariantResult(variant, all(c["passed"] for c in checks) and error is None, checks,
@@ -600,6 +589,51 @@ def _verify_variant(ctx: _Context, variant: str) -> tuple[VariantResult, BootErr
             say(f"{variant}: work directory kept: {work}")
         else:
             shutil.rmtree(work, ignore_errors=True)
+
+
+def _offline(build: builddir.BuildDir, manifest: dict, variant: str, tools: dict[str, str], artifacts: dict,
+             profile_path: Path, grow: int, work: Path) -> tuple[vc.Expectations, dict, int]:
+    """Read the image without booting it: its facts (hardening controls, root
+    partition), what the boot must find (:class:`verifychecks.Expectations`)
+    and the image's virtual size."""
+    image = build.variant(variant)
+    raw = image.path
+    if image.disk_format == "qcow2":
+        raw = work / "image.raw"
+        _run([tools["qemu-img"], "convert", "-f", "qcow2", "-O", "raw", str(image.path), str(raw)])
+    try:
+        pre = image_facts(raw, [], tools["debugfs"])  # hardening.json first: it may define the controls
+        controls, source = hardening_controls(manifest, pre.get("hardening"), profile_path)
+        facts = image_facts(raw, controls, tools["debugfs"])
+    finally:
+        if raw != image.path:
+            raw.unlink(missing_ok=True)
+    virtual = _virtual_size(tools["qemu-img"], image.path, image.disk_format)
+    exp = vc.Expectations(
+        variant=variant, artifacts=artifacts, controls=controls,
+        hardening=manifest.get("hardening") or {}, controls_source=source,
+        manifest_sha256=build.manifest_sha256, disk_bytes=virtual + grow,
+        image_root_partition_bytes=facts["root_partition_bytes"])
+    return exp, facts, virtual
+
+
+def judge(build_dir: Path, variant: str, guest: dict, *, cache_dir: Path | None = None,
+          profile_path: Path = PROFILE, grow: int = GROW, work_dir: Path | None = None) -> list[dict]:
+    """The checks a guest report earns against this build's image, without
+    booting: the same offline reading and :func:`verifychecks.evaluate` as
+    :func:`verify`. ``guest`` is what a boot's collector reported (a boot keeps
+    it as ``verify-<variant>-guest.json``). Writes nothing into the build."""
+    build = builddir.load(build_dir)
+    manifest = json.loads(build.manifest_path.read_text())
+    tools = require_tools()
+    work = Path(tempfile.mkdtemp(prefix=f"nodeforge-judge-{variant}-",
+                                 dir=work_dir or os.environ.get(ENV_WORK_DIR) or None))
+    try:
+        exp, facts, _ = _offline(build, manifest, variant, tools, artifact_expectations(manifest, Cache(cache_dir)),
+                                 profile_path, grow, work)
+        return vc.evaluate(exp, guest, facts)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def write_report(root: Path, build: builddir.BuildDir, results: list[VariantResult]) -> dict:
