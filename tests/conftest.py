@@ -30,6 +30,8 @@ from nodeforge.devcloud.bmc import fleet
 from nodeforge.devcloud.cloud import ADMIN_CLOUD, MEMBER_CLOUD, SYSTEM_CLOUD, DevCloud
 from nodeforge.devcloud.paths import Paths
 from tests.prereq import require
+# The test run's one real build and boot, made by the release pipeline (session fixtures).
+from tests.release_fixture import built_image, release_run, verified_build  # noqa: F401
 
 MODE_ENV = "NODEFORGE_TEST_CLOUD"          # "own" (default) or "reuse"
 # Offsets tried for the session's own cloud, first free one wins. Chosen so

@@ -1,17 +1,14 @@
-"""One real image build per CI run, shared by every test that needs a built image.
+"""The image cache shared by the tests' one real build and bench/bench_boot.py.
 
-Use it from a conftest (``from tests.image_fixture import built_image  # noqa: F401``)
-and take the ``built_image`` fixture: a :class:`BuiltImage` with the build
-directory of both variants, built from the demo upstream (fixture artifacts of
-the real shape, served by the local mirror) with ``tests/demo``'s lockfile.
+The tests' build is made by the release pipeline (``tests/release_fixture.py``);
+this module holds the cache key and :class:`BuiltImage`, and
+:func:`build_demo_image`, the plain build the boot benchmark uses.
 
-The build directory is cached under ``.cache/images/<key>/`` in the checkout
-(git-ignored). The key digests every input: the demo lockfile, the rendered
+Build directories are cached under ``.cache/images/<key>/`` in the checkout
+(git-ignored). The key digests every input: the lockfile, the rendered
 element tree, the image-build code and the diskimage-builder version, so a
-change to any of them builds afresh and an unchanged checkout reuses the image
-(CI builds once per run; a developer rarely waits twice). When a new image is
-built, all but the newest older one are removed. ``NODEFORGE_IMAGE_FIXTURE_REBUILD=1`` forces
-a rebuild.
+change to any of them builds afresh and an unchanged checkout reuses the image.
+``NODEFORGE_IMAGE_FIXTURE_REBUILD=1`` forces a rebuild.
 """
 
 from __future__ import annotations
@@ -23,8 +20,6 @@ import json
 import os
 import shutil
 from pathlib import Path
-
-import pytest
 
 from nodeforge.devcloud.upstream_mirror import MirrorServer
 from nodeforge.imagebuild import build, lockfile, render
@@ -77,8 +72,3 @@ def build_demo_image(workdir: Path) -> BuiltImage:
                     minor=MINOR, lockfile_path=lock, out=out, cache_dir=REPO / ".cache" / "artifacts",
                     work_dir=Path(os.environ.get(build.ENV_WORK_DIR) or "/var/tmp")))
     return BuiltImage(out, lock, json.loads((out / "manifest.json").read_text()), key)
-
-
-@pytest.fixture(scope="session")
-def built_image(tmp_path_factory) -> BuiltImage:
-    return build_demo_image(tmp_path_factory.mktemp("image-fixture"))

@@ -17,8 +17,6 @@ from nodeforge.demo.fixtures import COMPANIONS, KUBERNETES, add_releases
 from nodeforge.devcloud.upstream_mirror import FixtureUpstream, MirrorServer
 from nodeforge.imagebuild.cache import Cache, Downloader, RetryPolicy
 from nodeforge.imagebuild.sources import Sources, SourceName
-from tests.image_fixture import built_image  # noqa: F401  (session fixture: the one real build)
-from tests.imagebuild import realbuild
 
 FAST_RETRY = RetryPolicy(attempts=3, initial=0.01, maximum=0.05, connect_timeout=2, read_timeout=5)
 
@@ -76,10 +74,3 @@ def run_cli(capsys, monkeypatch, tmp_path):
         return code, out, err
 
     return run
-
-
-@pytest.fixture(scope="session")
-def verified_build(built_image, tmp_path_factory):  # noqa: F811
-    """The session build booted once per variant (slow): ``(build dir copy, {variant: result})``.
-    The copy's verify.json says passed or failed per variant, as ``image verify`` leaves it."""
-    return realbuild.verify_session_build(built_image.path, tmp_path_factory.mktemp("verify"))

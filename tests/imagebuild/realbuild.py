@@ -1,17 +1,13 @@
-"""The session's real image build, booted once: shared by the boot tests and
-the publish tests, so CI builds one image and verifies it once per run.
-
-The build comes from ``tests/image_fixture.py`` (cached under .cache/images).
-Tests work on hard-linked copies of its build directory: verify and publish
-only ever read the images, and their own outputs (verify.json, console logs)
-go into the copy.
+"""Helpers for tests that work on the test run's one real build
+(``tests/release_fixture.py``): hard-linked copies of its build directory
+(verify and publish only ever read the images; their own outputs, verify.json
+and console logs, go into the copy) and a verify call with the tests' timeout.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import time
 from pathlib import Path
 
 from nodeforge.imagebuild import boottest
@@ -41,12 +37,3 @@ def linked_copy(src: Path, dest: Path, *, skip: tuple[str, ...] = (), with_verif
 def verify(build_dir: Path, **kw) -> list[boottest.VariantResult]:
     return boottest.verify(boottest.VerifyRequest(build_dir=build_dir, cache_dir=ARTIFACT_CACHE,
                                                   timeout=kw.pop("timeout", BOOT_TIMEOUT), **kw))
-
-
-def verify_session_build(built_path: Path, dest: Path) -> tuple[Path, dict[str, boottest.VariantResult]]:
-    d = linked_copy(built_path, dest / built_path.name)
-    t = time.monotonic()
-    results = verify(d)
-    print(f"\nboot verification: {', '.join(f'{r.variant} {r.seconds}' for r in results)} "
-          f"(wall {time.monotonic() - t:.0f} s)")
-    return d, {r.variant: r for r in results}

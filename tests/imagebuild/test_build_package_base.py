@@ -12,11 +12,10 @@ import re
 import pytest
 
 from nodeforge.imagebuild import build, lockfile, package_base as pb
-from tests.image_fixture import built_image  # noqa: F401  (session fixture)
 from tests.imagebuild.test_image_build import _cat, _root_fs
 from tests.prereq import require
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.devcloud]
 
 
 def test_manifest_records_the_package_base(built_image):

@@ -1,7 +1,8 @@
 """The real build: both variants from one root filesystem, against the local mirror.
 
-Marked slow (minutes cold; the image is cached under .cache/images by input
-digest and shared with the boot and publish tests, see tests/image_fixture.py).
+Marked slow and devcloud: the build is the test run's one real build, made by
+the release pipeline on the session's local cloud (tests/release_fixture.py)
+and shared with the boot, publish and end-to-end tests.
 """
 
 from __future__ import annotations
@@ -17,9 +18,8 @@ import pytest
 
 from nodeforge.imagebuild import checksums, lockfile, manifest as mf
 from nodeforge.imagebuild.lockfile import Arch, Component
-from tests.image_fixture import built_image  # noqa: F401  (session fixture)
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.devcloud]
 MTOOLS_ENV = dict(os.environ, MTOOLS_SKIP_CHECK="1")
 
 
@@ -125,7 +125,7 @@ def test_image_content_matches_the_manifest(built_image, variant, tmp_path):
     assert _cat(fs, "/etc/machine-id") == ""
     # Kernel command line with the serial console; the pinned kubelet installed.
     assert "console=ttyS0" in _cat(fs, "/boot/grub/grub.cfg")
-    assert "Kubernetes v1.36.0" in _cat(fs, "/usr/local/bin/kubelet")
+    assert f"Kubernetes v{built_image.manifest['kubernetes']['version']}" in _cat(fs, "/usr/local/bin/kubelet")
     assert 'sandbox = "registry.k8s.io/pause:3.10.1"' in _cat(fs, "/etc/containerd/config.toml")
     network = _cat(fs, "/etc/systemd/network/90-nodeforge-dhcp-all.network")
     assert ("DHCP=yes" in network) == (variant == "baremetal")
