@@ -33,9 +33,9 @@ venv: $(BIN)/python
 devcloud-install: venv
 	$(BIN)/nodeforge devcloud install
 
-## test: the whole suite, slow real-component tests included (starts the local cloud it needs)
+## test: the whole suite, slow real-component tests included (starts a local cloud of its own; prints the slowest tests)
 test: setup
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest --durations=25 $(PYTEST_ARGS)
 
 ## test-fast: unit tests only
 test-fast: venv
