@@ -91,3 +91,20 @@ def add_common_options(command: click.Command) -> None:
     for param in _leaf_params():
         if not existing.intersection(param.opts):
             command.params.append(param)
+
+
+def _check_scope(ctx, param, value):
+    """--scope: the shared ownership-scope rule (a bad one exits 2 before any API call)."""
+    if value is None:
+        return None
+    from nodeforge.ironic import constants as C
+
+    problem = C.scope_problem(value)
+    if problem:
+        raise click.BadParameter(problem, ctx=ctx, param=param)
+    return value
+
+
+def scope(help_text: str):
+    """``--scope SCOPE``: an ownership scope (images, nodes), checked by the shared rule."""
+    return click.option("--scope", "scope", metavar="SCOPE", callback=_check_scope, help=help_text)

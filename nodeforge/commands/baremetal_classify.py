@@ -26,17 +26,6 @@ def _preflight_facts(inv) -> dict:
     return {c.name: profiles_mod.facts_from_preflight(c.facts) for c in preflight.run(inv) if c.ok and c.facts}
 
 
-def _scope(value: str | None) -> str | None:
-    if value is None:
-        return None
-    from nodeforge.ironic import constants as C
-
-    problem = C.scope_problem(value)
-    if problem:
-        raise click.BadParameter(problem, param_hint="--scope")
-    return value
-
-
 @click.command()
 @profiles_option
 @click.option("--node", "nodes", multiple=True, metavar="NAME|GLOB|UUID",
@@ -44,9 +33,8 @@ def _scope(value: str | None) -> str | None:
 @click.option("--inventory", "inventory_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Also read facts from a Redfish pre-flight of this inventory, for nodes without inspection data; "
                    "its scope is then the default of --scope.")
-@click.option("--scope", "scope", metavar="SCOPE",
-              help="Only nodes enrolled under this ownership scope (extra.nodeforge_scope).  "
-                   "[default: the --inventory's scope; every node without --inventory]")
+@options.scope("Only nodes enrolled under this ownership scope (extra.nodeforge_scope).  "
+               "[default: the --inventory's scope; every node without --inventory]")
 @options.dry_run
 @options.pass_app
 def classify(app, profiles_path, nodes, inventory_path, scope, dry_run):
@@ -60,7 +48,6 @@ def classify(app, profiles_path, nodes, inventory_path, scope, dry_run):
     3: some flagged."""
     from nodeforge.ironic.provisioner import SdkProvisioner
 
-    scope = _scope(scope)
     profiles = profiles_mod.load(profiles_path)
     prov = SdkProvisioner(app.connect())
     preflight = None

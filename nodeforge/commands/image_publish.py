@@ -19,22 +19,6 @@ from nodeforge.imagebuild import builddir, catalog, glance, retention, signing
 VARIANTS = click.Choice(sorted(builddir.VARIANT_FORMATS))
 
 
-def _scope(ctx, param, value):
-    """--scope: the shared ownership-scope rule (a bad one exits 2 before any API call)."""
-    if value is None:
-        return None
-    from nodeforge.ironic import constants as C
-
-    problem = C.scope_problem(value)
-    if problem:
-        raise click.BadParameter(problem, ctx=ctx, param=param)
-    return value
-
-
-def _scope_option(help_text: str):
-    return click.option("--scope", "scope", metavar="SCOPE", callback=_scope, help=help_text)
-
-
 def _retention_option(fn):
     return click.option("--retention", "retention_path", type=click.Path(dir_okay=False, path_type=Path),
                         default=retention.DEFAULT_PATH, show_default=True, envvar="NODEFORGE_IMAGE_RETENTION",
@@ -53,7 +37,7 @@ def _retention_option(fn):
                                                    "(from 'nodeforge image signing-cert upload').")
 @click.option("--sign-hash", type=click.Choice(list(signing.HASH_METHODS)), default="SHA-256", show_default=True,
               help="Hash the signature covers.")
-@_scope_option(f"Ownership scope the images get (nodeforge_scope).  [default: the manifest's 'scope' "
+@options.scope(f"Ownership scope the images get (nodeforge_scope).  [default: the manifest's 'scope' "
                f"(the lockfile's), else '{glance.DEFAULT_SCOPE}']")
 @_retention_option
 @options.dry_run
@@ -100,7 +84,7 @@ def manifest_cmd(app, image):
 
 @click.command()
 @click.argument("image")
-@_scope_option("The scope the image must belong to; an image published before scopes (no nodeforge_scope) "
+@options.scope("The scope the image must belong to; an image published before scopes (no nodeforge_scope) "
                "is taken into it.  [default: the image's own scope]")
 @_retention_option
 @options.dry_run
@@ -125,7 +109,7 @@ def promote(app, image, scope, retention_path, dry_run):
 @click.option("--k8s", metavar="1.NN[.P]", help="Only this Kubernetes minor (or exact version).")
 @click.option("--variant", type=VARIANTS, help="Only this variant.")
 @click.option("--all", "include_hidden", is_flag=True, help="Include hidden (superseded) images.")
-@_scope_option("Only images of this ownership scope (nodeforge_scope).  [default: every scope, and legacy "
+@options.scope("Only images of this ownership scope (nodeforge_scope).  [default: every scope, and legacy "
                "images without one]")
 @options.pass_app
 def list_cmd(app, approved, k8s, variant, include_hidden, scope):

@@ -79,10 +79,12 @@ def pipeline():
 @click.option("--fixture-label", metavar="TEXT", envvar="NODEFORGE_FIXTURE_LABEL",
               help="The artifacts come from a fixture mirror: label every image with this (refused with the "
                    "production lockfile).")
+@options.scope("Ownership scope the images are published and promoted under (promote retires only this "
+               "scope's older images).  [default: the lockfile's scope: its scope: key, else derived from its path]")
 @options.dry_run
 @options.pass_app
 def run(app, minors, resume_id, runs_dir, lockfile_path, sources_file, cache_dir, work_dir, dib_cache,
-        retention_path, verify_timeout, fixture_label, dry_run):
+        retention_path, verify_timeout, fixture_label, scope, dry_run):
     """Check upstream; for each minor with a new patch: bump, prefetch, render,
     build, verify, publish, and -- when all of that succeeded -- promote.
 
@@ -90,11 +92,11 @@ def run(app, minors, resume_id, runs_dir, lockfile_path, sources_file, cache_dir
     the failed stage with --resume RUN_ID. Exit 0: images approved, or nothing
     new upstream (says so); 1 (or the failed stage's code): failed, nothing
     promoted."""
-    if resume_id and (minors or dry_run):
-        raise click.UsageError("--resume takes the run's recorded inputs; it goes without --minor/--dry-run")
+    if resume_id and (minors or dry_run or scope):
+        raise click.UsageError("--resume takes the run's recorded inputs; it goes without --minor/--dry-run/--scope")
     config = PipelineConfig(lockfile=lockfile_path, sources_file=sources_file, cache_dir=cache_dir,
                             os_cloud=app.os_cloud, retention=retention_path, work_dir=work_dir,
-                            dib_cache=dib_cache, verify_timeout=verify_timeout, fixture=fixture_label)
+                            dib_cache=dib_cache, verify_timeout=verify_timeout, fixture=fixture_label, scope=scope)
     pipe = Pipeline(config, runs_dir=runs_dir, say=lambda line: click.echo(line, err=True))
     if dry_run:
         plan = pipe.plan(list(minors))

@@ -198,7 +198,8 @@ def test_version_order_puts_prerelease_before_release():
 
 def test_scope_key_names_the_lockfiles_scope_and_survives_edits(tmp_path):
     path = tmp_path / "versions.yaml"
-    path.write_text(PRODUCTION.read_text().replace("schema_version: 1\n", "schema_version: 1\nscope: team-a\n", 1))
+    assert "\nscope: platform\n" in PRODUCTION.read_text()
+    path.write_text(PRODUCTION.read_text().replace("\nscope: platform\n", "\nscope: team-a\n", 1))
     lock = lockfile.load(path)
     assert (lock.scope, lock.scope_source) == ("team-a", "file")
     base = lock.minors["1.36"]
@@ -210,17 +211,21 @@ def test_scope_key_names_the_lockfiles_scope_and_survives_edits(tmp_path):
 def test_without_scope_key_the_scope_is_derived_from_the_path(tmp_path):
     from nodeforge.ironic import constants as IC
 
-    lock = lockfile.load(PRODUCTION)
-    assert (lock.scope, lock.scope_source) == (IC.derive_scope(PRODUCTION), "derived")
-    assert lock.scope.startswith("versions-")        # the same on every checkout of this repository
-    copy = tmp_path / "versions.yaml"
-    copy.write_text(PRODUCTION.read_text())
-    assert lockfile.load(copy).scope == IC.derive_scope(copy) != lock.scope
+    assert lockfile.load(PRODUCTION).scope == "platform"      # the production lockfile names its scope
+    unscoped = PRODUCTION.read_text().replace("\nscope: platform\n", "\n", 1)
+    a, b = tmp_path / "a" / "versions.yaml", tmp_path / "b" / "versions.yaml"
+    for path in (a, b):
+        path.parent.mkdir()
+        path.write_text(unscoped)
+    lock = lockfile.load(a)
+    assert (lock.scope, lock.scope_source) == (IC.derive_scope(a), "derived")
+    assert lock.scope.startswith("versions-")
+    assert lockfile.load(b).scope == IC.derive_scope(b) != lock.scope   # another file, another scope
 
 
 @pytest.mark.parametrize("value", ["Team-A", "'-x'", "a b", "1.5", "[a]"])
 def test_bad_scope_names_file_line_and_key(tmp_path, value):
-    err = _broken(tmp_path, "schema_version: 1\n", f"schema_version: 1\nscope: {value}\n")
+    err = _broken(tmp_path, "\nscope: platform\n", f"\nscope: {value}\n")
     line = _line("scope:", tmp_path)
     assert str(err).startswith(f"{tmp_path / 'versions.yaml'}:{line}: scope: must be 1-63 characters")
     assert err.exit_code == 2

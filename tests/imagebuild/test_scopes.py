@@ -252,9 +252,9 @@ def test_list_shows_and_filters_the_scope(tmp_path, run_cli, monkeypatch):
 def test_pipeline_scope_is_the_lockfiles_unless_given(tmp_path):
     path = tmp_path / "versions.yaml"
     text = (REPO / "manifests" / "versions.yaml").read_text()
-    path.write_text(text)
+    path.write_text(text.replace("\nscope: platform\n", "\n", 1))
     assert PipelineConfig(lockfile=path).image_scope() == IC.derive_scope(path) == lockfile.load(path).scope
-    path.write_text(text.replace("schema_version: 1\n", "schema_version: 1\nscope: team-a\n", 1))
+    path.write_text(text.replace("\nscope: platform\n", "\nscope: team-a\n", 1))
     assert PipelineConfig(lockfile=path).image_scope() == "team-a"
     assert PipelineConfig(lockfile=path, scope="team-b").image_scope() == "team-b"
 
@@ -264,7 +264,7 @@ def test_pipeline_publish_and_promote_stages_act_within_the_lockfiles_scope(tmp_
 
     path = tmp_path / "versions.yaml"
     path.write_text((REPO / "manifests" / "versions.yaml").read_text()
-                    .replace("schema_version: 1\n", "schema_version: 1\nscope: team-a\n", 1))
+                    .replace("\nscope: platform\n", "\nscope: team-a\n", 1))
     conn = FakeConn()
     b_old = _approved(conn, tmp_path / "b", "team-b", minutes_ago=20)
     a_old = _approved(conn, tmp_path / "a", "team-a", minutes_ago=10)
