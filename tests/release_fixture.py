@@ -48,7 +48,7 @@ from nodeforge.imagebuild import build as build_mod, builddir, catalog, glance a
 from nodeforge.pipeline import Pipeline, PipelineConfig, stages as pipeline_stages
 from nodeforge.pipeline import runrecord as rr
 from tests.image_fixture import CACHE, BuiltImage, input_key
-from tests.imagebuild.realbuild import ARTIFACT_CACHE, BOOT_TIMEOUT
+from tests.imagebuild.realbuild import ARTIFACT_CACHE, BOOT_TIMEOUT, linked_copy
 from tests.imagebuild.builddir_factory import make_build_dir
 from tests.imagebuild.glance_fixtures import Tracker
 
@@ -98,20 +98,6 @@ class ReleaseRun:
         return Path(self.run.find("build", self.minor).outputs["build_dir"])
 
 
-def _linked_copy(src: Path, dest: Path) -> Path:
-    """``src``'s files hard-linked into ``dest`` (copied across file systems),
-    without verification outputs (a copy is verified afresh)."""
-    dest.mkdir(parents=True)
-    for f in src.iterdir():
-        if not f.is_file() or f.name.startswith("verify"):
-            continue
-        try:
-            os.link(f, dest / f.name)
-        except OSError:
-            shutil.copy2(f, dest / f.name)
-    return dest
-
-
 def _stat(build_dir: Path) -> dict[str, tuple]:
     b = builddir.load(build_dir)
     return {i.path.name: (i.path.stat().st_mtime_ns, i.path.stat().st_size, i.path.stat().st_ino)
@@ -144,7 +130,7 @@ class _Stages:
             rebuild = os.environ.get("NODEFORGE_IMAGE_FIXTURE_REBUILD") == "1"
             if not rebuild and (cached / builddir.MANIFEST).is_file() and not out.exists():
                 out.parent.mkdir(parents=True, exist_ok=True)
-                _linked_copy(cached, out)
+                linked_copy(cached, out)
                 self.seeded = True
                 ctx.say(f"test fixture: handing the build stage the cached build {cached}")
             result = pipeline_stages.build(ctx)
@@ -152,7 +138,7 @@ class _Stages:
                 shutil.rmtree(cached, ignore_errors=True)
                 for old in sorted(CACHE.glob(f"k8s-{MINOR}-*"), key=lambda p: p.stat().st_mtime)[:-1]:
                     shutil.rmtree(old, ignore_errors=True)
-                _linked_copy(out, cached)
+                linked_copy(out, cached)
         return result
 
     def verify(self, ctx):

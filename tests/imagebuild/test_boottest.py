@@ -27,6 +27,7 @@ from nodeforge import cli
 from nodeforge.imagebuild import boottest, builddir, verify_guest, verifychecks as vc
 from nodeforge.imagebuild.cache import Cache
 from tests.imagebuild.builddir_factory import make_build_dir
+from tests.imagebuild.verify_fixture import guest_for
 from tests.prereq import require_tools
 
 REPO = Path(__file__).resolve().parents[2]
@@ -55,35 +56,7 @@ def expectations(controls=None) -> vc.Expectations:
 
 def healthy_guest(exp: vc.Expectations) -> dict:
     """Answer every probe the way a correct image does."""
-    p = vc.probes(exp, probe_id="t")
-    units = {}
-    for u in p["units"]:
-        units[u] = {"LoadState": "loaded", "ActiveState": "active", "SubState": "running", "UnitFileState": "enabled"}
-    sysctls, sshd, stat, globs = {}, {}, {}, {g: [] for g in p["globs"]}
-    for control in exp.controls:
-        for c in control["checks"]:
-            if c["kind"] == "service" and c["state"] == "masked":
-                units[c["unit"]] = {"LoadState": "masked", "ActiveState": "inactive", "UnitFileState": "masked"}
-            elif c["kind"] == "sysctl":
-                sysctls[c["key"]] = c["value"]
-            elif c["kind"] == "sshd":
-                sshd[c["key"]] = c["value"]
-            elif c["kind"] == "file_mode":
-                stat[c["path"]] = {"mode": c["mode"], "owner": c["owner"], "group": c["group"]}
-    globs["/etc/ssh/ssh_host_*_key"] = ["/etc/ssh/ssh_host_ed25519_key", "/etc/ssh/ssh_host_rsa_key"]
-    files = {path: {"sha256": SHA["manifest"], "size": 100} for path in p["files"]}
-    for a in vc.ARTIFACTS:
-        files[a.path] = {"sha256": SHA[a.component], "size": 10}
-    return {
-        "format": 1, "system_state": "running", "kernel": "6.1.0-test", "cmdline": "console=ttyS0",
-        "commands": {c: {"rc": 0, "output": OUTPUTS[c]} for c in VERSIONS}, "files": files, "units": units,
-        "sysctls": sysctls, "modules": {m: True for m in p["modules"]},
-        "sshd": {"rc": 0, "values": sshd, "output": ""}, "stat": stat, "globs": globs, "swaps": [],
-        "machine_id": "0123456789abcdef0123456789abcdef\n", "failed_units": "", "cloud_init": "status: done",
-        "rootfs": {"disk_bytes": 4 * GIB, "partition_start_bytes": 130 << 20,
-                   "partition_bytes": 4 * GIB - (130 << 20) - (1 << 20), "fs_bytes": int(3.7 * GIB),
-                   "source": "/dev/vda3 ext4", "device": "vda3", "disk": "vda", "lsblk": "vda ..."},
-    }
+    return guest_for(exp, outputs={c: OUTPUTS[c] for c in VERSIONS}, artifact_sha=SHA.__getitem__)
 
 
 def healthy_image(exp: vc.Expectations) -> dict:

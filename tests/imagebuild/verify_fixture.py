@@ -52,6 +52,12 @@ def expectations(build: builddir.BuildDir, variant: str, controls=None) -> vc.Ex
 
 def healthy_guest(exp: vc.Expectations, k8s: str) -> dict:
     """Answer every probe the way a correct image does."""
+    return guest_for(exp, outputs=_outputs(_versions(k8s)), artifact_sha=_sha)
+
+
+def guest_for(exp: vc.Expectations, *, outputs: dict[str, str], artifact_sha) -> dict:
+    """What a correct image's collector reports for ``exp``'s probes: each
+    command prints ``outputs[command]``, each artifact has ``artifact_sha(component)``."""
     p = vc.probes(exp, probe_id="t")
     units = {u: {"LoadState": "loaded", "ActiveState": "active", "SubState": "running", "UnitFileState": "enabled"}
              for u in p["units"]}
@@ -69,10 +75,10 @@ def healthy_guest(exp: vc.Expectations, k8s: str) -> dict:
     globs["/etc/ssh/ssh_host_*_key"] = ["/etc/ssh/ssh_host_ed25519_key", "/etc/ssh/ssh_host_rsa_key"]
     files = {path: {"sha256": exp.manifest_sha256, "size": 100} for path in p["files"]}
     for a in vc.ARTIFACTS:
-        files[a.path] = {"sha256": _sha(a.component), "size": 10}
+        files[a.path] = {"sha256": artifact_sha(a.component), "size": 10}
     return {
         "format": 1, "system_state": "running", "kernel": "6.1.0-test", "cmdline": "console=ttyS0",
-        "commands": {c: {"rc": 0, "output": out} for c, out in _outputs(_versions(k8s)).items()},
+        "commands": {c: {"rc": 0, "output": out} for c, out in outputs.items()},
         "files": files, "units": units, "sysctls": sysctls, "modules": {m: True for m in p["modules"]},
         "sshd": {"rc": 0, "values": sshd, "output": ""}, "stat": stat, "globs": globs, "swaps": [],
         "machine_id": "0123456789abcdef0123456789abcdef\n", "failed_units": "", "cloud_init": "status: done",
