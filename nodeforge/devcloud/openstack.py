@@ -9,10 +9,12 @@ the state directory, binds 127.0.0.1 and authenticates through Keystone.
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
 import os
 import secrets
 import shutil
+import sqlite3
 import subprocess
 import urllib.error
 import urllib.request
@@ -132,12 +134,26 @@ class Context:
         file is written only after success; a retry first removes the named
         databases, so no half-created schema is ever built upon."""
         done = self.paths.data / f"{marker}.done"
-        if done.exists():
-            return
+        if not done.exists():
+            for name in databases:
+                (self.paths.data / f"{name}.sqlite").unlink(missing_ok=True)
+            fn()
+            done.touch()
         for name in databases:
-            (self.paths.data / f"{name}.sqlite").unlink(missing_ok=True)
-        fn()
-        done.touch()
+            self.wal(name)
+
+    def wal(self, name: str) -> None:
+        """Put a service's SQLite database in write-ahead-log mode (persistent,
+        idempotent): readers no longer wait for a writer, so a GET while a
+        background task writes (Glance's image import, say) is not answered
+        500 "database is locked" on a loaded machine."""
+        path = self.paths.data / f"{name}.sqlite"
+        if not path.is_file():
+            return
+        with contextlib.closing(sqlite3.connect(path, timeout=30)) as db:
+            mode = db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+        if mode != "wal":
+            raise PrepareError(service=name, detail=f"{path}: SQLite refused WAL mode (journal_mode is {mode})")
 
     def authtoken(self, user: str) -> dict[str, object]:
         return {

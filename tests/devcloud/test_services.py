@@ -285,3 +285,17 @@ def test_glance_upload_hash_matches(member, cleanup):
     assert stored.hash_value == hashlib.sha512(data).hexdigest()
     assert stored.checksum == hashlib.md5(data, usedforsecurity=False).hexdigest()
     assert member.image.download_image(image.id).content == data
+
+
+def test_every_service_database_is_in_wal_mode(devcloud):
+    """Readers do not wait for a writer: a GET during a background write (an
+    image import) is not a 500 "database is locked" on a loaded machine."""
+    import contextlib
+    import sqlite3
+
+    names = ("keystone", "glance", "placement", "nova_api", "nova", "nova_cell0", "barbican", "ironic")
+    for name in names:
+        path = devcloud.paths.data / f"{name}.sqlite"
+        assert path.is_file(), path
+        with contextlib.closing(sqlite3.connect(path)) as db:
+            assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal", path
