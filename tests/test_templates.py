@@ -148,3 +148,22 @@ def test_scope_restricts_the_image_choice_and_the_chosen_scope_is_said(template,
     doc["scope"] = "Not Valid"
     with pytest.raises(ConfigError, match="scope: must be 1-63 characters"):
         T.parse(doc, "t")
+
+
+@pytest.mark.parametrize("data,line,detail", [
+    (b"name: k8s\ndescription: caf\xe9\n", 2, "not UTF-8 text"),
+    (b"\x1f\x8b\x08\x00\x00\x00\x00\x00", 1, "not a text file"),
+    (b"name: k8s\nlabels: " + b"{a: " * 20000 + b"1" + b"}" * 20000 + b"\n", 2, "nested more than 64 levels deep"),
+])
+def test_binary_non_utf8_or_deeply_nested_template_file(tmp_path, capsys, data, line, detail):
+    from nodeforge import cli
+
+    path = tmp_path / "t.yaml"
+    path.write_bytes(data)
+    with pytest.raises(ConfigError) as exc:
+        T.load_all(tmp_path)
+    assert str(exc.value).startswith(f"{path}:{line}: ") and detail in str(exc.value)
+    capsys.readouterr()
+    assert cli.main(["--os-cloud", "no-such-cloud", "template", "check", "--templates", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {path}:{line}: " in err and "Traceback" not in err

@@ -98,3 +98,22 @@ def test_invalid_file_reports_every_problem_with_lines():
 def test_placement_resource_class():
     assert P.placement_resource_class("baremetal-compute") == "CUSTOM_BAREMETAL_COMPUTE"
     assert P.placement_resource_class("bm.gpu_a100") == "CUSTOM_BM_GPU_A100"
+
+
+@pytest.mark.parametrize("data,line,detail", [
+    (b"version: 1\nprofiles:\n  - name: caf\xe9\n", 3, "not UTF-8 text"),
+    (b"\x00\x01\x02binary", 1, "not a text file"),
+    (b"version: 1\nprofiles: " + b"[" * 20000 + b"]" * 20000 + b"\n", 2, "nested more than 64 levels deep"),
+])
+def test_binary_non_utf8_or_deeply_nested_profiles_file(tmp_path, capsys, data, line, detail):
+    from nodeforge import cli
+
+    path = tmp_path / "profiles.yaml"
+    path.write_bytes(data)
+    with pytest.raises(ConfigError) as exc:
+        P.load(path)
+    assert str(exc.value).startswith(f"{path}:{line}: ") and detail in str(exc.value)
+    capsys.readouterr()
+    assert cli.main(["--os-cloud", "no-such-cloud", "baremetal", "classify", "--profiles", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {path}:{line}: " in err and "Traceback" not in err
