@@ -447,6 +447,9 @@ class _Validator:
         version = self.version(node, "version", [*parts, "version"], minor=key)
         pause = self.string(node, "pause_image", [*parts, "pause_image"], _IMAGE,
                             "an image reference like <registry>/pause:3.10.1")
+        if pause is not None and (why := image_unpinned(pause)):
+            self.fail(node, "pause_image", [*parts, "pause_image"], f"{why}, got {pause!r}")
+            pause = None
         pins: dict[Component, Pin] = {}
         names = [c.value for c in KUBERNETES_BINARIES]
         binaries = self.mapping(node, "binaries", [*parts, "binaries"], names, names)
@@ -470,6 +473,20 @@ class _Validator:
         if version is None or pause is None or len(pins) != len(Component):
             return None
         return MinorPins(key, version, pause, {c: pins[c] for c in Component})
+
+
+def image_unpinned(ref: str) -> str | None:
+    """Why the image reference ``ref`` does not pin an image (None when its
+    tag, other than ``latest``, or its ``@sha256:`` digest does)."""
+    name, _, digest = ref.partition("@")
+    if digest:
+        return None
+    last = name.rsplit("/", 1)[-1]
+    if ":" not in last:
+        return "needs a tag or an @sha256: digest (like registry.k8s.io/pause:3.10.1)"
+    if last.rsplit(":", 1)[1] == "latest":
+        return "the tag 'latest' moves; pin a version tag or an @sha256: digest"
+    return None
 
 
 def _kind(value) -> str:

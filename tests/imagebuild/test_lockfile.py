@@ -134,6 +134,10 @@ KUBELET_134_ARM = "f12879879481e9af46317c2c82a6dba7d59df78ed095e44e0399643df1c4c
      "architectures.1", "unknown architecture 's390x'"),
     ("    pause_image: registry.k8s.io/pause:3.10.1\n", "", '  "1.34":',
      'kubernetes["1.34"]', "missing key 'pause_image'"),
+    ("    pause_image: registry.k8s.io/pause:3.10.1\n", "    pause_image: registry.k8s.io/pause\n",
+     "pause_image: registry.k8s.io/pause", 'kubernetes["1.34"].pause_image', "needs a tag or an @sha256: digest"),
+    ("    pause_image: registry.k8s.io/pause:3.10.1\n", "    pause_image: registry.k8s.io/pause:latest\n",
+     "pause:latest", 'kubernetes["1.34"].pause_image', "the tag 'latest' moves"),
 ])
 def test_malformed_lockfile_error_names_line_and_key_path(tmp_path, old, new, needle, keypath, detail):
     err = _broken(tmp_path, old, new)
@@ -229,3 +233,30 @@ def test_bad_scope_names_file_line_and_key(tmp_path, value):
     line = _line("scope:", tmp_path)
     assert str(err).startswith(f"{tmp_path / 'versions.yaml'}:{line}: scope: must be 1-63 characters")
     assert err.exit_code == 2
+
+
+def test_pause_image_with_a_digest_or_a_tag_and_digest_is_accepted(tmp_path):
+    digest = "@sha256:" + "a" * 64
+    for ref in (f"registry.k8s.io/pause{digest}", f"registry.k8s.io/pause:latest{digest}",
+                "registry.example:5000/k8s/pause:3.10.1"):
+        path = tmp_path / "versions.yaml"
+        path.write_text(PRODUCTION.read_text().replace("pause_image: registry.k8s.io/pause:3.10.1",
+                                                       f"pause_image: {ref}", 1))
+        assert lockfile.load(path).minors["1.34"].pause_image == ref
+
+
+@pytest.mark.parametrize("data,line,detail", [
+    (b"schema_version: 1\narchitectures: [amd64]\nscope: caf\xe9\n", 3, "not UTF-8 text"),
+    (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", 3, "not a text file"),
+    (b"schema_version: " + b"[" * 20000 + b"]" * 20000 + b"\n", 1, "nested more than 64 levels deep"),
+])
+def test_binary_non_utf8_or_deeply_nested_lockfile_is_a_usage_error(tmp_path, data, line, detail):
+    from nodeforge import cli
+
+    path = tmp_path / "versions.yaml"
+    path.write_bytes(data)
+    with pytest.raises(ConfigError) as info:
+        lockfile.load(path)
+    assert str(info.value).startswith(f"{path}:{line}: ") and detail in str(info.value)
+    assert info.value.exit_code == 2
+    assert cli.main(["image", "render", "--k8s", "1.36", "--out", str(tmp_path / "r"), "--lockfile", str(path)]) == 2
