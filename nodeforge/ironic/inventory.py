@@ -336,7 +336,9 @@ def parse_bmc_url(url: str) -> tuple[BmcKind, str, int | None, str | None, str |
     try:
         port = parts.port
     except ValueError:
-        raise ValueError("invalid port") from None
+        raise ValueError("invalid port (1-65535)") from None
+    if port == 0:
+        raise ValueError("invalid port 0 (1-65535)")
     host = parts.hostname or ""
     if kind is BmcKind.FAKE:
         if not host and not parts.path.strip("/"):
@@ -438,12 +440,7 @@ def load(path: Path | str, *, fmt: Format | str | None = None, allow_plaintext: 
          key_file: Path | None = None, environ: dict | None = None) -> Inventory:
     """Parse and validate a whole inventory; raise InventoryError listing every problem."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(path=str(path), detail="file not found") from None
-    except OSError as exc:
-        raise ConfigError(path=str(path), detail=exc.strerror or str(exc)) from None
+    text = yamlfile.read_text(path)       # UTF-8 (a BOM is accepted); binary refused with the line
     fmt = Format(fmt) if fmt else None
     col = _Collector(path)
     doc: Any = None
@@ -458,6 +455,8 @@ def load(path: Path | str, *, fmt: Format | str | None = None, allow_plaintext: 
     key = secrets_mod.load_key(key_file) if key_file else None
     resolver = secrets_mod.Resolver(path.parent, allow_plaintext=allow_plaintext, key=key, environ=environ)
     nodes = [n for n in (_build(raw, col, resolver) for raw in raws) if n is not None]
+    if not raws and not col.issues:
+        col.add(Location(str(path)), None, None, "no nodes: the inventory lists no servers")
     _check_duplicates(col.idents, col)
     scope, scope_source = C.derive_scope(path), "derived"
     if fmt is Format.NODEFORGE and isinstance(doc, dict) and "scope" in doc:
@@ -547,13 +546,24 @@ def _raw_csv(path: Path, text: str, col: _Collector) -> list[_Raw]:
     header: list[str] | None = None
     raws = []
     row_no = 0
-    for record in reader:
+
+    def records():
+        try:
+            yield from reader
+        except csv.Error as exc:
+            col.add(Location(file, reader.line_num), None, None, f"malformed CSV: {exc}")
+
+    for record in records():
         line = reader.line_num
         if not record or all(not c.strip() for c in record) or record[0].lstrip().startswith("#"):
             continue
         if header is None:
             header = [h.strip() for h in record]
+            seen: set[str] = set()
             for h in header:
+                if h in seen:
+                    col.add(Location(file, line), None, h, f"column {h!r} appears twice in the header")
+                seen.add(h)
                 if h not in CSV_COLUMNS and not h.startswith(CSV_PREFIXES):
                     col.add(Location(file, line), None, h, "unknown column")
             if "name" not in header or "bmc_address" not in header:
@@ -602,15 +612,21 @@ IRONIC_NODE_FIELDS = {"name", "driver", "driver_info", "properties", "resource_c
                       *(f"{i}_interface" for i in _INTERFACES)}
 
 
-def _bmc_from_driver_info(driver: str | None, info: dict, interfaces: dict) -> tuple[dict, dict, str | None]:
-    """(nodeforge bmc fields, remaining driver_info, error) from Ironic driver_info."""
+def _bmc_from_driver_info(driver: str | None, info: dict,
+                          interfaces: dict) -> tuple[dict, dict, tuple[str, str] | None]:
+    """(nodeforge bmc fields, remaining driver_info, error as (field, message)) from Ironic driver_info."""
+    if not isinstance(info, dict):
+        return {}, {}, ("driver_info", "must be a mapping")
     info = dict(info)
     if driver == "fake-hardware":
         return {"address": "fake://node"}, info, None
     if "ipmi_address" in info:
         host = info.pop("ipmi_address")
         port = info.pop("ipmi_port", None)
-        bmc = {"address": f"ipmi://{_host_in_url(str(host))}" + (f":{port}" if port else "")}
+        if port is not None and (isinstance(port, bool) or not re.fullmatch(r"\d{1,5}", str(port).strip())
+                                 or not 1 <= int(str(port).strip()) <= 65535):
+            return {}, info, ("driver_info.ipmi_port", f"must be a port number 1-65535, got {port!r}")
+        bmc = {"address": f"ipmi://{_host_in_url(str(host))}" + (f":{int(str(port).strip())}" if port is not None else "")}
         for k in ("username", "password"):
             if f"ipmi_{k}" in info:
                 bmc[k] = info.pop(f"ipmi_{k}")
@@ -629,7 +645,7 @@ def _bmc_from_driver_info(driver: str | None, info: dict, interfaces: dict) -> t
             if f"redfish_{k}" in info:
                 bmc[k] = info.pop(f"redfish_{k}")
         return bmc, info, None
-    return {}, info, "driver_info has neither ipmi_address nor redfish_address"
+    return {}, info, ("driver_info", "driver_info has neither ipmi_address nor redfish_address")
 
 
 def _raw_ironicclient(path: Path, doc: Any, col: _Collector) -> list[_Raw]:
@@ -653,7 +669,7 @@ def _raw_ironicclient(path: Path, doc: Any, col: _Collector) -> list[_Raw]:
         bmc, rest, err = _bmc_from_driver_info(item.get("driver"), _plain(item.get("driver_info") or {}),
                                                interfaces)
         if err:
-            col.add(Location(file, lines.get("driver_info", loc.line)), name, "driver_info", err)
+            col.add(Location(file, lines.get(err[0], lines.get("driver_info", loc.line))), name, err[0], err[1])
             continue
         if item.get("driver") == "fake-hardware":
             bmc["address"] = f"fake://{name or 'node'}"
@@ -691,21 +707,34 @@ BIFROST_FIELDS = {"name", "driver", "driver_info", "nics", "properties", "resour
 def _raw_bifrost(path: Path, doc: Any, col: _Collector) -> list[_Raw]:
     file = str(path)
     raws = []
+    if not isinstance(doc, dict):
+        what = "empty" if doc is None else f"a {'list' if isinstance(doc, list) else 'scalar'}"
+        col.add(Location(file, yamlfile.line_of(doc) if isinstance(doc, list) else None), None, None,
+                f"a Bifrost inventory is a mapping of node name to node; the file is {what}")
+        return []
     for key, item in doc.items():
         line = yamlfile.line_of(doc, key)
         loc = Location(file, line)
+        if not isinstance(item, dict):
+            col.add(loc, str(key), None, "a node must be a mapping")
+            continue
         lines = _lines_of(item)
         name = item.get("name", key)
         for k in item:
             if k not in BIFROST_FIELDS:
                 col.add(Location(file, lines.get(str(k), line)), name, str(k), "unknown field")
         info = _plain(item.get("driver_info") or {})
-        if isinstance(info.get("power"), dict):  # older Bifrost: driver_info.power.*
+        if isinstance(info, dict) and isinstance(info.get("power"), dict):  # older Bifrost: driver_info.power.*
             info = {**{k: v for k, v in info.items() if k != "power"}, **info["power"]}
         interfaces = {k: v for k, v in item.items() if str(k).endswith("_interface")}
         bmc, rest, err = _bmc_from_driver_info(item.get("driver"), info, interfaces)
         if err:
-            col.add(Location(file, lines.get("driver_info", line)), name, "driver_info", err)
+            field = err[0]
+            if field not in lines and f"driver_info.power.{field.partition('.')[2]}" in lines:
+                field_line = lines[f"driver_info.power.{field.partition('.')[2]}"]
+            else:
+                field_line = lines.get(field, lines.get("driver_info", line))
+            col.add(Location(file, field_line), name, field, err[1])
             continue
         if item.get("driver") == "fake-hardware":
             bmc["address"] = f"fake://{name}"

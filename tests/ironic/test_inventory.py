@@ -199,3 +199,111 @@ def test_invalid_scope_names_file_line_and_field(tmp_path, bad):
     assert (issue.location.file, issue.location.line, issue.field) == (str(f), 4, "scope")
     assert issue.message.startswith("must be 1-63 characters of a-z 0-9 . _ -")
     assert f"{f}:4: field 'scope': must be" in str(err.value)
+
+
+# --- issue 13: hostile and malformed input is a message and exit 2, never a traceback ---
+
+def _validate_cli(capsys, *args):
+    from nodeforge import cli
+
+    capsys.readouterr()
+    code = cli.main(["baremetal", "validate", *map(str, args)])
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err
+    return code, out, err
+
+
+@pytest.mark.parametrize("name,data,line", [
+    ("inv.yaml", b"version: 1\nnodes:\n  - name: \xff\xfe\n", 3),
+    ("inv.csv", b"name,bmc_address\nn\xe9,fake://n1\n", 2),
+    ("inv.yaml", b"\x7fELF\x02\x01\x01\x00\x00\x00\x00", 1),
+])
+def test_non_utf8_or_binary_inventory_is_refused_naming_file_and_line(tmp_path, capsys, name, data, line):
+    p = tmp_path / name
+    p.write_bytes(data)
+    with pytest.raises(inv.ConfigError) as err:
+        inv.load(p)
+    assert str(err.value).startswith(f"{p}:{line}: ") and err.value.exit_code == 2
+    code, _, stderr = _validate_cli(capsys, p)
+    assert code == 2 and f"error: {p}:{line}: " in stderr
+
+
+@pytest.mark.parametrize("name,text", [
+    ("deep.yaml", "version: 1\nnodes: " + "[" * 20000 + "]" * 20000 + "\n"),
+    ("deep.json", "[" * 20000 + "]" * 20000),
+    ("deep-map.json", '{"a":' * 20000 + "1" + "}" * 20000),
+])
+def test_deeply_nested_inventory_is_refused(tmp_path, capsys, name, text):
+    p = tmp_path / name
+    p.write_text(text)
+    code, _, stderr = _validate_cli(capsys, p)
+    assert code == 2 and f"error: {p}:" in stderr and "nested more than 64 levels deep" in stderr
+
+
+@pytest.mark.parametrize("text,what", [("- a\n- b\n", "a list"), ("just text\n", "a scalar"), ("", "empty")])
+def test_bifrost_format_on_a_list_scalar_or_empty_file(tmp_path, capsys, text, what):
+    p = tmp_path / "bifrost.yaml"
+    p.write_text(text)
+    code, _, stderr = _validate_cli(capsys, "--format", "bifrost", p)
+    assert code == 2
+    assert f"a Bifrost inventory is a mapping of node name to node; the file is {what}" in stderr
+
+
+def test_bifrost_node_that_is_not_a_mapping(tmp_path, capsys):
+    p = tmp_path / "bifrost.yaml"
+    p.write_text("node-1: just a string\n")
+    code, _, stderr = _validate_cli(capsys, "--format", "bifrost", p)
+    assert code == 2 and f"{p}:1: node 'node-1': a node must be a mapping" in stderr
+
+
+def test_ipmi_port_0_is_refused_not_turned_into_623(tmp_path, bmc_password):
+    y = tmp_path / "inv.yaml"
+    y.write_text("version: 1\nnodes:\n  - name: n1\n    bmc:\n      address: ipmi://10.0.0.1:0\n"
+                 "      username: u\n      password: env:NF_TEST_BMC_PASSWORD\n")
+    with pytest.raises(inv.InventoryError) as err:
+        inv.load(y)
+    [issue] = err.value.issues
+    assert (issue.location.line, issue.field) == (5, "bmc.address") and "invalid port 0" in issue.message
+    c = tmp_path / "inv.csv"
+    c.write_text("name,bmc_address,bmc_username,bmc_password\nn1,ipmi://10.0.0.1:0,u,env:NF_TEST_BMC_PASSWORD\n")
+    with pytest.raises(inv.InventoryError) as err:
+        inv.load(c)
+    [issue] = err.value.issues
+    assert (issue.location.row, issue.field) == (1, "bmc.address") and "invalid port 0" in issue.message
+    i = tmp_path / "ic.yaml"
+    i.write_text("nodes:\n  - name: n1\n    driver: ipmi\n    driver_info:\n      ipmi_address: 10.0.0.1\n"
+                 "      ipmi_port: 0\n      ipmi_username: u\n      ipmi_password: env:NF_TEST_BMC_PASSWORD\n")
+    with pytest.raises(inv.InventoryError) as err:
+        inv.load(i)
+    [issue] = err.value.issues
+    assert (issue.location.line, issue.field) == (6, "driver_info.ipmi_port")
+    assert "must be a port number 1-65535, got 0" in issue.message
+
+
+def test_csv_duplicate_column_header_is_refused(tmp_path, bmc_password):
+    p = tmp_path / "inv.csv"
+    p.write_text("name,bmc_address,bmc_username,bmc_password,bmc_address\n"
+                 "n1,ipmi://10.0.0.1,u,env:NF_TEST_BMC_PASSWORD,ipmi://10.0.0.2\n")
+    with pytest.raises(inv.InventoryError) as err:
+        inv.load(p)
+    [issue] = err.value.issues
+    assert (issue.location.line, issue.field) == (1, "bmc_address")
+    assert "column 'bmc_address' appears twice in the header" in issue.message
+
+
+@pytest.mark.parametrize("text", ["", "# only a comment\n", "name,bmc_address\n"])
+def test_empty_csv_is_refused_no_nodes(tmp_path, capsys, text):
+    p = tmp_path / "inv.csv"
+    p.write_text(text)
+    with pytest.raises(inv.InventoryError, match="no nodes"):
+        inv.load(p)
+    code, _, stderr = _validate_cli(capsys, p)
+    assert code == 2 and "no nodes" in stderr
+
+
+def test_csv_with_a_utf8_bom_is_read(tmp_path, bmc_password):
+    p = tmp_path / "inv.csv"
+    p.write_bytes("name,bmc_address,bmc_username,bmc_password\n"
+                  "n1,ipmi://10.0.0.1,u,env:NF_TEST_BMC_PASSWORD\n".encode("utf-8-sig"))
+    [node] = inv.load(p).nodes
+    assert node.name == "n1" and node.bmc.port == 623
