@@ -161,7 +161,12 @@ def keygen(key_file):
     """Write a new Fernet key (mode 0600) for fernet: credentials; keep it out of the inventory."""
     if key_file.exists():
         raise UsageError(detail=f"{key_file} exists; not overwriting a key")
-    fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileNotFoundError:
+        raise UsageError(detail=f"cannot write {key_file}: directory {key_file.parent} does not exist") from None
+    except OSError as exc:
+        raise UsageError(detail=f"cannot write {key_file}: {exc.strerror}") from None
     with os.fdopen(fd, "wb") as fh:
         fh.write(secrets_mod.generate_key() + b"\n")
     click.echo(f"wrote {key_file}", err=True)
@@ -170,13 +175,22 @@ def keygen(key_file):
 @baremetal.command("encrypt")
 @click.option("--key-file", type=click.Path(dir_okay=False, path_type=Path))
 def encrypt(key_file):
-    """Read a password on stdin, print it as fernet:TOKEN for the inventory."""
+    """Read a password on stdin, print it as fernet:TOKEN for the inventory.
+
+    The password is the whole of standard input less one trailing newline
+    (LF or CRLF); a password of several lines is refused."""
     key = secrets_mod.load_key(key_file)
     if key is None:
         raise UsageError(detail=f"no key: pass --key-file or set ${secrets_mod.KEY_ENV}")
-    value = sys.stdin.readline().rstrip("\n")
+    try:
+        value = secrets_mod.strip_newline(sys.stdin.buffer.read().decode("utf-8"))
+    except UnicodeDecodeError:
+        raise UsageError(detail="the password on stdin is not UTF-8 text") from None
     if not value:
         raise UsageError(detail="empty password on stdin")
+    if "\n" in value or "\r" in value:
+        raise UsageError(detail="the password on stdin has several lines; a BMC password is one line "
+                                "(only one trailing newline is dropped)")
     click.echo(secrets_mod.encrypt(value, key))
     return ExitCode.OK
 

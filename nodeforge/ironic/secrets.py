@@ -3,8 +3,8 @@
 An inventory never needs to hold a password: it names where the password is.
 
 * ``env:BMC_PASSWORD`` - an environment variable of the nodeforge process.
-* ``file:secrets/rack1.pw`` - a file (relative to the inventory); one
-  trailing newline is stripped.
+* ``file:secrets/rack1.pw`` - a UTF-8 file (relative to the inventory); one
+  trailing newline (``\n`` or ``\r\n``) is stripped.
 * ``fernet:gAAAA...`` - encrypted with a Fernet key held *outside* the
   inventory: ``$NODEFORGE_INVENTORY_KEY`` or the file named by
   ``$NODEFORGE_INVENTORY_KEY_FILE`` / ``--key-file``.
@@ -21,7 +21,7 @@ import hashlib
 import os
 from pathlib import Path
 
-from nodeforge.errors import NodeforgeError
+from nodeforge.errors import ExitCode, NodeforgeError
 from nodeforge.redact import Secret
 
 KEY_ENV = "NODEFORGE_INVENTORY_KEY"
@@ -30,7 +30,11 @@ SCHEMES = ("env", "file", "fernet")
 
 
 class SecretRefError(NodeforgeError):
+    """A reference that cannot be resolved, or a bad key: bad input (exit 2),
+    whether it came from an option, the environment or the inventory."""
+
     message = "{detail}"
+    exit_code = ExitCode.USAGE
 
 
 class KeyMissingError(SecretRefError):
@@ -62,16 +66,38 @@ def parse_ref(text: str) -> SecretRef:
 
 def load_key(key_file: Path | None = None) -> bytes | None:
     """The Fernet key from ``key_file``, $NODEFORGE_INVENTORY_KEY or the file
-    in $NODEFORGE_INVENTORY_KEY_FILE (first found), else None."""
+    in $NODEFORGE_INVENTORY_KEY_FILE (first found), else None. A key that
+    cannot be read or is not a Fernet key is a SecretRefError naming where it
+    came from (never the key)."""
     if key_file is None and os.environ.get(KEY_ENV):
-        return os.environ[KEY_ENV].strip().encode()
+        return check_key(os.environ[KEY_ENV].strip().encode(), f"${KEY_ENV}")
     path = key_file or (Path(os.environ[KEY_FILE_ENV]) if os.environ.get(KEY_FILE_ENV) else None)
     if path is None:
         return None
     try:
-        return Path(path).read_bytes().strip()
+        data = Path(path).read_bytes().strip()
     except OSError as exc:
         raise SecretRefError(detail=f"cannot read inventory key file {path}: {exc.strerror}") from None
+    return check_key(data, f"inventory key file {path}")
+
+
+def check_key(key: bytes, source: str) -> bytes:
+    """``key`` if it is a Fernet key (32 url-safe base64-encoded bytes)."""
+    from cryptography.fernet import Fernet
+
+    try:
+        Fernet(key)
+    except (ValueError, TypeError):
+        raise SecretRefError(detail=f"{source} does not hold a Fernet key (32 url-safe base64-encoded bytes, "
+                                    "as 'nodeforge baremetal keygen' writes)") from None
+    return key
+
+
+def strip_newline(value: str) -> str:
+    """``value`` without one trailing newline (``\\n`` or ``\\r\\n``)."""
+    if value.endswith("\r\n"):
+        return value[:-2]
+    return value[:-1] if value.endswith("\n") else value
 
 
 def generate_key() -> bytes:
@@ -116,10 +142,12 @@ class Resolver:
             if not path.is_absolute():
                 path = self.base_dir / path
             try:
-                value = path.read_text(encoding="utf-8")
+                value = path.read_bytes().decode("utf-8")
             except OSError as exc:
                 raise SecretRefError(detail=f"cannot read secret file {path}: {exc.strerror}") from None
-            value = value[:-1] if value.endswith("\n") else value
+            except UnicodeDecodeError:
+                raise SecretRefError(detail=f"secret file {path} is not UTF-8 text") from None
+            value = strip_newline(value)
             if not value:
                 raise SecretRefError(detail=f"secret file {path} is empty")
             return Secret(value)

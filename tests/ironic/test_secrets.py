@@ -53,3 +53,97 @@ def test_fingerprint_detects_rotation_and_hides_password():
     assert a != s.fingerprint("root", Secret("pw-one-111"), "ipmi://10.0.0.1")
     assert a != s.fingerprint("admin", Secret("pw-one-111"), "ipmi://10.0.0.2")  # salted per BMC
     assert "pw-one-111" not in a
+
+
+# --- issue 13 ----------------------------------------------------------------------------
+
+import io  # noqa: E402
+import json  # noqa: E402
+import sys  # noqa: E402
+
+from nodeforge import cli  # noqa: E402
+
+
+def _cli(capsys, monkeypatch, *args, stdin: bytes | None = None):
+    if stdin is not None:
+        # as Python sets up sys.stdin on POSIX: no newline translation (a CRLF keeps its \r)
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8", newline="\n"))
+    capsys.readouterr()
+    code = cli.main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err
+    return code, out, err
+
+
+@pytest.fixture
+def no_key_env(monkeypatch):
+    monkeypatch.delenv(s.KEY_ENV, raising=False)
+    monkeypatch.delenv(s.KEY_FILE_ENV, raising=False)
+
+
+def test_non_utf8_file_secret_is_a_clear_error(tmp_path, capsys, monkeypatch):
+    (tmp_path / "pw").write_bytes(b"\xff\xfepass\n")
+    with pytest.raises(s.SecretRefError, match="secret file .*pw is not UTF-8 text"):
+        s.Resolver(tmp_path).resolve("file:pw")
+    inv = tmp_path / "inv.yaml"
+    inv.write_text("version: 1\nnodes:\n  - name: n1\n    bmc: {address: 'ipmi://10.0.0.1', username: u, "
+                   "password: 'file:pw'}\n")
+    code, _, err = _cli(capsys, monkeypatch, "baremetal", "validate", inv)
+    assert code == 2 and "field 'bmc.password': secret file" in err and "is not UTF-8 text" in err
+
+
+def test_file_secret_drops_one_crlf(tmp_path):
+    # (read as bytes now; the same result as the text read before)
+    (tmp_path / "pw").write_bytes(b"crlf-password-1\r\n")
+    assert s.Resolver(tmp_path).resolve("file:pw").reveal() == "crlf-password-1"
+
+
+def test_keygen_into_a_missing_directory(tmp_path, capsys, monkeypatch):
+    code, _, err = _cli(capsys, monkeypatch, "baremetal", "keygen", tmp_path / "nope" / "inv.key")
+    assert code == 2 and f"directory {tmp_path / 'nope'} does not exist" in err
+
+
+def test_encrypt_with_a_malformed_key(tmp_path, capsys, monkeypatch, no_key_env):
+    bad = tmp_path / "bad.key"
+    bad.write_text("not-a-fernet-key\n")
+    code, out, err = _cli(capsys, monkeypatch, "baremetal", "encrypt", "--key-file", bad, stdin=b"pw-1\n")
+    assert code == 2 and out == ""
+    assert f"inventory key file {bad} does not hold a Fernet key" in err and "not-a-fernet-key" not in err
+    monkeypatch.setenv(s.KEY_ENV, "short")
+    code, out, err = _cli(capsys, monkeypatch, "baremetal", "encrypt", stdin=b"pw-1\n")
+    assert code == 2 and f"${s.KEY_ENV} does not hold a Fernet key" in err
+
+
+def test_missing_key_file_exits_2_by_option_and_by_environment(tmp_path, capsys, monkeypatch, no_key_env):
+    inv = tmp_path / "inv.yaml"
+    token = s.encrypt("enc-pw-9a7b", s.generate_key())
+    inv.write_text(f"version: 1\nnodes:\n  - name: n1\n    bmc: {{address: 'ipmi://10.0.0.1', username: u, "
+                   f"password: '{token}'}}\n")
+    missing = tmp_path / "missing.key"
+    by_option = _cli(capsys, monkeypatch, "baremetal", "validate", "--key-file", missing, inv)
+    monkeypatch.setenv(s.KEY_FILE_ENV, str(missing))
+    by_env = _cli(capsys, monkeypatch, "baremetal", "validate", inv)
+    assert by_option[0] == by_env[0] == 2
+    assert f"cannot read inventory key file {missing}" in by_option[2]
+    assert f"cannot read inventory key file {missing}" in by_env[2]
+    code, _, err = _cli(capsys, monkeypatch, "baremetal", "encrypt", "--key-file", missing, stdin=b"pw\n")
+    assert code == 2 and f"cannot read inventory key file {missing}" in err
+
+
+@pytest.mark.parametrize("stdin,password", [
+    (b"pw with spaces  \n", "pw with spaces  "),
+    (b"crlf-pw\r\n", "crlf-pw"),
+    (b"no-newline", "no-newline"),
+    (b"one\n\n", None),          # a second (empty) line: refused
+    (b"line-1\nline-2\n", None),
+])
+def test_encrypt_takes_all_of_stdin_less_one_newline(tmp_path, capsys, monkeypatch, no_key_env, stdin, password):
+    key = s.generate_key()
+    keyfile = tmp_path / "inv.key"
+    keyfile.write_bytes(key + b"\n")
+    code, out, err = _cli(capsys, monkeypatch, "baremetal", "encrypt", "--key-file", keyfile, stdin=stdin)
+    if password is None:
+        assert code == 2 and out == "" and "has several lines" in err
+        return
+    assert code == 0
+    assert s.Resolver(tmp_path, key=key).resolve(out.strip()).reveal() == password
