@@ -1,21 +1,50 @@
 """Keep secrets out of every log line, error, report and exception.
 
-Two mechanisms work together:
+Three mechanisms work together:
 
 * :class:`Secret` wraps a sensitive value; its ``str``/``repr`` are masked, so
   a secret that slips into an f-string or a traceback prints as ``***``.
-* :func:`register` records the raw value of every secret nodeforge reads; the
-  logging filter and :func:`scrub` replace any registered value found in text.
+* **By field**, for structured output (``-o json|yaml``, tables, reports):
+  :func:`scrub_obj` masks the value of every field that holds a secret
+  (:func:`is_secret_field`: ``password``, ``ipmi_password``, ``snmp_auth_key``,
+  ``token``, ...) whatever it is, and leaves every other field as it is, so a
+  password ``ipmi`` does not hide the driver name ``ipmi``, and a password
+  equal to the username does not mask (and so reveal) the username.
+* **By search**, for free text only (log lines, error messages, and the
+  free-text fields of structured output such as ``error``, ``detail``,
+  ``message``): :func:`register` records the raw value of every secret
+  nodeforge reads, and the logging filter and :func:`scrub` replace any
+  registered value found in the text. Values shorter than
+  :data:`MIN_SEARCH_LENGTH` are never searched for (they would mask ordinary
+  words); they are masked by field and, being :class:`Secret`, never formatted.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import threading
 
 MASK = "***"
+MIN_SEARCH_LENGTH = 8
 _lock = threading.Lock()
 _known: set[str] = set()
+
+# Field names whose value is a secret (Ironic's secret driver_info keys among
+# them: ipmi_password, ipmi_kg_key, snmp_auth_key, snmp_priv_key, ...).
+_SECRET_FIELD = re.compile(r"(^|[_.-])(password|passwd|passphrase|secret|token|kg_key|auth_key|priv_key|"
+                           r"private_key|api_key|secret_key|access_key)$", re.I)
+# Fields of structured output that hold free text (messages built from other
+# data): masked by search as log lines are.
+FREE_TEXT_FIELDS = frozenset({"error", "errors", "detail", "details", "message", "hint", "reason", "reasons",
+                              "last_error", "maintenance_reason", "description", "stderr", "stdout", "output",
+                              "log", "text", "summary"})
+
+
+def is_secret_field(name) -> bool:
+    """True for a field name that holds a secret (``password``, ``bmc.password``,
+    ``driver_info.ipmi_password``, ``snmp_auth_key``, ``token``, ...)."""
+    return isinstance(name, str) and bool(_SECRET_FIELD.search(name))
 
 
 class Secret:
@@ -44,9 +73,9 @@ class Secret:
 
 
 def register(value: str | None) -> None:
-    # Very short values would mask unrelated text; they are still wrapped in
-    # Secret, so they never print through nodeforge's own formatting.
-    if value and len(value) >= 4:
+    # Short values would mask unrelated text (a password "ipmi", "admin");
+    # they are still wrapped in Secret and masked by field.
+    if value and len(value) >= MIN_SEARCH_LENGTH:
         with _lock:
             _known.add(value)
 
@@ -62,16 +91,25 @@ def scrub(text: str) -> str:
     return text
 
 
-def scrub_obj(obj):
-    """Return a copy of a JSON-like structure with secrets masked."""
+def scrub_obj(obj, *, free_text: bool = False):
+    """Return a copy of a JSON-like structure with secrets masked by field:
+    the value of a secret field (:func:`is_secret_field`) becomes ``***``;
+    strings in free-text fields (:data:`FREE_TEXT_FIELDS`, or everything when
+    ``free_text``) are masked by search (:func:`scrub`); other values are kept."""
     if isinstance(obj, Secret):
         return MASK
     if isinstance(obj, str):
-        return scrub(obj)
+        return scrub(obj) if free_text else obj
     if isinstance(obj, dict):
-        return {k: scrub_obj(v) for k, v in obj.items()}
+        out = {}
+        for k, v in obj.items():
+            if is_secret_field(k) and v not in (None, "", MASK):
+                out[k] = MASK
+            else:
+                out[k] = scrub_obj(v, free_text=free_text or k in FREE_TEXT_FIELDS)
+        return out
     if isinstance(obj, (list, tuple)):
-        return [scrub_obj(v) for v in obj]
+        return [scrub_obj(v, free_text=free_text) for v in obj]
     return obj
 
 

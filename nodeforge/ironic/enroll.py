@@ -32,7 +32,7 @@ from nodeforge.ironic import constants as C
 from nodeforge.ironic.inventory import (CleanMode, Inventory, NodeSpec, bmc_key, bmc_key_from_driver_info,
                                        normalize_mac)
 from nodeforge.ironic.provisioner import IronicError, Provisioner
-from nodeforge.redact import MASK, scrub, scrub_obj
+from nodeforge.redact import MASK, is_secret_field, scrub, scrub_obj
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +51,9 @@ class FieldChange:
     desired: Any
 
     def to_dict(self) -> dict:
+        if is_secret_field(self.field):       # driver_info.ipmi_password: both sides masked by field
+            return {"field": self.field, "current": MASK if self.current is not None else None,
+                    "desired": self.desired if self.desired == "(rotated)" else MASK}
         return scrub_obj({"field": self.field, "current": self.current, "desired": self.desired})
 
 

@@ -147,3 +147,61 @@ def test_encrypt_takes_all_of_stdin_less_one_newline(tmp_path, capsys, monkeypat
         return
     assert code == 0
     assert s.Resolver(tmp_path, key=key).resolve(out.strip()).reveal() == password
+
+
+def _inventory(tmp_path, address, username):
+    p = tmp_path / "inv.yaml"
+    p.write_text(f"version: 1\nnodes:\n  - name: node-a\n    bmc: {{address: '{address}', username: {username}, "
+                 "password: 'env:NF_OVERMASK_PW'}\n")
+    return p
+
+
+def _strings(obj):
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from ((f"{k}.{p}" if p else k, x) for p, x in _strings(v))
+    elif isinstance(obj, list):
+        for v in obj:
+            yield from _strings(v)
+    elif isinstance(obj, str):
+        yield "", obj
+
+
+def test_short_password_does_not_mask_the_driver_name(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("NF_OVERMASK_PW", "ipmi")
+    inv = _inventory(tmp_path, "ipmi://10.0.0.1", "admin")
+    code, out, err = _cli(capsys, monkeypatch, "baremetal", "validate", inv, "-o", "json")
+    assert code == 0, err
+    [node] = json.loads(out)["nodes"]
+    assert node["driver"] == "ipmi"
+    assert node["driver_info"] == {"ipmi_address": "10.0.0.1", "ipmi_port": 623, "ipmi_username": "admin",
+                                   "ipmi_password": "***"}
+    assert node["interfaces"] == {"management_interface": "ipmitool", "power_interface": "ipmitool"}
+    # "ipmi" appears only where it is the driver's or the URL's, never as the password
+    assert all(not k.endswith("password") for k, v in _strings(node) if v == "ipmi")
+    code, out, _ = _cli(capsys, monkeypatch, "baremetal", "validate", inv)   # the table too
+    assert code == 0 and "***" not in out and " ipmi " in out
+
+
+def test_password_equal_to_the_username_masks_only_the_password(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("NF_OVERMASK_PW", "nf-same-as-user-42")
+    inv = _inventory(tmp_path, "redfish://10.0.0.1", "nf-same-as-user-42")
+    code, out, err = _cli(capsys, monkeypatch, "baremetal", "validate", inv, "-o", "json")
+    assert code == 0, err
+    [node] = json.loads(out)["nodes"]
+    assert node["driver_info"]["redfish_username"] == "nf-same-as-user-42"
+    assert node["driver_info"]["redfish_password"] == "***"
+    # the value shows only as the username, never in a password field
+    assert [k for k, v in _strings(node) if v == "nf-same-as-user-42"] == ["driver_info.redfish_username"]
+
+
+def test_password_never_appears_in_validate_output(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("NF_OVERMASK_PW", "pw-Never-Shown-77")
+    inv = _inventory(tmp_path, "redfish://10.0.0.1", "admin")
+    for args in ([], ["-o", "json"], ["-o", "yaml"], ["--log-format", "json", "-vv"]):
+        code, out, err = _cli(capsys, monkeypatch, "baremetal", "validate", inv, *args)
+        assert code == 0 and "pw-Never-Shown-77" not in out + err
+    # nor in an error (a broken inventory with the same secret)
+    inv.write_text(inv.read_text() + "    colour: red\n")
+    code, out, err = _cli(capsys, monkeypatch, "baremetal", "validate", inv, "-o", "json")
+    assert code == 2 and "pw-Never-Shown-77" not in out + err
