@@ -25,9 +25,18 @@ def _variants(ctx, param, value: str) -> tuple[str, ...]:
     return names
 
 
+def _out_dir(ctx, param, value):
+    """--out as a Path; an empty value is a usage error (Path("") would mean the current directory)."""
+    if value is None:
+        return None
+    if not value.strip():
+        raise click.BadParameter("must name a directory, not an empty string", ctx=ctx, param=param)
+    return Path(value)
+
+
 @click.command()
 @click.option("--k8s", "minor", required=True, metavar="1.NN", help="Kubernetes minor, as pinned in the lockfile.")
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True,
+@click.option("--out", type=click.Path(file_okay=False), callback=_out_dir, required=True,
               help="Directory for the rendered tree (replaced if it is a previous render).")
 @click.option("--arch", type=click.Choice([a.value for a in Arch]), default=Arch.AMD64.value, show_default=True)
 @_lockfile_option

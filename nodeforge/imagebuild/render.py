@@ -29,7 +29,7 @@ from pathlib import Path
 import jinja2
 import yaml
 
-from nodeforge.errors import ConfigError, NodeforgeError
+from nodeforge.errors import ConfigError, ExitCode, NodeforgeError
 from nodeforge.imagebuild.lockfile import Arch, BaseOS, Component, Lockfile
 from nodeforge.imagebuild.sources import relpath
 
@@ -64,6 +64,12 @@ STAGED_NAME = {
 
 class RenderError(NodeforgeError):
     message = "render: {detail}"
+
+
+class RenderOutError(RenderError):
+    """``--out`` names no usable directory (empty, or someone else's): a usage error."""
+
+    exit_code = ExitCode.USAGE
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,9 +150,19 @@ def render(lock: Lockfile, minor: str, out: Path, *, arch: Arch = Arch.AMD64,
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
                              autoescape=False)
 
+    if not str(out).strip():
+        raise RenderOutError(detail="--out is empty; name the directory for the rendered tree")
     out = Path(out)
+    target = Path(os.path.abspath(out))
+    if target == Path.cwd() or target in Path.cwd().parents:
+        raise RenderOutError(detail=f"--out {out} is the current directory or one of its parents, which the render "
+                                    "would replace; name a new directory")
+    if out.exists() and not out.is_dir():
+        raise RenderOutError(detail=f"{out} exists and is not a directory")
     if out.exists() and any(out.iterdir()) and not (out / MARKER).exists():
-        raise RenderError(detail=f"{out} exists and is not a nodeforge render; choose an empty or new directory")
+        raise RenderOutError(detail=f"{out} exists and is not a nodeforge render; choose an empty or new directory")
+    if out.name in ("", ".", ".."):           # "x/.." and the like: stage beside the real directory
+        out = target
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:

@@ -135,3 +135,22 @@ def test_element_data_directories_do_not_collide():
             if sub.is_dir() and not sub.name.endswith(".d") and sub.name not in ("bin", "tests"):
                 assert sub.name not in seen, f"{element.name}/{sub.name} collides with {seen[sub.name]}"
                 seen[sub.name] = element.name
+
+
+def test_render_out_empty_is_a_usage_error(run_cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)           # an empty current directory: "" must not mean "here"
+    lock = str(lockfile.DEFAULT_PATH)
+    code, out, err = run_cli("image", "render", "--k8s", "1.36", "--out", "", "--lockfile", lock)
+    assert code == 2 and "Traceback" not in err
+    assert "Invalid value for '--out': must name a directory, not an empty string" in err
+    code, out, err = run_cli("image", "render", "--k8s", "1.36", "--out", ".", "--lockfile", lock)
+    assert code == 2 and "is the current directory or one of its parents" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_render_into_a_foreign_directory_is_a_usage_error(run_cli, tmp_path):
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "precious").write_text("x")
+    code, _, err = run_cli("image", "render", "--k8s", "1.36", "--out", str(tmp_path / "r"))
+    assert code == 2 and "exists and is not a nodeforge render" in err
+    assert (tmp_path / "r" / "precious").read_text() == "x"
