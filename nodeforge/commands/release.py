@@ -26,6 +26,14 @@ def _common(fn):
     return fn
 
 
+def _minors(ctx, param, value):
+    """--minor values: each a Kubernetes minor like 1.36 (else exit 2 before any download)."""
+    for minor in value:
+        if not lockfile.is_minor(minor):
+            raise click.BadParameter(f"{minor!r} is not a Kubernetes minor (expected like 1.36)", ctx=ctx, param=param)
+    return value
+
+
 def _setup(lockfile_path: Path, sources_file: Path | None, cache_dir: Path | None):
     lock = lockfile.load(lockfile_path)
     sources = Sources.load(sources_file or lockfile_path.parent / "sources.yaml")
@@ -57,7 +65,7 @@ def check(app, lockfile_path, sources_file, cache_dir):
 
 
 @release.command()
-@click.option("--minor", "minors", multiple=True, metavar="1.NN",
+@click.option("--minor", "minors", multiple=True, metavar="1.NN", callback=_minors,
               help="Only this minor (repeatable); a minor not pinned yet is added.  [default: every minor that moved]")
 @click.option("--jobs", type=click.IntRange(1, 32), default=4, show_default=True, help="Parallel downloads.")
 @options.dry_run
@@ -78,7 +86,8 @@ def bump(app, minors, jobs, dry_run, lockfile_path, sources_file, cache_dir):
 
 
 @release.command()
-@click.option("--minor", "minors", multiple=True, metavar="1.NN", help="Only this minor (repeatable).  [default: all]")
+@click.option("--minor", "minors", multiple=True, metavar="1.NN", callback=_minors,
+              help="Only this minor (repeatable).  [default: all]")
 @click.option("--arch", "arches", multiple=True, type=click.Choice([a.value for a in lockfile.Arch]),
               help="Only this architecture (repeatable).  [default: all in the lockfile]")
 @click.option("--bundle", type=click.Path(path_type=Path),

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable, TypeVar
 
-from nodeforge.errors import NodeforgeError, PartialFailure
+from nodeforge.errors import NodeforgeError, PartialFailure, UsageError
 from nodeforge.imagebuild import lockfile as lf
 from nodeforge.imagebuild.cache import DownloadError, Downloader, Fetched, NotFoundError
 from nodeforge.imagebuild.lockfile import Arch, Artifact, Component, Lockfile, MinorPins, Pin, Version
@@ -235,7 +235,7 @@ def bump(lock: Lockfile, sources: Sources, dl: Downloader, *, minors: list[str] 
     written."""
     for minor in minors or []:
         if not lf.is_minor(minor):
-            raise ReleaseError(detail=f"not a Kubernetes minor: {minor!r} (expected like 1.36)")
+            raise UsageError(detail=f"not a Kubernetes minor: {minor!r} (expected like 1.36)")
     report = check(lock, sources, dl)
     targets = _targets(lock, report, minors, sources, dl)
     new = lock
@@ -353,6 +353,8 @@ def prefetch(lock: Lockfile, sources: Sources, dl: Downloader, *, minors: list[s
     if failed:
         if len(failed) == 1:
             raise failed[0].error
+        if len(failed) == len(report.items):   # nothing fetched: a failure, not a partial one
+            raise ReleaseError(f"all {len(failed)} items failed", hint="\n".join(str(i.error) for i in failed))
         raise PartialFailure(failed=len(failed), total=len(report.items),
                              hint="\n".join(str(i.error) for i in failed))
     if bundle is not None:

@@ -315,6 +315,22 @@ def test_prefetch_with_several_failures_is_a_partial_failure(run_cli, fixture_lo
     assert "runc.amd64: not found (HTTP 404)" in err and "runc.arm64: not found (HTTP 404)" in err
 
 
+def test_prefetch_where_every_item_failed_is_a_failure_not_partial(run_cli, fixture_lock, mirror):
+    mirror.inject("*", FaultKind.STATUS, times=None, status=404)
+    code, _, err = run_cli("release", "prefetch", "--minor", "1.34", "--arch", "arm64", "--lockfile", str(fixture_lock))
+    assert code == ExitCode.FAILURE and "error: all 7 items failed" in err
+    assert "not found (HTTP 404)" in err
+
+
+def test_bump_with_a_bad_minor_option_is_a_usage_error(run_cli, fixture_lock, mirror):
+    before = fixture_lock.read_text()
+    for cmd in ("bump", "prefetch"):
+        code, _, err = run_cli("release", cmd, "--minor", "1.36.1", "--lockfile", str(fixture_lock))
+        assert code == ExitCode.USAGE
+        assert "Invalid value for '--minor': '1.36.1' is not a Kubernetes minor (expected like 1.36)" in err
+    assert mirror.requests == [] and fixture_lock.read_text() == before
+
+
 def test_prefetch_bundle_directory_serves_as_a_mirror(run_cli, fixture_lock, tmp_path, monkeypatch):
     bundle = tmp_path / "bundle"
     code, _, _ = run_cli("release", "prefetch", "--lockfile", str(fixture_lock), "--bundle", str(bundle))
