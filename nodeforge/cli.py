@@ -10,7 +10,7 @@ import sys
 
 import click
 
-from nodeforge import __version__, log, options
+from nodeforge import __version__, log, options, output
 from nodeforge.commands import baremetal as baremetal_cmds
 from nodeforge.commands import devcloud as devcloud_cmds
 from nodeforge.commands import flavor as flavor_cmds
@@ -44,26 +44,104 @@ cli.add_command(template_cmds.template)
 cli.add_command(pipeline_cmds.pipeline)
 
 
+def _formats(argv: list[str]) -> tuple[str, str]:
+    """(--output, --log-format) as given on the command line (either side of
+    the subcommand; the last wins), read from the arguments themselves so an
+    error found while parsing them is still reported in the chosen format."""
+    out, log_format = "table", "text"
+    args = iter(argv)
+    for arg in args:
+        if arg == "--":
+            break
+        for names, kind in ((("--output", "-o"), "output"), (("--log-format",), "log")):
+            value = None
+            if arg in names:
+                value = next(args, None)
+            else:
+                for name in names:
+                    prefix = name + "=" if name.startswith("--") else name
+                    if arg.startswith(prefix) and len(arg) > len(prefix):
+                        value = arg[len(prefix):]
+            if kind == "output" and value in output.FORMATS:
+                out = value
+            elif kind == "log" and value in ("text", "json"):
+                log_format = value
+    return out, log_format
+
+
+def report_error(argv: list[str], message: str, hint: str | None, code: int, *, details: dict | None = None,
+                 text: str | None = None, documents: list | None = None) -> int:
+    """The one place a failed command is reported (README "Exit codes"):
+
+    * stderr: ``error: ...`` and ``hint: ...`` lines, or with ``--log-format
+      json`` one JSON line (level ``error``, with ``hint`` and ``exit_code``);
+      ``text`` replaces the plain-text form (click's usage message);
+    * stdout, with ``--output json|yaml``: the error as one document,
+      ``{"error", "hint", "exit_code", ...details}``. What the command had
+      emitted before failing (``documents``, held by :func:`output.collect`)
+      stays in that one document: a report's own keys beside the error keys
+      (so ``-o json`` of a failed verify or a refused flavor sync is still the
+      report), anything else under ``result``.
+
+    Messages are free text and masked by search; ``details`` are structured
+    and masked by field (:mod:`nodeforge.redact`)."""
+    fmt, log_format = _formats(argv)
+    message = scrub(message)
+    hint = scrub(hint) if hint else None
+    if log_format == "json":
+        click.echo(log.error_line(message, hint=hint, exit_code=int(code)), err=True)
+    elif text is not None:
+        click.echo(text, err=True, nl=False)
+    else:
+        click.echo(f"error: {message}", err=True)
+        if hint:
+            click.echo(f"hint: {hint}", err=True)
+    if fmt in ("json", "yaml"):
+        doc = {"error": message, "hint": hint, "exit_code": int(code), **(details or {})}
+        results = [data for data, _ in documents or []]
+        if len(results) == 1 and isinstance(results[0], dict):
+            doc.update((k, v) for k, v in results[0].items() if k not in doc)
+        elif results:
+            doc["result"] = results[0] if len(results) == 1 else results
+        output.flush([(output.plain(doc), fmt)])
+    elif documents:
+        output.flush(documents)
+    return int(code)
+
+
+def _click_text(exc: click.ClickException) -> str:
+    """What click itself prints for ``exc`` (usage line, then the error)."""
+    import io
+
+    buf = io.StringIO()
+    exc.show(file=buf)
+    return buf.getvalue()
+
+
 def main(argv: list[str] | None = None) -> int:
     options.add_common_options(cli)
-    try:
-        rv = cli.main(args=argv, prog_name="nodeforge", standalone_mode=False)
-    except click.exceptions.Exit as exc:
-        return exc.exit_code
-    except click.exceptions.Abort:
-        click.echo("aborted", err=True)
-        return ExitCode.FAILURE
-    except click.ClickException as exc:
-        exc.show()
-        return ExitCode.USAGE
-    except NodeforgeError as exc:
-        click.echo(f"error: {scrub(str(exc))}", err=True)
-        if exc.hint:
-            click.echo(f"hint: {scrub(exc.hint)}", err=True)
-        return int(exc.exit_code)
-    except KeyboardInterrupt:
-        click.echo("interrupted", err=True)
-        return 130
+    args = list(sys.argv[1:] if argv is None else argv)
+    with output.collect() as docs:
+        try:
+            rv = cli.main(args=args, prog_name="nodeforge", standalone_mode=False)
+        except click.exceptions.Exit as exc:
+            output.flush(docs)
+            return exc.exit_code
+        except click.exceptions.Abort:
+            return report_error(args, "aborted", None, ExitCode.FAILURE, text="aborted\n", documents=docs)
+        except click.ClickException as exc:
+            ctx = getattr(exc, "ctx", None)
+            hint = f"see '{ctx.command_path} --help'" if ctx is not None else None
+            return report_error(args, exc.format_message(), hint, ExitCode.USAGE, text=_click_text(exc),
+                                documents=docs)
+        except NodeforgeError as exc:
+            return report_error(args, str(exc), exc.hint, exc.exit_code, details=exc.details, documents=docs)
+        except KeyboardInterrupt:
+            return report_error(args, "interrupted", None, 130, text="interrupted\n", documents=docs)
+        except BaseException:
+            output.flush(docs)
+            raise
+        output.flush(docs)
     # With standalone_mode=False click returns ctx.exit(code) as the value.
     return rv if isinstance(rv, int) else ExitCode.OK
 

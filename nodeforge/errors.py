@@ -26,6 +26,8 @@ class NodeforgeError(Exception):
     message = "nodeforge failed"
     exit_code = ExitCode.FAILURE
     hint: str | None = None
+    # Structured data added to the error document printed with --output json|yaml.
+    details: dict | None = None
 
     def __init__(self, message: str | None = None, *, hint: str | None = None, **kwargs):
         self.kwargs = kwargs

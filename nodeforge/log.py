@@ -24,6 +24,14 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(data)
 
 
+def error_line(message: str, *, hint: str | None = None, exit_code: int | None = None) -> str:
+    """A failed command's error as one JSON line (``--log-format json``),
+    shaped like the log records (the caller has masked the text)."""
+    data = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "level": "error", "logger": "nodeforge",
+            "message": message, "hint": hint, "exit_code": exit_code}
+    return json.dumps(data)
+
+
 def setup(verbose: int = 0, fmt: str = "text", stream=None) -> None:
     level = logging.WARNING if verbose <= 0 else logging.INFO if verbose == 1 else logging.DEBUG
     handler = logging.StreamHandler(stream or sys.stderr)

@@ -48,3 +48,58 @@ def test_no_cloud_selected_is_a_usage_error_naming_os_cloud_and_clouds_yaml(run,
 def test_unknown_cloud_is_a_usage_error(run, no_cloud):
     code, _, err = run("--os-cloud", "no-such-cloud", "image", "list")
     assert code == 2 and "error: cannot use cloud 'no-such-cloud'" in err and "clouds.yaml" in err
+
+
+def test_output_json_prints_the_error_as_a_json_document(run, tmp_path):
+    missing = tmp_path / "missing.yaml"
+    code, out, err = run("baremetal", "validate", missing, "-o", "json")
+    assert code == 2
+    assert json.loads(out) == {"error": f"{missing}: file not found", "hint": None, "exit_code": 2}
+    assert f"error: {missing}: file not found" in err          # stderr keeps the message for people
+
+
+def test_output_json_error_of_an_invalid_inventory_lists_the_issues(run, tmp_path):
+    inv = tmp_path / "inv.yaml"
+    inv.write_text("version: 1\nnodes:\n  - {name: n1, bmc: {address: 'fake://n1'}, colour: red}\n")
+    code, out, _ = run("baremetal", "validate", inv, "--output", "json")
+    doc = json.loads(out)
+    assert code == 2 and doc["exit_code"] == 2 and doc["valid"] is False and doc["file"] == str(inv)
+    assert doc["error"].startswith(f"{inv}: 1 problem(s)") and doc["hint"].startswith("fix every listed problem")
+    assert [(i["location"]["line"], i["field"]) for i in doc["issues"]] == [(3, "colour")]
+
+
+def test_output_yaml_prints_the_error_as_yaml(run, tmp_path):
+    code, out, _ = run("-o", "yaml", "baremetal", "validate", tmp_path / "missing.yaml")
+    assert code == 2 and yaml.safe_load(out)["exit_code"] == 2
+
+
+def test_usage_error_with_output_json(run):
+    code, out, err = run("release", "bump", "--minor", "1.36.1", "-o", "json")
+    assert code == 2
+    doc = json.loads(out)
+    assert doc["exit_code"] == 2 and "'1.36.1' is not a Kubernetes minor" in doc["error"]
+    assert doc["hint"] == "see 'nodeforge release bump --help'"
+    assert "Usage: nodeforge release bump" in err              # click's own text on stderr
+
+
+def test_log_format_json_makes_error_and_hint_json_lines(run, tmp_path):
+    missing = tmp_path / "missing.yaml"
+    code, out, err = run("--log-format", "json", "baremetal", "validate", missing)
+    assert code == 2 and out == ""
+    lines = [json.loads(line) for line in err.splitlines()]   # every stderr line is JSON
+    [record] = [r for r in lines if r["level"] == "error"]
+    assert record["message"] == f"{missing}: file not found" and record["exit_code"] == 2
+    code, _, err = run("release", "bump", "--minor", "1.36.1", "--log-format=json")
+    [record] = [json.loads(line) for line in err.splitlines()]
+    assert code == 2 and record["level"] == "error" and "is not a Kubernetes minor" in record["message"]
+    assert record["hint"] == "see 'nodeforge release bump --help'"
+
+
+def test_json_error_output_masks_registered_secrets(run, tmp_path, monkeypatch):
+    from nodeforge.redact import register
+
+    register("sekrit-in-error-9f")
+    inv = tmp_path / "sekrit-in-error-9f.yaml"
+    code, out, err = run("baremetal", "validate", inv, "-o", "json", "--log-format", "json")
+    assert code == 2 and "sekrit-in-error-9f" not in out + err
+    assert json.loads(out)["error"].endswith("***.yaml: file not found")

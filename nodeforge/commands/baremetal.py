@@ -29,13 +29,9 @@ def _inventory_options(fn):
 
 
 def _load(app, file, fmt, allow_plaintext_secrets, key_file):
-    try:
-        return inv_mod.load(file, fmt=fmt, allow_plaintext=allow_plaintext_secrets, key_file=key_file)
-    except inv_mod.InventoryError as exc:
-        if app.output != "table":
-            output.emit({"valid": False, "file": str(file), "issues": [i.to_dict() for i in exc.issues]},
-                        app.output)
-        raise
+    # An invalid inventory raises InventoryError; with --output json|yaml the
+    # CLI's error document carries its issues (valid: false, file, issues).
+    return inv_mod.load(file, fmt=fmt, allow_plaintext=allow_plaintext_secrets, key_file=key_file)
 
 
 @click.group()

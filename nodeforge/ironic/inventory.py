@@ -154,6 +154,8 @@ class InventoryError(ConfigError):
         self.issues = issues
         super().__init__(path=path, count=len(issues), details="\n".join(f"  {i}" for i in issues),
                          hint="fix every listed problem; nothing was written")
+        # With --output json|yaml the error document also lists the issues.
+        self.details = {"valid": False, "file": path, "issues": [i.to_dict() for i in issues]}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -371,8 +371,9 @@ def test_cli_prints_the_report_and_exits_non_zero_on_a_failed_check(tmp_path, mo
     code = cli.main(["image", "verify", str(d), "--accel", "tcg", "--timeout", "300", "-o", "json"])
     out, err = capsys.readouterr()
     assert code == 1 and "baremetal: NF-HARD-003" in err
-    doc = json.loads(out)
+    doc = json.loads(out)     # one document: the report, with the error beside its keys
     assert doc["variants"]["vm"]["passed"] is True and doc["variants"]["baremetal"]["passed"] is False
+    assert doc["exit_code"] == 1 and "baremetal: NF-HARD-003" in doc["error"]
     assert seen["req"].timeout == 300 and seen["req"].accel == "tcg" and not seen["req"].parallel
     code = cli.main(["image", "verify", str(d), "--variant", "vm", "--parallel"])
     out, _ = capsys.readouterr()

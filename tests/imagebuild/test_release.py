@@ -107,10 +107,14 @@ def test_check_unreachable_server_is_a_clear_error(run_cli, fixture_lock, monkey
         port = s.getsockname()[1]
     monkeypatch.setenv("NODEFORGE_MIRROR_KUBERNETES", f"http://127.0.0.1:{port}/k8s")
     code, out, err = run_cli("release", "check", "--lockfile", str(fixture_lock), "-o", "json")
-    assert code == ExitCode.FAILURE and out == ""
+    assert code == ExitCode.FAILURE
     assert (f"error: cannot reach http://127.0.0.1:{port}/k8s/release/stable.txt after 3 attempts: "
             "Connection refused") in err
     assert "NODEFORGE_MIRROR_KUBERNETES" in err  # the hint says how to point elsewhere
+    # with -o json stdout carries the error as a JSON document (README "Exit codes")
+    doc = json.loads(out)
+    assert doc["exit_code"] == ExitCode.FAILURE and "NODEFORGE_MIRROR_KUBERNETES" in doc["hint"]
+    assert doc["error"].startswith(f"cannot reach http://127.0.0.1:{port}/k8s/release/stable.txt")
 
 
 def test_check_rejects_a_malformed_lockfile_with_line(run_cli, fixture_lock):
