@@ -68,6 +68,7 @@ class NodePlan:
     ports_to_add: list[str] = dataclasses.field(default_factory=list)
     macs_from_bmc: bool = False          # MACs read from the Redfish BMC (none in the inventory)
     error: str | None = None
+    error_kind: str = "conflict"         # report.HINTS key for an ERROR plan
     provision_state: str | None = None
     _patch: list[dict] = dataclasses.field(default_factory=list, repr=False)
 
@@ -75,6 +76,7 @@ class NodePlan:
         return {"name": self.spec.name, "action": self.action.value, "uuid": self.uuid,
                 "matched_by": self.matched_by, "changes": [c.to_dict() for c in self.changes],
                 "ports_to_add": self.ports_to_add, "macs_from_bmc": self.macs_from_bmc, "error": scrub(self.error) if self.error else None,
+                "error_kind": self.error_kind if self.action is Action.ERROR else None,
                 "location": str(self.spec.location)}
 
 
@@ -207,7 +209,7 @@ def _plan_node(spec: NodeSpec, by_name, by_uuid, by_bmc, port_owner) -> NodePlan
     owner = (node.get("extra") or {}).get(C.EXTRA_SCOPE)
     if spec.scope and owner and owner != spec.scope:
         return dataclasses.replace(
-            p, action=Action.ERROR, uuid=None,
+            p, action=Action.ERROR, uuid=None, error_kind="scope",
             error=f"Ironic node {node.get('name') or node['uuid']} (matched by {matched}) belongs to scope "
                   f"'{owner}' (extra.{C.EXTRA_SCOPE}), not this inventory's '{spec.scope}': another inventory "
                   "enrolled it; not touched")
@@ -310,7 +312,7 @@ def apply(plan_: Plan, provisioner: Provisioner, *, jobs: int = 4) -> list[Enrol
     """Execute the plan; one result per node (in inventory order)."""
     def one(p: NodePlan) -> EnrollResult:
         if p.action is Action.ERROR:
-            return EnrollResult(p.spec.name, p.action, p.uuid, ok=False, error=p.error, error_kind="conflict")
+            return EnrollResult(p.spec.name, p.action, p.uuid, ok=False, error=p.error, error_kind=p.error_kind)
         if p.action is Action.NOOP:
             return EnrollResult(p.spec.name, p.action, p.uuid)
         uuid = p.uuid

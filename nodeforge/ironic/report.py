@@ -20,6 +20,8 @@ HINTS = {
     "conflict": "the MAC or BMC is already enrolled under another node: remove the duplicate from the "
                 "inventory or delete the stale Ironic node",
     "duplicate": "the name or MAC already exists in Ironic",
+    "scope": "another inventory (another ownership scope) enrolled this node: enroll it from that inventory, or "
+             "give this inventory the same 'scope:' (an inventory without one gets a scope derived from its path)",
     "clean-failed": "parked in maintenance (see maintenance_reason); fix the cause, unset maintenance, re-run",
     "inspect-failed": "parked in maintenance (see maintenance_reason); fix the cause, unset maintenance, re-run",
     "manage-timeout": "the BMC did not answer in time; run 'nodeforge baremetal preflight FILE'",

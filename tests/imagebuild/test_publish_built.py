@@ -122,7 +122,8 @@ def test_real_build_publishes_signed_promotes_and_lists(verified_build, tmp_path
     newer = tracker.build(make_build_dir(tmp_path / "newer", k8s=manifest["kubernetes"]["version"], variants=("vm",),
                                          build_time=datetime.datetime.now(datetime.timezone.utc)
                                          + datetime.timedelta(minutes=5)))
-    [n] = cli_json("image", "publish", str(newer))
+    scope = g.get_image(admin, first["vm"]["image_id"])["nodeforge_scope"]   # the real build's (its lockfile's)
+    [n] = cli_json("image", "publish", str(newer), "--scope", scope)
     cli_json("image", "promote", n["image_id"])
     old_vm = g.get_image(admin, first["vm"]["image_id"])
     assert old_vm["os_hidden"] is True and "nodeforge-superseded" in old_vm["tags"]

@@ -62,8 +62,12 @@ def fake_node(i: int, *, prefix: str, **extra) -> dict:
             "macs": [fake_mac(prefix, i)], "resource_class": "baremetal-fake", **extra}
 
 
-def write_inventory(path: Path, nodes: list[dict]) -> Path:
-    path.write_text(yaml.safe_dump({"version": 1, "nodes": nodes}, sort_keys=False))
+def write_inventory(path: Path, nodes: list[dict], *, scope: str | None = None) -> Path:
+    """A nodeforge inventory; ``scope`` names its ownership scope (without it the
+    scope is derived from the file's path, so a copy under another name is
+    another scope)."""
+    doc = {"version": 1, **({"scope": scope} if scope else {}), "nodes": nodes}
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
 
 

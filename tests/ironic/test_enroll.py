@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nodeforge.ironic import constants as C, enroll, inventory as inv
+from nodeforge.ironic import constants as C, enroll, inventory as inv, report
 from nodeforge.ironic.provisioner import FakeProvisioner, classify, ErrorKind
 
 
@@ -149,7 +149,8 @@ def test_nodes_carry_the_inventory_scope_and_another_scope_is_never_touched(tmp_
     assert "belongs to scope 'team-a' (extra.nodeforge_scope), not this inventory's 'team-b'" in plan["shared"].error
     writes = fake.writes
     results = {r.name: r for r in enroll.apply(enroll.Plan(list(plan.values())), fake)}
-    assert not results["shared"].ok and results["shared"].error_kind == "conflict"
+    assert not results["shared"].ok and results["shared"].error_kind == "scope"
+    assert "another inventory" in report.HINTS[results["shared"].error_kind]
     assert fake.writes == writes + 1                          # b1 created; shared not written
     shared = next(n for n in fake.nodes.values() if n["name"] == "shared")
     assert shared["extra"][C.EXTRA_SCOPE] == "team-a"

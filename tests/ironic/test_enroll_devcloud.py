@@ -53,7 +53,8 @@ def batch(devcloud, bmc_pool, tmp_path_factory):
                       "address": "redfish+https://127.0.0.1:1/redfish/v1/Systems/x"}},
              {**fake_node(9000, prefix=prefix), "name": f"{prefix}dup-mac", "macs": [dup_mac]}]
     nodes += [fake_node(i, prefix=prefix) for i in range(12)]
-    inv = write_inventory(tmp / "inventory.yaml", nodes)
+    # An explicit scope: the tests re-run subsets of the batch from other files (good.yaml, rotate.yaml).
+    inv = write_inventory(tmp / "inventory.yaml", nodes, scope=prefix.rstrip("-"))
     yield {"inv": inv, "tmp": tmp, "prefix": prefix, "conn": conn, "names": [n["name"] for n in nodes],
            "rf": nodes[0]["name"], "rf_system": rf_a, "ipmi_ok": nodes[2]["name"], "ipmi_bad": nodes[3]["name"],
            "dup_mac": dup_mac, "failing": (nodes[3]["name"], f"{prefix}unreachable", f"{prefix}dup-mac"),
