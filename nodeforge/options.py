@@ -97,7 +97,7 @@ def _check_scope(ctx, param, value):
     """--scope: the shared ownership-scope rule (a bad one exits 2 before any API call)."""
     if value is None:
         return None
-    from nodeforge.ironic import constants as C
+    from nodeforge import scope as C
 
     problem = C.scope_problem(value)
     if problem:

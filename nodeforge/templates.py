@@ -32,7 +32,7 @@ from pathlib import Path
 from nodeforge.compute import flavors as F
 from nodeforge.errors import ConfigError, NodeforgeError
 from nodeforge.imagebuild import glance as g, yamlfile
-from nodeforge.ironic import constants as IC
+from nodeforge import scope as IC
 
 DEFAULT_DIR = Path("manifests/templates")
 _MINOR = re.compile(r"^1\.\d+$")

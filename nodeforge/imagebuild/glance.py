@@ -31,7 +31,7 @@ lockfile's), else :data:`DEFAULT_SCOPE` for manifests written before scopes.
 Promote retires only images of the promoted image's scope
 (:mod:`.catalog`); a build's images already in Glance under another scope
 are refused (:class:`ScopeConflict`), legacy ones (no ``nodeforge_scope``)
-are taken into the scope. The rule (:func:`nodeforge.ironic.constants.scope_problem`)
+are taken into the scope. The rule (:func:`nodeforge.scope.scope_problem`)
 is the one flavors and bare-metal inventories use.
 
 All calls are plain Glance v2 REST through the openstacksdk session (the
@@ -61,7 +61,7 @@ from nodeforge.errors import NodeforgeError, UsageError
 from nodeforge.imagebuild import verifyreport
 from nodeforge.imagebuild.builddir import BuildDir, VariantImage, VerifyStatus
 from nodeforge.imagebuild.retention import RetentionPolicy
-from nodeforge.ironic import constants as IC
+from nodeforge import scope as IC
 
 log = logging.getLogger(__name__)
 

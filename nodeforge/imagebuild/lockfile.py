@@ -9,7 +9,7 @@ The optional top-level ``scope:`` names the lockfile's ownership scope: the
 images built from it carry it (``manifest.json`` ``scope``, Glance property
 ``nodeforge_scope``), and promote retires older images only within it.
 Without the key the scope is derived from the file's path
-(:func:`nodeforge.ironic.constants.derive_scope`, the rule flavors and
+(:func:`nodeforge.scope.derive_scope`, the rule flavors and
 inventories use).
 
 :func:`load` validates the whole file and reports every problem with its line
@@ -32,7 +32,7 @@ from ruamel.yaml.scalarstring import DoubleQuotedScalarString
 
 from nodeforge.errors import ConfigError
 from nodeforge.imagebuild import yamlfile
-from nodeforge.ironic import constants as IC
+from nodeforge import scope as IC
 
 SCHEMA_VERSION = 1
 DEFAULT_PATH = Path(__file__).resolve().parents[2] / "manifests" / "versions.yaml"

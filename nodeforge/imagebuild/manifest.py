@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from nodeforge.imagebuild.cache import sha256_file
-from nodeforge.ironic import constants as IC
+from nodeforge import scope as IC
 
 SCHEMA = "nodeforge-image-manifest/1"
 IN_IMAGE_PATH = "etc/nodeforge/manifest.json"

@@ -8,9 +8,6 @@ lifecycle and the provisioner never compare raw strings scattered around.
 from __future__ import annotations
 
 import enum
-import hashlib
-import re
-from pathlib import Path
 
 # 1.70: manual cleaning with ``disable_ramdisk`` (cleaning without an agent).
 # 1.47 brought ``automated_clean`` per node; 1.37 traits; 1.50 owner.
@@ -114,30 +111,6 @@ EXTRA_SCOPE = "nodeforge_scope"
 # scope is never modified. Kept here (not Ironic-specific) because the flavor
 # code already reads this module.
 
-SCOPE_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
-SCOPE_RULE = "1-63 characters of a-z 0-9 . _ -, starting with a letter or digit"
+# The scope rule lives in nodeforge/scope.py (shared by every feature package).
+from nodeforge.scope import SCOPE_PATTERN, SCOPE_RULE, derive_scope, scope_problem  # noqa: E402,F401
 
-
-def scope_problem(value: object) -> str | None:
-    """Why ``value`` is not a valid scope (None when it is one)."""
-    if not isinstance(value, str) or not SCOPE_PATTERN.match(value):
-        return f"must be {SCOPE_RULE} (got {value!r})"
-    return None
-
-
-def derive_scope(path: str | Path) -> str:
-    """The default scope of a declaration file without ``scope:``:
-    ``<stem>-<10 hex digits>``, the digits a SHA-256 of the file's path
-    relative to the root of the git checkout it is in (the nearest parent
-    holding ``.git``), else of its resolved absolute path.
-
-    So the same file of the same repository derives the same scope on every
-    machine and from every working directory. Caveats: two repositories that
-    keep a file at the same relative path (``manifests/flavors.yaml``) derive
-    the SAME scope; a file outside a checkout gets a per-machine scope, and
-    moving or renaming a file changes it. Set ``scope:`` explicitly."""
-    p = Path(path).resolve()
-    root = next((d for d in p.parents if (d / ".git").exists()), None)
-    key = f"git:{p.relative_to(root).as_posix()}" if root is not None else f"path:{p.as_posix()}"
-    stem = re.sub(r"[^a-z0-9._-]+", "-", p.stem.lower()).strip("-._")[:40] or "file"
-    return f"{stem}-{hashlib.sha256(key.encode('utf-8')).hexdigest()[:10]}"

@@ -66,7 +66,7 @@ class PipelineConfig:
 
     def check(self) -> None:
         if self.scope is not None:
-            from nodeforge.ironic import constants as IC
+            from nodeforge import scope as IC
 
             if (problem := IC.scope_problem(self.scope)) is not None:
                 raise UsageError(detail=f"scope {problem}")
