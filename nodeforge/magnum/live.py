@@ -1,0 +1,219 @@
+"""What a live audit reads, once per resource type: Magnum cluster templates
+and clusters, Glance images, Nova flavors, Ironic nodes.
+
+Everything is plain dicts shaped like the services' API answers, so the
+audit (:mod:`.audit`) and the upgrade planner (:mod:`.upgrade`) are pure
+functions a test can feed from a table.
+
+Reads are plain REST through the openstacksdk adapters (the SDK's Magnum
+resources do not model every field Magnum 23 returns, e.g. ``driver``):
+
+* ``GET /v1/clustertemplates/detail`` and ``GET /v1/clusters/detail`` (paged
+  by Magnum's ``next`` link),
+* Glance ``GET /v2/images`` (visible and hidden, every visibility; paged),
+* Nova ``GET /v2.1/flavors/detail`` at microversion 2.86 (extra specs in the
+  listing; no per-flavor access calls),
+* Ironic ``GET /v1/nodes/detail`` (paged).
+
+:class:`RequestCounter` counts the HTTP requests a connection makes
+(a ``requests`` response hook), per service, for the benchmark and
+``-o json``'s ``api_calls``.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import logging
+from urllib.parse import urlsplit
+
+from nodeforge.errors import NodeforgeError
+
+log = logging.getLogger(__name__)
+
+SERVICE_TYPE = "container-infra"
+# Magnum's API microversion header (23.0.0 serves up to 1.12: node groups, upgrade, ``driver``...)
+MICROVERSION = "container-infra latest"
+PAGE = 1000
+
+
+class MagnumError(NodeforgeError):
+    message = "Magnum {what} failed (HTTP {status}): {detail}"
+
+
+class NoMagnum(NodeforgeError):
+    message = "the cloud has no {service} (Magnum) endpoint in its catalog: {detail}"
+
+
+def has_magnum(conn) -> bool:
+    """True when the cloud's catalog has a container-infra endpoint."""
+    try:
+        return bool(conn.endpoint_for(SERVICE_TYPE))
+    except Exception:  # noqa: BLE001 - keystoneauth raises for a catalog without the type on some paths
+        return False
+
+
+def _magnum_get(conn, url: str, what: str) -> dict:
+    resp = conn.container_infrastructure_management.get(
+        url, headers={"OpenStack-API-Version": MICROVERSION}, raise_exc=False)
+    if resp.status_code >= 400:
+        try:
+            body = resp.json()
+            errors = body.get("errors") or [{}]
+            detail = errors[0].get("detail") or errors[0].get("title") or resp.text
+        except ValueError:
+            detail = resp.text
+        raise MagnumError(what=what, status=resp.status_code, detail=" ".join(str(detail).split())[:300])
+    return resp.json()
+
+
+def _paged(conn, path: str, key: str, what: str) -> list[dict]:
+    out: list[dict] = []
+    url = f"{path}?limit={PAGE}"
+    seen = set()
+    while url:
+        body = _magnum_get(conn, url, what)
+        items = body.get(key) or []
+        out.extend(i for i in items if i.get("uuid") not in seen)
+        seen.update(i.get("uuid") for i in items)
+        nxt = body.get("next")
+        if not nxt or not items:
+            break
+        # Magnum's next link is absolute (.../v1/clusters/detail?limit=..&marker=..): keep path + query
+        # relative to the endpoint, which already ends in /v1.
+        parts = urlsplit(nxt)
+        url = parts.path.split("/v1", 1)[-1] + (f"?{parts.query}" if parts.query else "")
+    return out
+
+
+def read_templates(conn) -> list[dict]:
+    """Every cluster template the connection's project can see (Magnum's detail listing)."""
+    return _paged(conn, "/clustertemplates/detail", "clustertemplates", "cluster template list")
+
+
+def read_clusters(conn) -> list[dict]:
+    """Every cluster the connection can see (detail listing: status, cluster_template_id, labels...)."""
+    return _paged(conn, "/clusters/detail", "clusters", "cluster list")
+
+
+def read_nodegroups(conn, cluster_id: str) -> list[dict]:
+    """One cluster's node groups (Magnum has no listing across clusters: one call per cluster)."""
+    body = _magnum_get(conn, f"/clusters/{cluster_id}/nodegroups/detail", f"node group list of {cluster_id}")
+    return body.get("nodegroups") or []
+
+
+def read_flavors(conn) -> list[dict]:
+    """Every flavor with its extra specs, in one paged listing (microversion 2.86 includes them)."""
+    from nodeforge.compute import flavors as F
+
+    out, url = [], "/flavors/detail?is_public=None&limit=1000"
+    while url:
+        data = F._call(conn, "GET", url, "flavor list")
+        out.extend(data.get("flavors", []))
+        nxt = [link["href"] for link in data.get("flavors_links", []) if link.get("rel") == "next"]
+        url = "/flavors" + nxt[0].split("/flavors", 1)[1] if nxt else None
+    for f in out:
+        f.setdefault("extra_specs", {})
+    return out
+
+
+@dataclasses.dataclass
+class LiveState:
+    """Everything the audit and the upgrade plan look at, read once."""
+
+    templates: list[dict]
+    clusters: list[dict]
+    images: list[dict]
+    flavors: list[dict]
+    nodes: list[dict]
+    nodegroups: dict[str, list[dict]] = dataclasses.field(default_factory=dict)  # cluster uuid -> groups
+
+    @classmethod
+    def read(cls, conn, baremetal_conn=None, *, nodegroups: bool = False) -> "LiveState":
+        """Read every resource type once (Ironic through ``baremetal_conn``, default ``conn``).
+        ``nodegroups``: also each cluster's node groups (one call per cluster; the upgrade plan
+        uses them for the kubelet skew of non-default groups)."""
+        from nodeforge.imagebuild import glance as g
+        from nodeforge.ironic.provisioner import SdkProvisioner
+
+        if not has_magnum(conn):
+            raise NoMagnum(service=SERVICE_TYPE, detail="nothing to audit",
+                           hint="check --live and upgrade-plan read Magnum; 'template check' without --live "
+                                "checks the template files against Glance, Nova and Ironic only")
+        templates = read_templates(conn)
+        clusters = read_clusters(conn)
+        images = g.list_images(conn)
+        flavors = read_flavors(conn)
+        nodes = SdkProvisioner(baremetal_conn or conn).list_nodes()
+        groups = {c["uuid"]: read_nodegroups(conn, c["uuid"]) for c in clusters} if nodegroups else {}
+        return cls(templates, clusters, images, flavors, nodes, groups)
+
+
+def image_users(conn, images: list[dict] | None = None) -> dict[str, list[str]] | None:
+    """Image ID -> the Magnum templates and clusters that use it (``template NAME (ID)``,
+    ``cluster NAME``), from one template and one cluster listing. ``None`` when the cloud
+    has no container-infra endpoint (said in the log). A template may name its image by
+    name: ``images`` (Glance records) resolve names to IDs."""
+    if not has_magnum(conn):
+        log.info("the cloud has no %s (Magnum) endpoint: no template or cluster can use an image; "
+                 "retention proceeds without that check", SERVICE_TYPE)
+        return None
+    return users_of(read_templates(conn), read_clusters(conn), images or [])
+
+
+def users_of(templates: list[dict], clusters: list[dict], images: list[dict]) -> dict[str, list[str]]:
+    """Pure part of :func:`image_users`."""
+    by_name: dict[str, list[str]] = collections.defaultdict(list)
+    for i in images:
+        if i.get("name"):
+            by_name[i["name"]].append(i["id"])
+    ids = {i["id"] for i in images}
+    out: dict[str, list[str]] = collections.defaultdict(list)
+    image_of: dict[str, str] = {}
+    for t in templates:
+        ref = t.get("image_id")
+        if not ref:
+            continue
+        image_id = ref if ref in ids or ref not in by_name else (by_name[ref][0] if len(by_name[ref]) == 1 else ref)
+        image_of[t["uuid"]] = image_id
+        out[image_id].append(f"template {t.get('name')} ({t['uuid']})")
+    for c in clusters:
+        image_id = image_of.get(c.get("cluster_template_id"))
+        if image_id:
+            out[image_id].append(f"cluster {c.get('name')} ({c.get('status')})")
+    return dict(out)
+
+
+class RequestCounter:
+    """Counts the HTTP requests of openstacksdk connections, by service (port of the URL mapped
+    to the catalog type), through a ``requests`` response hook on each connection's session."""
+
+    def __init__(self):
+        self.counts: collections.Counter = collections.Counter()
+        self._services: dict[str, str] = {}
+
+    def attach(self, conn) -> "RequestCounter":
+        for stype in ("identity", "image", "compute", "baremetal", SERVICE_TYPE, "placement", "network"):
+            try:
+                ep = conn.endpoint_for(stype)
+            except Exception:  # noqa: BLE001 - absent service
+                ep = None
+            if ep:
+                self._services.setdefault(urlsplit(ep).netloc, stype)
+        auth = conn.config.get_auth_args().get("auth_url") or ""
+        if auth:
+            self._services.setdefault(urlsplit(auth).netloc, "identity")
+        hooks = conn.session.session.hooks.setdefault("response", [])
+        if self._hook not in hooks:       # two connections may share one session
+            hooks.append(self._hook)
+        return self
+
+    def _hook(self, resp, *args, **kwargs):
+        self.counts[self._services.get(urlsplit(resp.request.url).netloc, "other")] += 1
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    def to_dict(self) -> dict:
+        return {"total": self.total, **dict(sorted(self.counts.items()))}
