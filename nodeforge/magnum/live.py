@@ -6,7 +6,8 @@ audit (:mod:`.audit`) and the upgrade planner (:mod:`.upgrade`) are pure
 functions a test can feed from a table.
 
 Reads are plain REST through the openstacksdk adapters (the SDK's Magnum
-resources do not model every field Magnum 23 returns, e.g. ``driver``):
+resources do not model every field Magnum 23 returns, e.g. ``driver``;
+Magnum through :mod:`nodeforge.magnum.client`):
 
 * ``GET /v1/clustertemplates/detail`` and ``GET /v1/clusters/detail`` (paged
   by Magnum's ``next`` link),
@@ -28,17 +29,11 @@ import logging
 from urllib.parse import urlsplit
 
 from nodeforge.errors import NodeforgeError
+from nodeforge.magnum import client
 
 log = logging.getLogger(__name__)
 
 SERVICE_TYPE = "container-infra"
-# Magnum's API microversion header (23.0.0 serves up to 1.12: node groups, upgrade, ``driver``...)
-MICROVERSION = "container-infra latest"
-PAGE = 1000
-
-
-class MagnumError(NodeforgeError):
-    message = "Magnum {what} failed (HTTP {status}): {detail}"
 
 
 class NoMagnum(NodeforgeError):
@@ -53,53 +48,21 @@ def has_magnum(conn) -> bool:
         return False
 
 
-def _magnum_get(conn, url: str, what: str) -> dict:
-    resp = conn.container_infrastructure_management.get(
-        url, headers={"OpenStack-API-Version": MICROVERSION}, raise_exc=False)
-    if resp.status_code >= 400:
-        try:
-            body = resp.json()
-            errors = body.get("errors") or [{}]
-            detail = errors[0].get("detail") or errors[0].get("title") or resp.text
-        except ValueError:
-            detail = resp.text
-        raise MagnumError(what=what, status=resp.status_code, detail=" ".join(str(detail).split())[:300])
-    return resp.json()
-
-
-def _paged(conn, path: str, key: str, what: str) -> list[dict]:
-    out: list[dict] = []
-    url = f"{path}?limit={PAGE}"
-    seen = set()
-    while url:
-        body = _magnum_get(conn, url, what)
-        items = body.get(key) or []
-        out.extend(i for i in items if i.get("uuid") not in seen)
-        seen.update(i.get("uuid") for i in items)
-        nxt = body.get("next")
-        if not nxt or not items:
-            break
-        # Magnum's next link is absolute (.../v1/clusters/detail?limit=..&marker=..): keep path + query
-        # relative to the endpoint, which already ends in /v1.
-        parts = urlsplit(nxt)
-        url = parts.path.split("/v1", 1)[-1] + (f"?{parts.query}" if parts.query else "")
-    return out
-
-
 def read_templates(conn) -> list[dict]:
-    """Every cluster template the connection's project can see (Magnum's detail listing)."""
-    return _paged(conn, "/clustertemplates/detail", "clustertemplates", "cluster template list")
+    """Every cluster template the connection can see (:func:`nodeforge.magnum.client.read_templates`)."""
+    return client.read_templates(conn)
 
 
 def read_clusters(conn) -> list[dict]:
-    """Every cluster the connection can see (detail listing: status, cluster_template_id, labels...)."""
-    return _paged(conn, "/clusters/detail", "clusters", "cluster list")
+    """Every cluster the connection can see (:func:`nodeforge.magnum.client.read_clusters`)."""
+    return client.read_clusters(conn)
 
 
 def read_nodegroups(conn, cluster_id: str) -> list[dict]:
     """One cluster's node groups (Magnum has no listing across clusters: one call per cluster)."""
-    body = _magnum_get(conn, f"/clusters/{cluster_id}/nodegroups/detail", f"node group list of {cluster_id}")
-    return body.get("nodegroups") or []
+    body = client._call(conn, "GET", f"/clusters/{cluster_id}/nodegroups/detail",
+                        f"node group list of cluster {cluster_id}")
+    return (body or {}).get("nodegroups") or []
 
 
 def read_flavors(conn) -> list[dict]:

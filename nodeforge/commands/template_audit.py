@@ -1,0 +1,170 @@
+"""``nodeforge template check --live`` and ``nodeforge template upgrade-plan``:
+what Magnum holds now, audited (nodeforge/magnum/audit.py) and the upgrade
+path of every cluster (nodeforge/magnum/upgrade.py). Both read-only.
+
+``check --live`` is grafted onto the existing ``template check`` command
+(nodeforge/commands/template.py imports this module at its end): with
+``--live`` the command audits Magnum instead of the template files.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from nodeforge import options, output
+from nodeforge.commands import template as T
+from nodeforge.commands.flavor import baremetal_connection
+from nodeforge.errors import ExitCode
+from nodeforge.magnum import audit as A, upgrade as U
+from nodeforge.magnum.live import LiveState, RequestCounter
+
+
+def _minors(ctx, param, value):
+    if not value:
+        return None
+    minors = [m.strip() for m in value.split(",") if m.strip()]
+    bad = [m for m in minors if A.parse_version(m) is None or m.count(".") != 1]
+    if bad or not minors:
+        raise click.BadParameter(f"expected comma-separated Kubernetes minors such as 1.34,1.35,1.36, "
+                                 f"not {', '.join(bad) or repr(value)}", ctx=ctx, param=param)
+    return [A.minor_of(m) for m in minors]
+
+
+def _lockfile_default():
+    from nodeforge.imagebuild import lockfile
+
+    return lockfile.DEFAULT_PATH
+
+
+def maintained_options() -> list[click.Option]:
+    """``--maintained`` and ``--lockfile`` (fresh instances per command)."""
+    return [
+        click.Option(["--maintained"], metavar="1.A,1.B,1.C", callback=_minors,
+                     help="The maintained Kubernetes minors.  [default: the minors the version lockfile pins "
+                          "(newest three), else the three newest minors of approved images]"),
+        click.Option(["--lockfile", "lockfile_path"], type=click.Path(dir_okay=False, path_type=Path),
+                     envvar="NODEFORGE_LOCKFILE", default=_lockfile_default, show_default="manifests/versions.yaml",
+                     help="Version lockfile whose minors are the maintained ones (unless --maintained)."),
+    ]
+
+
+def maintained(option, lockfile_path: Path | None, images: list[dict]) -> A.Maintained:
+    """``--maintained``, else the lockfile's minors (a missing default lockfile is skipped, a
+    missing or invalid given one is an error), else the approved images' minors."""
+    from nodeforge.imagebuild import lockfile
+
+    minors = None
+    label = "lockfile"
+    if not option and lockfile_path is not None:
+        path = Path(lockfile_path)
+        if path.exists() or path != lockfile.DEFAULT_PATH:
+            minors = list(lockfile.load(path).minors)
+            label = f"lockfile {path}"
+    return A.maintained_minors(option, minors, images, lockfile_label=label)
+
+
+def read_state(app, baremetal_cloud, *, nodegroups: bool = False) -> tuple[LiveState, RequestCounter]:
+    conn = app.connect()
+    bm = baremetal_connection(app, baremetal_cloud)
+    counter = RequestCounter().attach(conn).attach(bm)
+    return LiveState.read(conn, bm, nodegroups=nodegroups), counter
+
+
+def check_live(app, names, baremetal_cloud, maintained_opt, lockfile_path) -> None:
+    """The body of ``template check --live``."""
+    state, counter = read_state(app, baremetal_cloud)
+    data = A.report(state, maintained(maintained_opt, lockfile_path, state.images))
+    if names:
+        wanted = set(names)
+        data["findings"] = [f for f in data["findings"] if f["template"] in wanted]
+        data["templates"] = [t for t in data["templates"] if t["template"] in wanted]
+        data["ok"] = not data["findings"]
+        data["counts"]["findings"] = len(data["findings"])
+    data["api_calls"] = counter.to_dict()
+    if app.output == "table":
+        rows = data["findings"] or [{"kind": "", "template": "", "detail":
+                                     f"no findings: {data['counts']['templates']} template(s), "
+                                     f"{data['counts']['clusters']} cluster(s)"}]
+        output.emit(data, app.output, rows=rows,
+                    columns=["kind", "template", "template_id", "subject", "cluster", "detail"],
+                    title="findings")
+        clusters = [{"template": t["template"], "version": t["template_version"], "cluster": c["name"],
+                     "status": c["status"], "kube_tag": c["kube_tag"], "image_approved": c["image_approved"]}
+                    for t in data["templates"] for c in t["clusters"]]
+        if clusters:
+            output.emit(clusters, app.output, title="clusters per template",
+                        columns=["template", "version", "cluster", "status", "kube_tag", "image_approved"])
+        click.echo(f"maintained Kubernetes minors: {', '.join(data['maintained']['minors']) or 'unknown'} "
+                   f"({data['maintained']['source']}); {counter.total} API calls")
+    else:
+        output.emit(data, app.output)
+    click.get_current_context().exit(int(ExitCode.OK if data["ok"] else ExitCode.PARTIAL))
+
+
+def _graft_live(check: click.Command) -> None:
+    """Give the existing ``template check`` a ``--live`` mode."""
+    original = check.callback
+    check.params += [click.Option(["--live"], is_flag=True,
+                                  help="Audit every cluster template and cluster in Magnum (not the files)."),
+                     *maintained_options()]
+    check.help = (check.help or "") + (
+        "\n\n--live: audit every cluster template in Magnum (hand-made ones too) and every cluster: image "
+        "missing, deleted, retired, hidden or not approved; kube_tag not the image's or outside the maintained "
+        "minors; flavor missing, not bare-metal-shaped or without an available node; no driver serving the "
+        "template; zero-disk flavor without boot_volume_size; clusters per template. NAMES then filter by "
+        "Magnum template name. Exit 0: clean; 3: findings (docs/flavors-and-templates.md).")
+
+    def callback(*args, live=False, maintained=None, lockfile_path=None, **kwargs):
+        if not live:
+            return original(*args, **kwargs)
+        app = click.get_current_context().ensure_object(options.AppContext)
+        return check_live(app, kwargs.get("names") or (), kwargs.get("baremetal_cloud"), maintained, lockfile_path)
+
+    check.callback = callback
+
+
+_graft_live(T.check)
+
+
+@T.template.command("upgrade-plan")
+@click.argument("clusters", nargs=-1)
+@options.baremetal_cloud
+@click.option("--nodegroups/--no-nodegroups", default=True, show_default=True,
+              help="Read each cluster's node groups (one call per cluster) so that non-default groups are "
+                   "kept within the kubelet skew.")
+@options.pass_app
+def upgrade_plan(app, clusters, baremetal_cloud, nodegroups, **kwargs):
+    """For every cluster (or CLUSTERS by name), the next templates along the
+    Kubernetes version-skew policy: the newest approved patch of its minor
+    first, then one minor at a time; non-default node groups kept within
+    three minors of the control plane. Clusters on minors outside the
+    maintained ones are urgent. Prints the 'openstack coe cluster upgrade'
+    commands; read-only (exit 0)."""
+    state, counter = read_state(app, baremetal_cloud, nodegroups=nodegroups)
+    data = U.report(state, maintained(kwargs.get("maintained"), kwargs.get("lockfile_path"), state.images))
+    if clusters:
+        wanted = set(clusters)
+        data["clusters"] = [c for c in data["clusters"] if c["cluster"] in wanted or c["cluster_id"] in wanted]
+    data["api_calls"] = counter.to_dict()
+    if app.output == "table":
+        rows = []
+        for c in data["clusters"]:
+            for s in c["steps"]:
+                rows.append({"cluster": c["cluster"], "urgent": c["urgent"], "kind": s["kind"],
+                             "from": s["from_version"], "to": s["to_version"], "template": s["template"],
+                             "nodegroup": s["nodegroup"] or "", "note": s["reason"]})
+            if not c["steps"] or c["notes"]:
+                rows.append({"cluster": c["cluster"], "urgent": c["urgent"], "kind": "", "from": c["kube_tag"],
+                             "to": "", "template": c["template"], "nodegroup": "", "note": "; ".join(c["notes"])})
+        output.emit(rows, app.output, title="upgrade plan",
+                    columns=["cluster", "urgent", "kind", "from", "to", "template", "nodegroup", "note"])
+        for c in data["clusters"]:
+            for cmd in c["commands"]:
+                click.echo(cmd)
+    else:
+        output.emit(data, app.output)
+
+
+upgrade_plan.params += maintained_options()
