@@ -71,3 +71,6 @@ def check(app, names, templates_dir, baremetal_cloud):
     output.emit({"ok": all(r.ok for r in results), "templates": [r.to_dict() for r in results]}, app.output,
                 rows=rows, columns=["template", "ok", "kind", "subject", "detail"])
     click.get_current_context().exit(int(ExitCode.OK if all(r.ok for r in results) else ExitCode.FAILURE))
+
+
+from nodeforge.commands import template_audit  # noqa: E402,F401 - registers check --live and upgrade-plan
