@@ -14,12 +14,22 @@ docs/flavors-and-templates.md.
   image missing, not approved, hidden, or of another Kubernetes version than
   the template's ``kube_tag``; flavor missing, not bare-metal-shaped, or with
   fewer available nodes than the template's node count.
+* The Magnum driver the template targets (``driver:``, an entry-point name
+  or a driver package; else derived from the image's ``os_distro`` through
+  :mod:`nodeforge.magnum.drivers`) decides what is rendered: ``server_type``
+  (``vm``: no driver serves ``bm``; bare-metal groups get bare-metal
+  flavors), ``driver``, ``kube_tag`` in the driver's format, only labels the
+  driver reads, and ``boot_volume_size`` when a flavor has no root disk.
+  Networks (``external_network_id``, ``fixed_network``, ``fixed_subnet``)
+  are resolved by name or ID in Neutron. Every such problem is an
+  :class:`Issue` naming the file, line and field (``input=True``: bad input
+  in the file, refused before any write by ``template apply``).
 * :func:`render` turns a clean resolution into the Magnum cluster-template
   body and the equivalent ``openstack coe cluster template create`` command
   (plus ``nodegroup create`` commands for extra node groups).
 
-There is no Magnum service involved: everything comes from Glance, Nova and
-Ironic data.
+Resolution reads only Glance, Nova, Neutron and Ironic; writing the template
+to Magnum (versions, scope, digest) is :mod:`nodeforge.magnum.apply`.
 """
 
 from __future__ import annotations
@@ -32,6 +42,7 @@ from pathlib import Path
 from nodeforge.compute import flavors as F
 from nodeforge.errors import ConfigError, NodeforgeError
 from nodeforge.imagebuild import glance as g, yamlfile
+from nodeforge.magnum import drivers as D
 from nodeforge import scope as IC
 
 DEFAULT_DIR = Path("manifests/templates")
@@ -44,7 +55,10 @@ MAGNUM_FIELDS = {"keypair_id", "external_network_id", "fixed_network", "fixed_su
                  "volume_driver", "dns_nameserver", "docker_volume_size", "docker_storage_driver", "http_proxy",
                  "https_proxy", "no_proxy", "public", "hidden", "master_lb_enabled", "floating_ip_enabled",
                  "tls_disabled", "registry_enabled", "insecure_registry", "apiserver_port"}
-_KEYS = {"name", "description", "kubernetes", "coe", "image", "node_groups", "labels", "magnum", "scope"}
+_KEYS = {"name", "description", "kubernetes", "coe", "image", "node_groups", "labels", "magnum", "scope", "driver"}
+SERVER_TYPE = "vm"                         # the only server_type any maintained driver serves
+LABEL_PREFIX = "nodeforge_"                # labels nodeforge sets (ownership, version, digest)
+NETWORK_FIELDS = ("external_network_id", "fixed_network", "fixed_subnet")
 _GROUP_KEYS = {"name", "role", "variant", "flavor", "count"}
 _SELECTOR_KEYS = {"k8s", "os_distro", "os_version"}
 
@@ -81,6 +95,22 @@ class Template:
     coe: str = "kubernetes"
     description: str | None = None
     scope: str | None = None              # images only of this ownership scope; None: any scope
+    driver: str | None = None             # entry-point name or driver package; None: derived from os_distro
+    lines: dict = dataclasses.field(default_factory=dict, compare=False)   # field -> line in the file
+
+    def where(self, field: str) -> tuple[str, int | None, str]:
+        """(file, line, field) of a field of the declaration, for error messages."""
+        line = self.lines.get(field)
+        if line is None and "." in field:
+            line = self.lines.get(field.rsplit(".", 1)[0])
+        if line is None and "[" in field:
+            line = self.lines.get(field.split(".", 1)[0].split("[", 1)[0])
+        return self.path, line, field
+
+    @property
+    def ownership_scope(self) -> str:
+        """The scope of the templates this file writes to Magnum: ``scope:``, else derived from the path."""
+        return self.scope if self.scope is not None else IC.derive_scope(self.path)
 
     @property
     def kube_tag(self) -> str | None:
@@ -172,11 +202,33 @@ def parse(doc, label: str) -> Template:
     if scope is not None and (why := IC.scope_problem(scope)) is not None:
         line = yamlfile.line_of(doc, "scope")
         problems.append((f"line {line}: " if line else "") + f"scope: {why}")
+    driver = doc.get("driver")
+    if driver is not None and (not isinstance(driver, str) or (D.get(driver) is None and driver not in D.PACKAGES)):
+        line = yamlfile.line_of(doc, "driver")
+        problems.append((f"line {line}: " if line else "") + f"driver: unknown Magnum driver {driver!r} (one of "
+                        f"{', '.join(D.DRIVERS)}, or a driver package: {', '.join(D.PACKAGES)})")
+    for key in labels:
+        if str(key).startswith(LABEL_PREFIX):
+            line = yamlfile.line_of(labels, key)
+            problems.append((f"line {line}: " if line else "") + f"labels.{key}: labels starting "
+                            f"'{LABEL_PREFIX}' are set by nodeforge (ownership scope, version, digest)")
+    for key in ("public", "hidden"):
+        if key in magnum and not isinstance(magnum[key], bool):
+            line = yamlfile.line_of(magnum, key)
+            problems.append((f"line {line}: " if line else "") + f"magnum.{key}: must be true or false")
     if problems:
         raise ConfigError(path=label, detail=f"{len(problems)} problem(s):\n  " + "\n  ".join(problems))
+    lines = {k: yamlfile.line_of(doc, k) for k in doc}
+    lines.update({f"labels.{k}": yamlfile.line_of(labels, k) for k in labels})
+    lines.update({f"magnum.{k}": yamlfile.line_of(magnum, k) for k in magnum})
+    for i, gr in enumerate(raw_groups):
+        lines[f"node_groups[{i}]"] = yamlfile.line_of(raw_groups, i)
+        for k in gr:
+            lines[f"node_groups[{i}].{k}"] = yamlfile.line_of(gr, k) or lines[f"node_groups[{i}]"]
     return Template(name=name, path=label, kubernetes=minor, selector=selector, groups=tuple(groups),
                     labels={str(k): str(v) for k, v in labels.items()}, magnum=dict(magnum),
-                    coe=str(doc.get("coe") or "kubernetes"), description=doc.get("description"), scope=scope)
+                    coe=str(doc.get("coe") or "kubernetes"), description=doc.get("description"), scope=scope,
+                    driver=driver, lines={k: v for k, v in lines.items() if v is not None})
 
 
 def load_all(directory: Path | str = DEFAULT_DIR) -> dict[str, Template]:
@@ -206,18 +258,35 @@ def select(templates: dict[str, Template], names) -> list[Template]:
 
 @dataclasses.dataclass
 class CloudState:
-    """What resolution reads, fetched once: nodeforge images, flavors, nodes."""
+    """What resolution reads, fetched once: nodeforge images, flavors, nodes,
+    and Neutron's networks and subnets (None: not read, e.g. no Neutron in
+    the catalog; a template naming a network then has an issue)."""
 
     images: list[dict]
     flavors: list[dict]
     nodes: list[dict]
+    networks: list[dict] | None = None      # {id, name, is_router_external}
+    subnets: list[dict] | None = None       # {id, name, network_id}
 
     @classmethod
     def fetch(cls, conn, baremetal_conn) -> "CloudState":
         from nodeforge.ironic.provisioner import SdkProvisioner
 
         images = [i for i in g.list_images(conn, tag=[g.TAG]) if i.get(f"{g.P}role") == "image"]
-        return cls(images, F.list_flavors(conn), SdkProvisioner(baremetal_conn).list_nodes())
+        networks, subnets = read_networks(conn)
+        return cls(images, F.list_flavors(conn), SdkProvisioner(baremetal_conn).list_nodes(), networks, subnets)
+
+
+def read_networks(conn) -> tuple[list[dict] | None, list[dict] | None]:
+    """Neutron's networks and subnets as plain dicts, or (None, None) without a network service."""
+    try:
+        conn.session.get_endpoint(service_type="network", interface="public")
+    except Exception:      # keystoneauth EndpointNotFound and kin: no Neutron in this cloud
+        return None, None
+    networks = [{"id": n.id, "name": n.name, "is_router_external": bool(n.is_router_external)}
+                for n in conn.network.networks()]
+    subnets = [{"id": s.id, "name": s.name, "network_id": s.network_id} for s in conn.network.subnets()]
+    return networks, subnets
 
 
 # ----------------------------------------------------------------------------- resolution
@@ -225,15 +294,36 @@ class CloudState:
 @dataclasses.dataclass(frozen=True)
 class Issue:
     template: str
-    kind: str            # image | flavor | capacity | kube_version
-    subject: str         # node group(s) or image
+    kind: str            # image | flavor | capacity | kube_version | driver | node_group | network | label | boot_volume
+    subject: str         # node group(s), image, field
     detail: str
+    path: str | None = None          # the template file
+    line: int | None = None
+    field: str | None = None         # the field of the file (node_groups[1].flavor, magnum.fixed_network, ...)
+    input: bool = False              # bad input in the file (refused before any write), not a cloud state
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
+    @property
+    def location(self) -> str | None:
+        if self.path is None:
+            return None
+        return f"{self.path}:{self.line}" if self.line else self.path
+
     def __str__(self) -> str:
         return f"{self.kind} ({self.subject}): {self.detail}"
+
+    def located(self) -> str:
+        """``file:line: field: detail`` (the form bad input is reported in)."""
+        where = self.location
+        text = f"{self.field}: {self.detail}" if self.field else str(self)
+        return f"{where}: {text}" if where else text
+
+
+# Issues that are not a reason to refuse writing a template to Magnum: the
+# nodes a template's clusters run on are no longer 'available'.
+WARNING_KINDS = ("capacity",)
 
 
 @dataclasses.dataclass
@@ -243,17 +333,30 @@ class Resolution:
     flavors: dict[str, dict]         # flavor name -> Nova flavor
     issues: list[Issue]
     capacity: dict[str, dict]
+    driver: D.Driver | None = None
+    networks: dict[str, str] = dataclasses.field(default_factory=dict)   # field -> Neutron ID
 
     @property
     def ok(self) -> bool:
         return not self.issues
 
+    @property
+    def blocking(self) -> list[Issue]:
+        """Issues that stop a write to Magnum (all but :data:`WARNING_KINDS`)."""
+        return [i for i in self.issues if i.kind not in WARNING_KINDS]
+
+    @property
+    def bad_input(self) -> list[Issue]:
+        return [i for i in self.issues if i.input]
+
     def to_dict(self) -> dict:
         return {"template": self.template.name, "ok": self.ok, "issues": [i.to_dict() for i in self.issues],
                 "image_scope": self.template.scope or "any",
+                "driver": self.driver.name if self.driver else None,
                 "images": {v: {"id": i["id"], "name": i.get("name"), "kube_version": i.get("kube_version"),
                                "scope": g.scope_of(i)} for v, i in self.images.items()},
-                "flavors": {n: f["id"] for n, f in self.flavors.items()}, "capacity": self.capacity}
+                "flavors": {n: f["id"] for n, f in self.flavors.items()}, "networks": dict(self.networks),
+                "capacity": self.capacity}
 
 
 def _describe_selector(t: Template, variant: str) -> str:
@@ -302,6 +405,122 @@ def choose_image(t: Template, variant: str, images: list[dict]) -> tuple[dict | 
         f" (approved ones of other scopes: {', '.join(elsewhere)})" if elsewhere else "")
 
 
+def _issue(t: Template, kind: str, subject: str, detail: str, field: str | None = None,
+           input: bool = False) -> Issue:
+    path, line, field = t.where(field) if field else (t.path, None, None)
+    return Issue(t.name, kind, subject, detail, path, line, field, input)
+
+
+def _group_field(t: Template, gr: NodeGroup, key: str) -> str:
+    return f"node_groups[{t.groups.index(gr)}].{key}"
+
+
+def _choose_driver(t: Template, res_images: dict[str, dict], issues: list[Issue]) -> D.Driver | None:
+    """The driver the template targets, checked against every node group's image; issues appended."""
+    master, _ = t.default_groups()
+    image = res_images.get(master.variant)
+    os_distro = image.get("os_distro") if image else None
+    if image is not None and not os_distro:
+        issues.append(_issue(t, "image", master.name, f"image {image['id']} ({image.get('name')}) has no "
+                             "os_distro property: Magnum refuses a template whose image has none"))
+        return None
+    explicit = D.get(t.driver) if t.driver else None
+    if explicit is None:
+        if os_distro is None:
+            return None       # no image: reported already; the driver cannot be derived
+        package = t.driver if t.driver in D.PACKAGES else None
+        candidates = D.serving(SERVER_TYPE, os_distro, t.coe, package=package)
+        if not candidates:
+            known = ", ".join(f"{d.name} {', '.join(D.describe(p.server_type, p.os_distro, p.coe) for p in d.provides)}"
+                              for d in D.DRIVERS.values() if package is None or d.package == package)
+            issues.append(_issue(t, "driver", "driver", f"no {package or 'known'} Magnum driver serves "
+                                 f"{D.describe(SERVER_TYPE, os_distro, t.coe)} (the image's os_distro "
+                                 f"{os_distro}); known: {known}", "driver" if t.driver else "image.os_distro",
+                                 input=True))
+            return None
+        if len(candidates) > 1:
+            issues.append(_issue(t, "driver", "driver", f"several Magnum drivers serve "
+                                 f"{D.describe(SERVER_TYPE, os_distro, t.coe)}: "
+                                 f"{', '.join(d.name for d in candidates)}; name one with 'driver:'",
+                                 "driver" if t.driver else "name", input=True))
+            return None
+        explicit = candidates[0]
+    driver = explicit
+    for gr in t.groups:
+        img = res_images.get(gr.variant)
+        if img is None:
+            continue
+        distro = img.get("os_distro")
+        if not driver.serves(SERVER_TYPE, distro, t.coe):
+            served = ", ".join(D.describe(p.server_type, p.os_distro, p.coe) for p in driver.provides)
+            issues.append(_issue(t, "node_group", gr.name, f"driver {driver.name} cannot serve node group "
+                                 f"'{gr.name}': its image {img['id']} is os_distro {distro}, cluster type "
+                                 f"{D.describe(SERVER_TYPE, distro, t.coe)}; the driver serves {served}",
+                                 _group_field(t, gr, "variant"), input=True))
+    for key in t.labels:
+        if key not in driver.labels:
+            hint = (" (this driver takes the Kubernetes version from the image's kube_version)"
+                    if key == "kube_tag" else "")
+            issues.append(_issue(t, "label", f"labels.{key}", f"label '{key}' is not read by Magnum driver "
+                                 f"{driver.name} ({driver.package}){hint}; labels it reads: "
+                                 f"{', '.join(sorted(driver.labels))}", f"labels.{key}", input=True))
+    if t.kube_tag and "kube_tag" in driver.labels and (why := driver.kube_tag_problem(t.kube_tag)):
+        issues.append(_issue(t, "label", "labels.kube_tag", why, "labels.kube_tag", input=True))
+    nd = t.magnum.get("network_driver")
+    if driver.network_drivers and nd is not None and nd not in driver.network_drivers:
+        issues.append(_issue(t, "driver", "magnum.network_driver", f"network_driver '{nd}': {driver.name} "
+                             f"supports {', '.join(driver.network_drivers)} only", "magnum.network_driver",
+                             input=True))
+    return driver
+
+
+def _resolve_networks(t: Template, state: CloudState, issues: list[Issue]) -> dict[str, str]:
+    wanted = {k: str(t.magnum[k]) for k in NETWORK_FIELDS if t.magnum.get(k) is not None}
+    if not wanted:
+        return {}
+    if state.networks is None:
+        for k in wanted:
+            issues.append(_issue(t, "network", f"magnum.{k}", "cannot be checked: no network service (Neutron) "
+                                 "in this cloud's catalog", f"magnum.{k}", input=True))
+        return {}
+    out: dict[str, str] = {}
+    for key, ref in wanted.items():
+        if key == "fixed_subnet":
+            pool, what = state.subnets or [], "subnet"
+        else:
+            pool, what = state.networks, "network"
+            if key == "external_network_id":
+                pool = [n for n in pool if n.get("is_router_external")]
+                what = "external network"
+        found = [x for x in pool if ref in (x["id"], x.get("name"))]
+        by_id = [x for x in found if x["id"] == ref]
+        found = by_id or found
+        if not found:
+            extra = ""
+            if key == "external_network_id" and any(ref in (n["id"], n.get("name")) for n in state.networks):
+                extra = " (a network of that name exists but is not external: router:external is false)"
+            issues.append(_issue(t, "network", f"magnum.{key}", f"{what} '{ref}' not found in Neutron{extra}",
+                                 f"magnum.{key}", input=True))
+        elif len(found) > 1:
+            issues.append(_issue(t, "network", f"magnum.{key}", f"{len(found)} {what}s are named '{ref}' "
+                                 f"({', '.join(x['id'] for x in found)}): use the ID", f"magnum.{key}", input=True))
+        else:
+            out[key] = found[0]["id"]
+    if "fixed_subnet" in out and "fixed_network" in out:
+        subnet = next(x for x in state.subnets or [] if x["id"] == out["fixed_subnet"])
+        if subnet.get("network_id") != out["fixed_network"]:
+            issues.append(_issue(t, "network", "magnum.fixed_subnet", f"subnet '{wanted['fixed_subnet']}' is not "
+                                 f"on network '{wanted['fixed_network']}'", "magnum.fixed_subnet", input=True))
+    return out
+
+
+def boot_volume_size(t: Template) -> int:
+    try:
+        return int(t.labels.get("boot_volume_size", "0"))
+    except ValueError:
+        return 0
+
+
 def resolve(t: Template, state: CloudState) -> Resolution:
     issues: list[Issue] = []
     images: dict[str, dict] = {}
@@ -332,13 +551,19 @@ def resolve(t: Template, state: CloudState) -> Resolution:
     for gr in t.groups:
         flavor = flavors_by_name.get(gr.flavor) or flavors_by_id.get(gr.flavor)
         if flavor is None:
-            issues.append(Issue(t.name, "flavor", gr.name, f"flavor '{gr.flavor}' not found in Nova"))
+            issues.append(_issue(t, "flavor", gr.name, f"flavor '{gr.flavor}' not found in Nova",
+                                 _group_field(t, gr, "flavor"), input=True))
             continue
+        if not flavor.get("disk") and boot_volume_size(t) <= 0:
+            issues.append(_issue(t, "boot_volume", gr.name, f"flavor '{gr.flavor}' has no root disk (disk 0): "
+                                 "Magnum refuses it unless the label boot_volume_size is > 0 (the root disk "
+                                 "becomes a Cinder volume of that many GiB); set labels.boot_volume_size, or use "
+                                 "a flavor with disk_gb", _group_field(t, gr, "flavor"), input=True))
         chosen[gr.flavor] = flavor
         if gr.variant == "baremetal":
             for problem in F.Shape.of(flavor).problems():
-                issues.append(Issue(t.name, "flavor", gr.name,
-                                    f"flavor '{gr.flavor}' is not bare-metal-shaped: {problem}"))
+                issues.append(_issue(t, "flavor", gr.name, f"flavor '{gr.flavor}' is not bare-metal-shaped: "
+                                     f"{problem}", _group_field(t, gr, "flavor")))
             need.setdefault(gr.flavor, []).append(gr)
     capacity = {}
     for name, groups in need.items():
@@ -355,43 +580,62 @@ def resolve(t: Template, state: CloudState) -> Resolution:
                                 f"{shape.resource_class}, traits {', '.join(sorted(shape.required)) or 'none'}; "
                                 f"'available', not in maintenance); the template needs {wanted} ("
                                 + " + ".join(f"{gr.name} {gr.count}" for gr in groups) + ")"))
-    return Resolution(t, images, chosen, issues, capacity)
+    driver = _choose_driver(t, images, issues)
+    networks = _resolve_networks(t, state, issues)
+    return Resolution(t, images, chosen, issues, capacity, driver, networks)
 
 
 # ----------------------------------------------------------------------------- render
 
-def render(res: Resolution) -> dict:
-    """The Magnum cluster-template body, node groups, and CLI commands."""
+def desired_labels(res: Resolution) -> dict[str, str]:
+    """The template's labels as the driver reads them: the file's, plus ``kube_tag`` in the
+    driver's format (from the image's kube_version, when the file sets none and the driver reads it)."""
     t = res.template
-    if not res.ok:
-        raise TemplateBroken(name=t.name, count=len(res.issues), details="\n  ".join(map(str, res.issues)))
+    master, _ = t.default_groups()
+    image = res.images[master.variant]
+    labels = dict(t.labels)
+    if res.driver is not None and "kube_tag" in res.driver.labels:
+        labels["kube_tag"] = t.kube_tag or res.driver.kube_tag_for(image.get("kube_version"))
+    return labels
+
+
+def render(res: Resolution, *, allow_warnings: bool = False) -> dict:
+    """The Magnum cluster-template body (what the target driver accepts), node groups, and CLI commands.
+    ``allow_warnings``: capacity shortfalls do not stop it (``template apply``)."""
+    t = res.template
+    issues = res.blocking if allow_warnings else res.issues
+    if issues:
+        raise TemplateBroken(name=t.name, count=len(issues), details="\n  ".join(map(str, issues)))
     master, worker = t.default_groups()
     image = res.images[master.variant]
-    labels = {**t.labels, "kube_tag": t.kube_tag or image.get("kube_version")}
     body = {"name": t.name, "coe": t.coe, "image_id": image["id"],
             "master_flavor_id": res.flavors[master.flavor]["id"], "flavor_id": res.flavors[worker.flavor]["id"],
-            "server_type": "bm" if worker.variant == "baremetal" else "vm",
-            "os_distro": image.get("os_distro"), "labels": labels, **t.magnum}
+            "server_type": SERVER_TYPE, "driver": res.driver.name, "labels": desired_labels(res),
+            **{k: v for k, v in t.magnum.items() if k not in NETWORK_FIELDS}, **res.networks}
     extra = [gr for gr in t.groups if gr not in (master, worker)]
-    groups = [{"name": gr.name, "role": gr.role, "flavor_id": res.flavors[gr.flavor]["id"], "flavor": gr.flavor,
-               "image_id": res.images[gr.variant]["id"], "node_count": gr.count} for gr in t.groups]
+    groups = [{"name": gr.name, "role": gr.role, "variant": gr.variant, "flavor_id": res.flavors[gr.flavor]["id"],
+               "flavor": gr.flavor, "image_id": res.images[gr.variant]["id"], "node_count": gr.count}
+              for gr in t.groups]
     chosen = {v: {"id": i["id"], "scope": g.scope_of(i)} for v, i in sorted(res.images.items())}
     return {"template": t.name, "image_scope": t.scope or "any", "images": chosen,
+            "driver": res.driver.name, "driver_package": res.driver.package,
+            "cluster_type": {"server_type": SERVER_TYPE, "os_distro": image.get("os_distro"), "coe": t.coe},
             "cluster_template": body, "node_groups": groups,
             "cluster_defaults": {"master_count": master.count, "node_count": worker.count},
+            "warnings": [str(i) for i in res.issues if i.kind in WARNING_KINDS],
             "commands": [create_command(body)] + [nodegroup_command(gr, res) for gr in extra]}
 
 
 def create_command(body: dict) -> str:
     args = ["openstack", "coe", "cluster", "template", "create", body["name"], "--coe", body["coe"],
             "--image", body["image_id"], "--master-flavor", body["master_flavor_id"],
-            "--flavor", body["flavor_id"], "--server-type", body["server_type"]]
+            "--flavor", body["flavor_id"], "--server-type", body["server_type"], "--driver", body["driver"]]
     flags = {"keypair_id": "--keypair", "external_network_id": "--external-network", "fixed_network":
              "--fixed-network", "fixed_subnet": "--fixed-subnet", "network_driver": "--network-driver",
              "volume_driver": "--volume-driver", "dns_nameserver": "--dns-nameserver",
              "docker_volume_size": "--docker-volume-size", "docker_storage_driver": "--docker-storage-driver",
              "http_proxy": "--http-proxy", "https_proxy": "--https-proxy", "no_proxy": "--no-proxy",
-             "insecure_registry": "--insecure-registry"}
+             "insecure_registry": "--insecure-registry", "tags": "--tags"}
     for key, flag in flags.items():
         if body.get(key) is not None:
             args += [flag, str(body[key])]

@@ -19,18 +19,25 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).parent / "data" / "templates"
 
 
-def image(id_, minor="1.36", patch="0", variant="baremetal", approved=True, hidden=False, promoted="2026-01-02"):
+def image(id_, minor="1.36", patch="0", variant="baremetal", approved=True, hidden=False, promoted="2026-01-02",
+          scope="platform", os_distro="debian"):
     return {"id": id_, "name": f"nodeforge-k8s-{minor}.{patch}-{variant}", "status": "active",
             "tags": ["nodeforge", f"nodeforge-k8s-{minor}", f"nodeforge-{variant}",
                      "nodeforge-approved" if approved else "nodeforge-candidate"],
-            "os_hidden": hidden, "kube_version": f"v{minor}.{patch}", "os_distro": "debian", "os_version": "12",
+            "os_hidden": hidden, "kube_version": f"v{minor}.{patch}", "os_distro": os_distro, "os_version": "12",
             "nodeforge_k8s_minor": minor, "nodeforge_variant": variant, "nodeforge_role": "image",
-            "nodeforge_promoted_at": promoted}
+            "nodeforge_promoted_at": promoted, **({"nodeforge_scope": scope} if scope else {})}
 
 
-def flavor(name, rc, traits):
+def flavor(name, rc, traits, disk=446):
     s = F.FlavorSpec(name=name, resource_class=rc, required_traits=tuple(traits))
-    return {"id": f"id-{name}", "name": name, "extra_specs": s.extra_specs()}
+    return {"id": f"id-{name}", "name": name, "disk": disk, "extra_specs": s.extra_specs()}
+
+
+# Neutron as the local cloud seeds it: an external 'public', a tenant 'private' with 'private-subnet'.
+NETWORKS = [{"id": "net-public", "name": "public", "is_router_external": True},
+            {"id": "net-private", "name": "private", "is_router_external": False}]
+SUBNETS = [{"id": "sub-private", "name": "private-subnet", "network_id": "net-private"}]
 
 
 def node(rc, traits, state="available", maintenance=False):
@@ -44,15 +51,28 @@ def state() -> T.CloudState:
                 image("other", minor="1.35")],
         flavors=[flavor("bm.compute", "baremetal-compute", ["CUSTOM_LOCAL_NVME", "CUSTOM_NIC_25G"]),
                  flavor("bm.storage", "baremetal-storage", ["CUSTOM_HDD_POOL", "CUSTOM_NIC_10G"]),
-                 {"id": "id-m1", "name": "m1.large", "extra_specs": {}}],
+                 {"id": "id-m1", "name": "m1.large", "disk": 40, "extra_specs": {}}],
         nodes=[node("baremetal-compute", ["CUSTOM_LOCAL_NVME", "CUSTOM_NIC_25G"]) for _ in range(3)]
         + [node("baremetal-compute", ["CUSTOM_LOCAL_NVME", "CUSTOM_NIC_25G"], maintenance=True),
-           node("baremetal-storage", ["CUSTOM_HDD_POOL", "CUSTOM_NIC_10G"])])
+           node("baremetal-storage", ["CUSTOM_HDD_POOL", "CUSTOM_NIC_10G"])],
+        networks=[dict(n) for n in NETWORKS], subnets=[dict(s) for s in SUBNETS])
+
+
+SHIPPED = ROOT / "manifests" / "templates" / "k8s-1.36-baremetal.yaml"
+
+
+def shipped_doc(**changes):
+    """The shipped template's document (line numbers kept), without its scope: any scope's image qualifies."""
+    doc = yamlfile.load(SHIPPED)
+    del doc["scope"]
+    doc.update(changes)
+    return doc
 
 
 @pytest.fixture
 def template() -> T.Template:
-    return T.load_all(ROOT / "manifests" / "templates")["k8s-1.36-baremetal"]
+    assert "k8s-1.36-baremetal" in T.load_all(ROOT / "manifests" / "templates")
+    return T.parse(shipped_doc(), str(SHIPPED))
 
 
 def test_render_picks_the_newest_approved_visible_image(template, state):
@@ -60,12 +80,21 @@ def test_render_picks_the_newest_approved_visible_image(template, state):
     assert res.ok, res.issues
     out = T.render(res)
     body = out["cluster_template"]
-    assert body["image_id"] == "new" and body["flavor_id"] == "id-bm.compute" and body["server_type"] == "bm"
-    assert body["labels"]["kube_tag"] == "v1.36.0"
+    assert body["image_id"] == "new" and body["flavor_id"] == "id-bm.compute"
+    # No Magnum driver serves 'bm': a vm template of the cluster-api driver, with bare-metal flavors.
+    assert body["server_type"] == "vm" and body["driver"] == "k8s_cluster_api_debian"
+    assert out["cluster_type"] == {"server_type": "vm", "os_distro": "debian", "coe": "kubernetes"}
+    assert "os_distro" not in body          # not a Magnum field: Magnum takes it from the image
+    assert body["labels"] == {"kube_tag": "v1.36.0", "auto_healing_enabled": "false",
+                              "keystone_auth_enabled": "true"}
+    # Networks by name in the file, by Neutron ID in the body.
+    assert (body["external_network_id"], body["fixed_network"], body["fixed_subnet"]) == \
+        ("net-public", "net-private", "sub-private")
     assert out["cluster_defaults"] == {"master_count": 1, "node_count": 2}
     cmd = shlex.split(out["commands"][0])
     assert cmd[:6] == ["openstack", "coe", "cluster", "template", "create", "k8s-1.36-baremetal"]
     assert cmd[cmd.index("--image") + 1] == "new" and "kube_tag=v1.36.0" in cmd
+    assert cmd[cmd.index("--server-type") + 1] == "vm" and cmd[cmd.index("--driver") + 1] == "k8s_cluster_api_debian"
     assert "--floating-ip-disabled" in cmd
     assert out["commands"][1].startswith("openstack coe nodegroup create CLUSTER storage --flavor id-bm.storage")
     assert json.dumps(out)  # serialisable for -o json
@@ -89,7 +118,7 @@ def test_every_broken_link_is_reported(template, state):
 
 
 def test_kube_tag_minor_mismatch_and_vm_flavor_not_baremetal(template, state):
-    doc = yamlfile.load(ROOT / "manifests" / "templates" / "k8s-1.36-baremetal.yaml")
+    doc = shipped_doc()
     doc["labels"]["kube_tag"] = "v1.35.4"
     doc["node_groups"][2]["flavor"] = "m1.large"
     issues = [str(i) for i in T.resolve(T.parse(doc, "t"), state).issues]
@@ -134,7 +163,7 @@ def test_scope_restricts_the_image_choice_and_the_chosen_scope_is_said(template,
     assert out["image_scope"] == "any" and out["images"] == {"baremetal": {"id": "theirs", "scope": "team-b"}}
     assert res.to_dict()["images"]["baremetal"]["scope"] == "team-b"
     # With scope: only that scope's images.
-    doc = yamlfile.load(ROOT / "manifests" / "templates" / "k8s-1.36-baremetal.yaml")
+    doc = shipped_doc()
     doc["scope"] = "platform"
     res = T.resolve(T.parse(doc, "t"), state)
     out = T.render(res)

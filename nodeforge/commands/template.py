@@ -1,5 +1,6 @@
-"""``nodeforge template render|check``: Magnum cluster templates from
-declarations (nodeforge/templates.py, docs/flavors-and-templates.md)."""
+"""``nodeforge template render|check|apply``: Magnum cluster templates from
+declarations (nodeforge/templates.py, nodeforge/magnum/apply.py,
+docs/flavors-and-templates.md)."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ def _state(app, baremetal_cloud) -> tpl.CloudState:
 
 @click.group()
 def template():
-    """Magnum cluster templates: approved image + bare-metal flavors + capacity."""
+    """Magnum cluster templates: approved image + bare-metal flavors + capacity + driver."""
 
 
 @template.command()
@@ -35,13 +36,19 @@ def template():
 @options.baremetal_cloud
 @options.pass_app
 def render(app, name, templates_dir, baremetal_cloud):
-    """Resolve NAME to the current approved image and flavors; print the Magnum
-    cluster-template body and the equivalent 'openstack coe' command(s).
+    """Resolve NAME to the current approved image, flavors, networks and the
+    Magnum driver it targets; print the cluster-template body that driver
+    accepts (server_type vm, driver, kube_tag, labels) and the equivalent
+    'openstack coe' command(s). 'template apply' adds the version name and
+    nodeforge's marks.
 
     Fails (exit 1, every broken link listed) when 'template check' would."""
     [t] = tpl.select(tpl.load_all(templates_dir), [name])
     data = tpl.render(tpl.resolve(t, _state(app, baremetal_cloud)))
     if app.output == "table":
+        click.echo(f"# driver {data['driver']} ({data['driver_package']}), cluster type "
+                   f"({data['cluster_type']['server_type']}, {data['cluster_type']['os_distro']}, "
+                   f"{data['cluster_type']['coe']})")
         click.echo(json.dumps(data["cluster_template"], indent=2))
         click.echo()
         for cmd in data["commands"]:
@@ -66,11 +73,65 @@ def check(app, names, templates_dir, baremetal_cloud):
     rows = []
     for r in results:
         rows += [{"template": r.template.name, "ok": False, "kind": i.kind, "subject": i.subject,
+                  "where": " ".join(x for x in (i.location, i.field) if x) if i.input else "",
                   "detail": i.detail} for i in r.issues] or [
-            {"template": r.template.name, "ok": True, "kind": "", "subject": "", "detail": "all links resolve"}]
+            {"template": r.template.name, "ok": True, "kind": "", "subject": "", "where": "",
+             "detail": "all links resolve"}]
     output.emit({"ok": all(r.ok for r in results), "templates": [r.to_dict() for r in results]}, app.output,
-                rows=rows, columns=["template", "ok", "kind", "subject", "detail"])
+                rows=rows, columns=["template", "ok", "kind", "subject", "where", "detail"])
     click.get_current_context().exit(int(ExitCode.OK if all(r.ok for r in results) else ExitCode.FAILURE))
+
+
+@template.command()
+@click.argument("names", nargs=-1)
+@templates_option
+@options.baremetal_cloud
+@options.dry_run
+@options.pass_app
+def apply(app, names, templates_dir, baremetal_cloud, dry_run):
+    """Write the templates (all, or NAMES) to Magnum as versions: plan, field by
+    field against the current version, then apply.
+
+    A template NAME becomes NAME-v1, NAME-v2, ...: a new version when its
+    content (approved image, a flavor, a label, the driver, ...) changed, the
+    older versions then hidden (never deleted, never otherwise changed). A
+    re-run with nothing changed makes no write. Only templates marked with the
+    file's scope are touched. Bad input in any file (unknown driver, missing
+    flavor or network, a node group the driver cannot serve) refuses the whole
+    run before any write (exit 2). Exit 0: applied (or nothing to do); 3: some
+    templates broken (no approved image, ...) or a write failed."""
+    from nodeforge.magnum import apply as ap, client as mc
+
+    templates = tpl.select(tpl.load_all(templates_dir), list(names))
+    state = _state(app, baremetal_cloud)
+    conn = app.connect()
+    resolutions = [tpl.resolve(t, state) for t in templates]
+    ap.check_input(resolutions)      # before reading Magnum: bad input is the file's, whatever Magnum holds
+    plan = ap.plan(resolutions, mc.read_templates(conn), mc.read_clusters(conn))
+    data = plan.to_dict()
+    code = ExitCode.PARTIAL if any(p.action is ap.Action.BROKEN for p in plan.templates) else ExitCode.OK
+    rows = [{"template": p.name, "scope": p.scope, "action": p.action.value, "version": p.magnum_name,
+             "changes": "; ".join(map(str, p.changes)) if p.action is not ap.Action.BROKEN else "; ".join(p.issues),
+             "hide": ", ".join(h.get("name") or "" for h in p.hide),
+             "in use": ", ".join(f"{v['name']}: {len(v['clusters'])}" for v in p.versions if v["clusters"])}
+            for p in plan.templates]
+    if not dry_run:
+        results = ap.apply(conn, plan)
+        data["results"] = [r.to_dict() for r in results]
+        data["writes"] = sum(r.writes for r in results)
+        for row, r in zip(rows, results):
+            row["uuid"] = r.uuid
+            if r.error and r.action is not ap.Action.BROKEN:
+                row["changes"] = r.error
+        if any(not r.ok for r in results):
+            code = ExitCode.PARTIAL
+    counts = ", ".join(f"{v} {k}" for k, v in plan.counts().items() if v) or "nothing"
+    output.emit(data, app.output, rows=rows,
+                columns=["template", "scope", "action", "version", *([] if dry_run else ["uuid"]), "changes",
+                         "hide", "in use"],
+                title=f"{'plan (dry run)' if dry_run else 'template apply'}: {counts}; "
+                      f"{data['writes']} write(s){' planned' if dry_run else ''}")
+    click.get_current_context().exit(int(code))
 
 
 from nodeforge.commands import template_audit  # noqa: E402,F401 - registers check --live and upgrade-plan
