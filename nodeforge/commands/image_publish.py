@@ -113,11 +113,15 @@ def promote(app, image, scope, retention_path, dry_run):
                "images without one]")
 @options.pass_app
 def list_cmd(app, approved, k8s, variant, include_hidden, scope):
-    """nodeforge images in Glance: IDs for templates and the facts behind them."""
+    """nodeforge images in Glance: IDs for templates and the facts behind them, and which
+    Magnum templates and clusters use each (used_by)."""
     rows = catalog.list_catalog(app.connect(), approved=approved, k8s=k8s, variant=variant,
                                 include_hidden=include_hidden, scope=scope)
-    output.emit(rows, app.output, columns=["id", "k8s", "variant", "os", "scope", "build_date", "state", "verify",
-                                           "signed", "visibility"])
+    table = [dict(r, used_by=", ".join(r["used_by"]) if r["used_by"] is not None else "(no Magnum)")
+             for r in rows]
+    output.emit(rows, app.output, rows=table,
+                columns=["id", "k8s", "variant", "os", "scope", "build_date", "state", "verify", "signed",
+                         "visibility", "used_by"])
 
 
 @click.command()
@@ -127,7 +131,9 @@ def show(app, image):
     """Everything nodeforge knows about one image (ID or unique name)."""
     facts = catalog.show(app.connect(), image)
     if app.output == "table":
-        rows = [{"field": k, "value": v} for k, v in facts.items() if k != "properties"]
+        rows = [{"field": k, "value": (", ".join(v) or "nothing" if k == "used_by" and v is not None else
+                                       "(no Magnum)" if k == "used_by" else v)}
+                for k, v in facts.items() if k != "properties"]
         output.emit(facts, app.output, rows=rows, columns=["field", "value"])
     else:
         output.emit(facts, app.output)

@@ -29,7 +29,7 @@ import logging
 
 from nodeforge.errors import NodeforgeError
 from nodeforge.imagebuild import glance as g, verifyreport
-from nodeforge.imagebuild.retention import Expire, RetentionPolicy
+from nodeforge.imagebuild.retention import Expire, RetentionPolicy, magnum_hold
 
 log = logging.getLogger(__name__)
 P = g.P
@@ -135,10 +135,12 @@ def group_filters(image: dict, scope: str | None = None) -> dict:
 
 
 def plan_promote(image: dict, approved: list[dict], policy: RetentionPolicy, *,
-                 scope: str | None = None) -> list[Step]:
+                 scope: str | None = None, users: dict[str, list[str]] | None = None) -> list[Step]:
     """Steps for promoting ``image`` given the approved images of its group. Retention
     considers only the images of the promote's scope (:func:`promote_scope`): any other
-    image in ``approved`` (another scope's, or a legacy one without a scope) gets no step."""
+    image in ``approved`` (another scope's, or a legacy one without a scope) gets no step.
+    ``users`` (image ID -> Magnum templates/clusters using it): an image beyond ``keep``
+    that Magnum uses is hidden, never deactivated or deleted."""
     check_promotable(image)
     own = promote_scope(image, scope)
     others = sorted((i for i in approved if i["id"] != image["id"] and i.get("status") != g.DEACTIVATED
@@ -155,6 +157,8 @@ def plan_promote(image: dict, approved: list[dict], policy: RetentionPolicy, *,
                               f"beyond visible={policy.visible}, within keep={policy.keep}", own))
         elif in_use(other):
             steps.append(Step(other["id"], name, Action.HIDE, f"beyond keep={policy.keep} but marked in use", own))
+        elif hold := magnum_hold(other["id"], users):
+            steps.append(Step(other["id"], name, Action.HIDE, f"beyond keep={policy.keep} but {hold}", own))
         else:
             action = Action.DELETE if policy.expire is Expire.DELETE else Action.DEACTIVATE
             steps.append(Step(other["id"], name, action, f"beyond keep={policy.keep}", own))
@@ -227,7 +231,10 @@ def promote(conn, ref: str, policy: RetentionPolicy, *, dry_run: bool = False,
     own = promote_scope(image, scope)
     check_verify_report(conn, image)
     approved = g.list_images(conn, **group_filters(image, own))
-    steps = plan_promote(image, approved, policy, scope=own)
+    from nodeforge.magnum import live
+
+    # Templates may name their image by name: resolve names among the group's images.
+    steps = plan_promote(image, approved, policy, scope=own, users=live.image_users(conn, [image, *approved]))
     if not dry_run:
         apply_promote(conn, steps, {i["id"]: i for i in [image, *approved]})
     return steps
@@ -253,10 +260,18 @@ def summary(image: dict) -> dict:
     }
 
 
+def _users(conn, images: list[dict]) -> dict[str, list[str]] | None:
+    """Image ID -> Magnum templates and clusters using it; None when the cloud has no Magnum."""
+    from nodeforge.magnum import live
+
+    return live.image_users(conn, images)
+
+
 def list_catalog(conn, *, approved: bool = False, k8s: str | None = None, variant: str | None = None,
                  include_hidden: bool = False, scope: str | None = None) -> list[dict]:
     """nodeforge node images as :func:`summary` rows; ``scope``: only that scope's (legacy
-    images without a scope are in no scope)."""
+    images without a scope are in no scope). Each row's ``used_by`` lists the Magnum
+    templates and clusters using the image (None: the cloud has no Magnum)."""
     g.check_scope(scope)
     filters = {g.SCOPE: scope} if scope is not None else {}
     tags = [g.TAG]
@@ -272,7 +287,8 @@ def list_catalog(conn, *, approved: bool = False, k8s: str | None = None, varian
         images = [i for i in images if (i.get("kube_version") or "").lstrip("v") == k8s.lstrip("v")]
     if not include_hidden:
         images = [i for i in images if not i.get("os_hidden")]
-    rows = [summary(i) for i in images]
+    users = _users(conn, images)
+    rows = [dict(summary(i), used_by=None if users is None else users.get(i["id"], [])) for i in images]
     rows.sort(key=lambda r: (r["k8s"], r["variant"] or "", r["build_date"] or ""), reverse=True)
     return rows
 
@@ -307,6 +323,7 @@ def show(conn, ref: str) -> dict:
         "min_ram": image.get("min_ram"),
         "tags": sorted(image.get("tags") or []),
         "in_use": in_use(image),
+        "used_by": (None if (users := _users(conn, [image])) is None else users.get(image["id"], [])),
         "properties": {k: v for k, v in sorted(image.items()) if k not in _CORE and k != "img_signature"},
     })
     return facts

@@ -2,6 +2,13 @@
 
 See the file itself for the meaning of each key; :func:`load` validates the
 whole file and names the key and line of each problem.
+
+Retention never deactivates or deletes an image that Magnum uses: when the
+cloud has a container-infra endpoint, promote reads every cluster template
+and cluster once (:func:`nodeforge.magnum.live.image_users`) and an image
+beyond ``keep`` that a template (or a cluster through its template) uses is
+only hidden, with the users named (:func:`magnum_hold`). A cloud without
+Magnum is said so in the log, and retention proceeds as before.
 """
 
 from __future__ import annotations
@@ -81,3 +88,14 @@ def load(path: Path | str = DEFAULT_PATH) -> RetentionPolicy:
         raise ConfigError(path=str(path), detail="; ".join(problems))
     return RetentionPolicy(visible=visible, keep=keep, expire=Expire(expire), replace_frequency=freq,
                            provided_until=until)
+
+
+def magnum_hold(image_id: str, users: dict[str, list[str]] | None) -> str | None:
+    """Why retention must not deactivate or delete ``image_id``: the Magnum templates and
+    clusters that use it (``users``: :func:`nodeforge.magnum.live.image_users`; None when the
+    cloud has no Magnum), or None when nothing does."""
+    used = (users or {}).get(image_id)
+    if not used:
+        return None
+    shown = ", ".join(used[:5]) + (f" and {len(used) - 5} more" if len(used) > 5 else "")
+    return f"used by Magnum: {shown}"
