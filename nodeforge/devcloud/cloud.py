@@ -27,7 +27,10 @@ SYSTEM_CLOUD = "nodeforge-dev-system"
 MEMBER_PROJECT = "nodeforge"
 
 # Start order; a service appears after everything it depends on.
-ORDER = ("keystone", "barbican", "glance", "placement", "nova", "redfish-bmc", "ipmi-bmc", "ironic")
+ORDER = ("keystone", "barbican", "glance", "placement", "nova", "neutron", "rabbitmq", "magnum-api",
+         "magnum-conductor", "redfish-bmc", "ipmi-bmc", "ironic")
+# Services that run from a virtualenv other than "openstack".
+SERVICE_VENVS = {"neutron": "neutron", "magnum-api": "magnum", "magnum-conductor": "magnum"}
 
 
 class NotInstalledError(NodeforgeError):
@@ -73,6 +76,22 @@ class DevCloud:
             if name == "redfish-bmc":
                 return bmc.redfish_service(self.paths)
             return bmc.ipmi_service(self.paths)
+        if name in SERVICE_VENVS:
+            venv = self.paths.venv(SERVICE_VENVS[name])
+            if not (venv / "bin" / "python").exists():
+                raise NotInstalledError(path=venv)
+        if name == "rabbitmq":
+            from nodeforge.devcloud import rabbitmq
+
+            return rabbitmq.service(self.paths, ctx.creds)
+        if name in ("magnum-api", "magnum-conductor"):
+            from nodeforge.devcloud import magnum
+
+            return magnum.api(ctx) if name == "magnum-api" else magnum.conductor(ctx)
+        if name == "neutron":
+            from nodeforge.devcloud import neutron
+
+            return neutron.service(ctx)
         return getattr(openstack, name)(ctx)
 
     # -- lifecycle ---------------------------------------------------------
@@ -111,6 +130,8 @@ class DevCloud:
                 launched = [spec for spec in specs if launch(spec)]
                 for spec in launched:
                     self.supervisor.wait_healthy(spec)
+                    if spec.after_healthy:
+                        spec.after_healthy()
                     results[spec.name] = {"service": spec.name, "action": "started",
                                           "seconds": round(time.monotonic() - t0, 1)}
                     say(f"{spec.name} healthy")

@@ -12,7 +12,8 @@ from pathlib import Path
 from nodeforge import fsutil
 from nodeforge.redact import Secret
 
-USERS = ("admin", "member", "glance", "nova", "placement", "barbican", "ironic")
+USERS = ("admin", "member", "glance", "nova", "placement", "barbican", "ironic", "magnum", "neutron",
+         "magnum_domain_admin", "rabbitmq")
 
 
 def _generate() -> dict[str, str]:
@@ -24,9 +25,11 @@ def _generate() -> dict[str, str]:
 def load(etc: Path) -> dict[str, Secret]:
     path = etc / "credentials.json"
     with fsutil.locked(etc / ".credentials.lock"):
-        if path.exists():
-            raw = json.loads(path.read_text())
-        else:
-            raw = _generate()
+        raw = json.loads(path.read_text()) if path.exists() else {}
+        # A state directory made before a service was added gets that
+        # service's secret now; existing values are never changed.
+        missing = {k: v for k, v in _generate().items() if k not in raw}
+        if missing:
+            raw.update(missing)
             fsutil.atomic_write(path, json.dumps(raw), 0o600)
     return {k: Secret(v) for k, v in raw.items()}

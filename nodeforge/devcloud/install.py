@@ -29,6 +29,8 @@ LOG = logging.getLogger(__name__)
 VENVS = {
     "openstack": "openstack.txt",
     "bmc": "bmc.txt",
+    "magnum": "magnum.txt",
+    "neutron": "neutron.txt",
 }
 
 

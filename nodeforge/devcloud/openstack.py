@@ -21,7 +21,7 @@ import urllib.request
 from importlib import resources
 from pathlib import Path
 
-from nodeforge.devcloud import inifile
+from nodeforge.devcloud import inifile, rabbitmq
 from nodeforge.devcloud.paths import Paths, port_offset
 from nodeforge.devcloud.process import ServiceSpec
 from nodeforge.errors import NodeforgeError
@@ -39,6 +39,11 @@ PORTS = {
     "nova": 8774,
     "barbican": 9311,
     "ironic": 6385,
+    "neutron": 9696,
+    "magnum-api": 9511,
+    "rabbitmq": rabbitmq.AMQP_PORT,
+    "rabbitmq-dist": rabbitmq.DIST_PORT,
+    "rabbitmq-epmd": rabbitmq.EPMD_PORT,
 }
 
 CATALOG = {
@@ -48,6 +53,8 @@ CATALOG = {
     "nova": ("compute", "nova", "/v2.1"),
     "barbican": ("key-manager", "barbican", ""),
     "ironic": ("baremetal", "ironic", ""),
+    "neutron": ("network", "neutron", ""),
+    "magnum-api": ("container-infra", "magnum", "/v1"),
 }
 
 # Groups for `devcloud up --only`: each names the services it needs.
@@ -57,6 +64,11 @@ GROUPS = {
     "compute": ("keystone", "placement", "nova"),
     "key-manager": ("keystone", "barbican"),
     "baremetal": ("keystone", "ironic", "redfish-bmc", "ipmi-bmc"),
+    "network": ("keystone", "neutron"),
+    # Magnum validates a template's image (Glance), flavors and key pair
+    # (Nova) and networks (Neutron); its API and conductor talk over RabbitMQ.
+    "container-infra": ("keystone", "glance", "placement", "nova", "neutron", "rabbitmq", "magnum-api",
+                        "magnum-conductor"),
 }
 
 
@@ -95,16 +107,21 @@ def http_health(target: str, ok=(200, 300)) -> "callable":
 class Context:
     paths: Paths
     creds: dict[str, Secret]
+    venv: str = VENV               # the virtualenv the service runs from
+
+    def using(self, venv: str) -> "Context":
+        """The same context for a service in another virtualenv."""
+        return dataclasses.replace(self, venv=venv)
 
     def venv_bin(self, exe: str) -> str:
-        return str(self.paths.venv_bin(VENV, exe))
+        return str(self.paths.venv_bin(self.venv, exe))
 
     def site_packages(self) -> Path:
-        lib = self.paths.venv(VENV) / "lib"
+        lib = self.paths.venv(self.venv) / "lib"
         return next(lib.glob("python3*/site-packages"))
 
     def venv_etc(self, project: str) -> Path:
-        return self.paths.venv(VENV) / "etc" / project
+        return self.paths.venv(self.venv) / "etc" / project
 
     def conf_dir(self, service: str) -> Path:
         d = self.paths.etc / service

@@ -42,6 +42,10 @@ class ServiceSpec:
     start_timeout: float = 60.0
     url: str | None = None         # shown by `status`
     udp_ports: Sequence[int] = ()  # loopback UDP ports it binds
+    # Seconds `stop` waits after SIGTERM before it SIGKILLs the process group
+    # (recorded in the pidfile, so `down` honours it without the spec).
+    stop_timeout: float = 15.0
+    after_healthy: Callable[[], None] | None = None  # one-off seeding once healthy (by `DevCloud.up`)
 
 
 
@@ -152,6 +156,7 @@ class Supervisor:
         logf.close()
         self.pidfile(spec.name).write_text(json.dumps({
             "pid": proc.pid, "start_time": _start_time(proc.pid), "argv": list(spec.argv), "started": time.time(),
+            "stop_timeout": spec.stop_timeout,
         }))
         self._procs = getattr(self, "_procs", {})
         self._procs[spec.name] = proc
@@ -183,14 +188,21 @@ class Supervisor:
                                 reason=f"not healthy after {spec.start_timeout:.0f}s ({scrub(str(reason))})",
                                 log=self.logfile(spec.name), tail=log_tail(self.logfile(spec.name)))
 
-    def stop(self, name: str, timeout: float = 15.0) -> bool:
+    def stop(self, name: str, timeout: float | None = None) -> bool:
         """Stop a service we started (its whole process group: uWSGI workers,
-        Ironic's forked service); returns False if it was not running."""
+        Ironic's forked service): SIGTERM, then SIGKILL after ``timeout``
+        seconds (default: the service's ``stop_timeout`` recorded at start,
+        else 15). Returns False if it was not running."""
         pid = self.running_pid(name)
         pidfile = self.pidfile(name)
         if pid is None:
             pidfile.unlink(missing_ok=True)
             return False
+        if timeout is None:
+            try:
+                timeout = float(json.loads(pidfile.read_text()).get("stop_timeout", 15.0))
+            except (OSError, ValueError, TypeError):
+                timeout = 15.0
         _signal_group(pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and _group_members(pid):

@@ -10,7 +10,10 @@ from nodeforge.devcloud.paths import Paths
 
 LOG = logging.getLogger(__name__)
 
-SERVICE_USERS = ("glance", "nova", "placement", "barbican", "ironic")
+SERVICE_USERS = ("glance", "nova", "placement", "barbican", "ironic", "magnum", "neutron")
+# Bump when the seed gains something: a state directory seeded by an older
+# version is seeded again (every step is find-or-create).
+SEED_VERSION = 2
 
 
 def admin_connection(ctx: openstack.Context):
@@ -42,7 +45,7 @@ def _user(conn, name, password, project):
 
 def keystone(paths: Paths, ctx: openstack.Context) -> None:
     marker = paths.data / "keystone-seed.done"
-    if marker.exists():
+    if marker.exists() and marker.read_text().strip() == str(SEED_VERSION):
         return
     conn = admin_connection(ctx)
     ident = conn.identity
@@ -64,6 +67,17 @@ def keystone(paths: Paths, ctx: openstack.Context) -> None:
     admin_project = ident.find_project("admin", domain_id="default")
     ident.assign_project_role_to_user(admin_project, admin, roles["creator"])
 
+    # Magnum's trustee domain: a cluster's trustee user lives there, created
+    # by the domain's own admin.
+    from nodeforge.devcloud import magnum
+
+    domain = ident.find_domain(magnum.TRUSTEE_DOMAIN) or ident.create_domain(
+        name=magnum.TRUSTEE_DOMAIN, description="Magnum cluster trustees", enabled=True)
+    trustee_admin = ident.find_user(magnum.TRUSTEE_ADMIN, domain_id=domain.id) or ident.create_user(
+        name=magnum.TRUSTEE_ADMIN, password=ctx.creds[f"{magnum.TRUSTEE_ADMIN}_password"].reveal(),
+        domain_id=domain.id)
+    ident.assign_domain_role_to_user(domain, trustee_admin, roles["admin"])
+
     region = openstack.REGION
     for svc, (stype, sname, suffix) in openstack.CATALOG.items():
         service = next((s for s in ident.services() if s.type == stype), None)
@@ -74,5 +88,5 @@ def keystone(paths: Paths, ctx: openstack.Context) -> None:
             if interface not in existing:
                 ident.create_endpoint(service_id=service.id, interface=interface,
                                       url=openstack.url(svc) + suffix, region_id=region)
-    marker.touch()
+    marker.write_text(f"{SEED_VERSION}\n")
     LOG.info("keystone seeded")
