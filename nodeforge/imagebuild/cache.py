@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import http.client
 import logging
 import os
 import re
@@ -234,6 +235,39 @@ class Downloader:
 
 
 def _stream(resp: requests.Response, out) -> tuple[str, int]:
+    """Copy the body to ``out`` while hashing it: (sha256 hex, size).
+
+    The bytes are received straight into one reused buffer
+    (``http.client.HTTPResponse.readinto``, below urllib3's ``stream()``,
+    which allocates a new 1 MiB ``bytes`` object per read), then hashed and
+    written from it: one copy out of the kernel, none in Python. Socket errors
+    arrive here unwrapped by urllib3, so they are caught around the read only:
+    an ``OSError`` from the local write is not a network error and is never
+    retried. ``bench/bench_prefetch.py`` measures the whole download path."""
+    h = hashlib.sha256()
+    size = 0
+    fp = getattr(resp.raw, "_fp", None)
+    if not callable(getattr(fp, "readinto", None)):   # not http.client underneath: the portable path
+        return _stream_chunks(resp, out)
+    buf = memoryview(bytearray(CHUNK))
+    while True:
+        try:
+            n = fp.readinto(buf)
+        except (*_NETWORK_ERRORS, OSError, http.client.HTTPException) as exc:   # socket errors arrive unwrapped here
+            raise _Transient(f"connection dropped after {size} bytes: {_reason(exc)}") from exc
+        if not n:
+            break
+        data = buf[:n]
+        h.update(data)
+        out.write(data)       # a local disk error (OSError) is raised as it is: not retried
+        size += n
+    _check_length(resp, size)
+    if fp.isclosed():         # the whole body read: the connection goes back to the pool (keep-alive)
+        resp.raw.release_conn()
+    return h.hexdigest(), size
+
+
+def _stream_chunks(resp: requests.Response, out) -> tuple[str, int]:
     h = hashlib.sha256()
     size = 0
     try:
@@ -243,10 +277,14 @@ def _stream(resp: requests.Response, out) -> tuple[str, int]:
             size += len(chunk)
     except _NETWORK_ERRORS as exc:  # a local disk error (OSError from write) is not retried
         raise _Transient(f"connection dropped after {size} bytes: {_reason(exc)}") from exc
+    _check_length(resp, size)
+    return h.hexdigest(), size
+
+
+def _check_length(resp: requests.Response, size: int) -> None:
     expected = resp.headers.get("Content-Length")
     if expected is not None and expected.isdigit() and int(expected) != size:
         raise _Transient(f"connection dropped after {size} of {expected} bytes")
-    return h.hexdigest(), size
 
 
 def _read_body(resp: requests.Response, limit: int) -> bytes:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import errno
 import hashlib
 import os
 import signal
@@ -139,3 +141,54 @@ def test_kill_during_download_leaves_no_file_under_the_final_name(mirror, upstre
         proc.wait()
     assert not cache.path_for(digest).exists()
     assert cache.lookup(digest) is None
+
+
+def test_stalled_body_times_out_and_is_retried(mirror, upstream, sources, tmp_path):
+    digest = upstream.add(Component.KUBELET, "1.35.8", size=3 << 20)[Arch.AMD64]
+    url = sources.artifact_url(Component.KUBELET, "1.35.8", Arch.AMD64)
+    mirror.inject("*/kubelet", FaultKind.STALL, times=1)
+    dl = Downloader(Cache(tmp_path / "c"), dataclasses.replace(FAST_RETRY, read_timeout=0.5))
+    got = dl.fetch(url, digest, artifact="kubelet")
+    assert got.downloaded and got.size == 3 << 20
+    assert mirror.count("*/kubelet") == 2
+    assert _leftovers(dl.cache) == []
+
+
+def test_downloads_from_one_server_share_one_connection(mirror, upstream, downloader, sources):
+    accepted = []
+    get_request = mirror._httpd.get_request
+
+    def counting_get_request():        # the real server's accept(), counted
+        conn = get_request()
+        accepted.append(conn[1])
+        return conn
+
+    mirror._httpd.get_request = counting_get_request
+    urls = [(sources.artifact_url(Component.KUBELET, "1.35.1", arch), upstream.digests[(Component.KUBELET,
+             "1.35.1", arch)]) for arch in upstream.arches]
+    assert len(urls) >= 2
+    for url, digest in urls:
+        assert downloader.fetch(url, digest, artifact="kubelet").downloaded
+    assert len(accepted) == 1     # kept alive: each body was read to its end and the connection handed back
+
+
+def test_local_write_error_is_not_retried_and_leaves_nothing(mirror, upstream, sources, tmp_path):
+    # A real write failure: the file-size limit (RLIMIT_FSIZE) of a child process, below the artifact's size.
+    digest = upstream.add(Component.KUBELET, "1.35.7", size=3 << 20)[Arch.AMD64]
+    url = sources.artifact_url(Component.KUBELET, "1.35.7", Arch.AMD64)
+    cache = Cache(tmp_path / "fullcache")
+    script = textwrap.dedent(f"""
+        import resource, signal
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
+        from nodeforge.imagebuild.cache import Cache, Downloader, RetryPolicy
+        try:
+            Downloader(Cache({str(cache.root)!r}), RetryPolicy(attempts=3, initial=0.01)).fetch(
+                {url!r}, {digest!r}, artifact="kubelet")
+        except OSError as exc:
+            print("OSError", exc.errno)
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert proc.stdout.split() == ["OSError", str(errno.EFBIG)], proc.stdout + proc.stderr
+    assert mirror.count("*/kubelet") == 1       # a local disk error is not a network error: no retry
+    assert not cache.path_for(digest).exists() and _leftovers(cache) == []
