@@ -6,8 +6,10 @@
    own fixture lockfile (said so, and labelled on every image);
 2. the emulated BMC batch enrolled into Ironic (with inspection) and classified;
 3. the bare-metal flavors synced;
-4. the cluster template rendered from the approved image and flavors;
-then the approved image IDs and where the run report is.
+4. the cluster template applied to Magnum (``template apply``: version
+   ``k8s-1.36-baremetal-vN``, new only when its content changed);
+then the approved image IDs next to the Magnum template IDs, and where the
+run report is.
 
 State lives in ``.demo/`` (git-ignored); the run record in ``runs/``. A second
 ``make demo`` finds nothing new and reuses what is approved; a run that failed
@@ -201,15 +203,24 @@ def main(argv: list[str] | None = None) -> int:
         code = code or rc
         say("\n== 3/4 sync the bare-metal flavors")
         code = code or nf("--os-cloud", ADMIN_CLOUD, "flavor", "sync")
-        say(f"\n== 4/4 render the cluster template {TEMPLATE}")
-        code = code or nf("--os-cloud", ADMIN_CLOUD, "template", "render", TEMPLATE,
+        say(f"\n== 4/4 apply the cluster template {TEMPLATE} to Magnum")
+        code = code or nf("--os-cloud", ADMIN_CLOUD, "template", "apply", TEMPLATE,
                           "--baremetal-cloud", SYSTEM_CLOUD)
 
     say("\n== result")
     if label:
         say(f"  FIXTURE BUILD: artifacts from the {label}")
+    templates = [] if args.skip_baremetal else applied_templates(config.connect())
     for img in approved:
-        say(f"  approved image: Kubernetes {img['k8s']} {img['variant']}: {img['id']}")
+        using = [t for t in templates if t.get("image_id") == img["id"]]
+        say(f"  approved image: Kubernetes {img['k8s']} {img['variant']}: {img['id']}"
+            + "".join(f"  <- Magnum template {t['name']}: {t['uuid']}" for t in using))
+    for t in templates:
+        if not any(t.get("image_id") == img["id"] for img in approved):
+            say(f"  Magnum template {t['name']}: {t['uuid']} (image {t.get('image_id')})")
+    if not args.skip_baremetal and not templates:
+        say(f"  no current Magnum template {TEMPLATE}")
+        code = code or 1
     if not approved:
         say("  no approved image")
         code = code or 1
@@ -222,6 +233,15 @@ def main(argv: list[str] | None = None) -> int:
         if built:
             say(f"  the run that built and approved them: {built.summary_path}")
     return code
+
+
+def applied_templates(conn) -> list[dict]:
+    """The current (not hidden) Magnum version(s) of the demo's template, made by its file's scope."""
+    from nodeforge import templates as tpl
+    from nodeforge.magnum import apply as ap, client as mc
+
+    scope = tpl.load_all(REPO / tpl.DEFAULT_DIR)[TEMPLATE].ownership_scope
+    return [t for t in mc.read_templates(conn) if ap.owned(t, scope, TEMPLATE) and not t.get("hidden")]
 
 
 def _latest_succeeded(runs: Path, lockfile: Path) -> rr.RunRecord | None:
