@@ -26,6 +26,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import logging
+import re
 from urllib.parse import urlsplit
 
 from nodeforge.errors import NodeforgeError
@@ -59,10 +60,15 @@ def read_clusters(conn) -> list[dict]:
 
 
 def read_nodegroups(conn, cluster_id: str) -> list[dict]:
-    """One cluster's node groups (Magnum has no listing across clusters: one call per cluster)."""
-    body = client._call(conn, "GET", f"/clusters/{cluster_id}/nodegroups/detail",
-                        f"node group list of cluster {cluster_id}")
-    return (body or {}).get("nodegroups") or []
+    """One cluster's node groups: Magnum lists them per cluster only, without their
+    ``version``; each non-default group is then read on its own for it (the default ones
+    move with the cluster)."""
+    body = client._call(conn, "GET", f"/clusters/{cluster_id}/nodegroups", f"node group list of cluster {cluster_id}")
+    groups = (body or {}).get("nodegroups") or []
+    return [g if g.get("is_default") else
+            client._call(conn, "GET", f"/clusters/{cluster_id}/nodegroups/{g['uuid']}",
+                         f"node group {g.get('name')} of cluster {cluster_id}")
+            for g in groups]
 
 
 def read_flavors(conn) -> list[dict]:
@@ -147,9 +153,13 @@ def users_of(templates: list[dict], clusters: list[dict], images: list[dict]) ->
     return dict(out)
 
 
+_DISCOVERY = re.compile(r"/?(v\d+(\.\d+)?/?)?")
+
+
 class RequestCounter:
     """Counts the HTTP requests of openstacksdk connections, by service (port of the URL mapped
-    to the catalog type), through a ``requests`` response hook on each connection's session."""
+    to the catalog type; version discovery documents as ``discovery``), through a
+    ``requests`` response hook on each connection's session."""
 
     def __init__(self):
         self.counts: collections.Counter = collections.Counter()
@@ -172,7 +182,12 @@ class RequestCounter:
         return self
 
     def _hook(self, resp, *args, **kwargs):
-        self.counts[self._services.get(urlsplit(resp.request.url).netloc, "other")] += 1
+        url = urlsplit(resp.request.url)
+        # Version discovery (GET / or /vN of a service: once per service and connection) apart.
+        if _DISCOVERY.fullmatch(url.path):
+            self.counts["discovery"] += 1
+        else:
+            self.counts[self._services.get(url.netloc, "other")] += 1
 
     @property
     def total(self) -> int:
