@@ -1,0 +1,238 @@
+"""Benchmark: `nodeforge template check --live` over many templates and clusters in a real Magnum.
+
+Starts a private local cloud (``--only container-infra,baremetal``: Keystone,
+Glance, Nova, Placement, Ironic, RabbitMQ, Magnum API + conductor, Neutron;
+ports shifted by OFFSET, state in a temporary directory, the service
+virtualenvs symlinked) so no other cloud is disturbed, then creates through
+Magnum's API:
+
+* ``--templates`` (200) cluster templates over 4 approved images (1.33 ..
+  1.36, so some are outside the maintained minors), a VM flavor and a
+  bare-metal flavor without nodes (findings on purpose: the audit has work);
+* ``--clusters`` (200) clusters, one per template (they end CREATE_FAILED
+  here: no Cluster API management cluster; they keep their template).
+
+Measured, ``--rounds`` times in alternating order:
+
+1. nodeforge: ``python -m nodeforge.cli template check --live -o json`` as a
+   process (start-up included). Goal: under 10 s. Its API calls come from its
+   own count (``api_calls``: a response hook on the sessions).
+2. the peer, what a naive script does: list the templates, then per template
+   GET its image, GET each of its two flavors and their extra specs, list
+   the Ironic nodes (capacity) and the template's clusters
+   (``/clusters?cluster_template_id`` is not a Magnum filter, so: list all
+   clusters per template). Run in this process (no start-up: in its favour),
+   requests counted the same way.
+
+Printed: both sides' median seconds and API calls, and the ratio
+(nodeforge / peer; < 1: nodeforge faster). The findings must be equal in
+number of templates audited on both sides. Clean-up: clusters purged from
+the private Magnum's database (``nodeforge.devcloud.magnum.purge_clusters``;
+the API cannot delete them here), templates deleted, the cloud stopped.
+
+Run: .venv/bin/python bench/bench_template_check.py [--templates 200] [--clusters 200] [--rounds 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+OFFSET = 27000
+ADMIN, SYSTEM = "nodeforge-dev", "nodeforge-dev-system"
+GOAL_SECONDS = 10.0
+
+
+def connect(root: Path, name: str):
+    import openstack.config
+    from openstack import connection
+
+    conf = openstack.config.OpenStackConfig(config_files=[str(root / "clouds.yaml")], load_envvars=False)
+    region = conf.get_one(name)
+    assert region.config["auth"]["auth_url"].endswith(f":{5000 + OFFSET}/v3"), region.config["auth"]
+    return connection.Connection(config=region)
+
+
+def make_image(conn, version: str) -> dict:
+    from nodeforge.imagebuild import glance as g
+
+    minor = ".".join(version.split(".")[:2])
+    img = g.create_image(conn, {
+        "name": f"bench-k8s-{version}", "disk_format": "raw", "container_format": "bare", "visibility": "public",
+        "tags": [g.TAG, g.tag_k8s(minor), g.tag_variant("vm"), g.TAG_APPROVED], "os_distro": "debian",
+        "os_version": "12", "kube_version": f"v{version}", f"{g.P}role": "image", f"{g.P}k8s_minor": minor,
+        f"{g.P}variant": "vm", g.SCOPE: "bench"})
+    resp = conn.image.put(f"/images/{img['id']}/file", data=b"\0" * 4096,
+                          headers={"Content-Type": "application/octet-stream"})
+    assert resp.status_code < 300, resp.text
+    return g.get_image(conn, img["id"])
+
+
+def make_flavor(conn, name: str, extra: dict | None = None) -> dict:
+    from nodeforge.compute import flavors as F
+
+    f = F._call(conn, "POST", "/flavors", "create flavor",
+                body={"flavor": {"name": name, "ram": 1024, "vcpus": 1, "disk": 10}})["flavor"]
+    if extra:
+        F._call(conn, "POST", f"/flavors/{f['id']}/os-extra_specs", "extra specs", body={"extra_specs": extra})
+    return f
+
+
+def naive_audit(conn, bm_conn) -> tuple[int, int]:
+    """What a per-template script does: (templates audited, problems found)."""
+    from nodeforge.compute import flavors as F
+    from nodeforge.magnum import client
+
+    problems = 0
+    templates = client.read_templates(conn)
+    for t in templates:
+        resp = conn.image.get(f"/images/{t['image_id']}")
+        if resp.status_code != 200:
+            problems += 1
+        else:
+            img = resp.json()
+            if img.get("os_hidden") or "nodeforge-approved" not in (img.get("tags") or []):
+                problems += 1
+            if img.get("kube_version") != (t.get("labels") or {}).get("kube_tag"):
+                problems += 1
+        for field in ("master_flavor_id", "flavor_id"):
+            flavor = F._call(conn, "GET", f"/flavors/{t[field]}", "flavor", ok=(200, 404))
+            specs = F._call(conn, "GET", f"/flavors/{t[field]}/os-extra_specs", "specs", ok=(200, 404))
+            if not flavor:
+                problems += 1
+            elif any(k.startswith("resources:CUSTOM_") for k in (specs or {}).get("extra_specs", {})):
+                nodes = bm_conn.baremetal.get("/nodes/detail", microversion="1.70").json()["nodes"]
+                if not any(n.get("provision_state") == "available" for n in nodes):
+                    problems += 1
+        clusters = [c for c in client.read_clusters(conn) if c.get("cluster_template_id") == t["uuid"]]
+        if clusters and problems:
+            problems += len(clusters)
+    return len(templates), problems
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--templates", type=int, default=200)
+    ap.add_argument("--clusters", type=int, default=200)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--keep-cloud", action="store_true", help="do not stop the private cloud (debugging)")
+    args = ap.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+
+    from nodeforge.devcloud import magnum as dc_magnum
+    from nodeforge.devcloud.cloud import DevCloud
+    from nodeforge.devcloud.paths import Paths
+    from nodeforge.magnum import client
+    from nodeforge.magnum.live import RequestCounter
+
+    root = Path(tempfile.mkdtemp(prefix="nf-bench-tcheck-"))
+    (root / "venvs").symlink_to(Paths.default().venvs.resolve())
+    os.environ["NODEFORGE_DEVCLOUD_DIR"] = str(root)
+    os.environ["NODEFORGE_DEVCLOUD_PORT_OFFSET"] = str(OFFSET)
+    os.environ["OS_CLIENT_CONFIG_FILE"] = str(root / "clouds.yaml")
+    os.environ.pop("OS_CLOUD", None)
+    pycache = Path(tempfile.mkdtemp(prefix="nf-bench-pycache-"))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPYCACHEPREFIX"] = str(pycache)
+    cloud = DevCloud(Paths(root))
+    cluster_ids: list[str] = []
+    template_ids: list[str] = []
+
+    def say(line: str) -> None:
+        print(line, flush=True)
+
+    try:
+        t0 = time.monotonic()
+        cloud.up(["container-infra", "baremetal"])
+        say(f"private cloud up in {time.monotonic() - t0:.0f} s ({root}, offset {OFFSET})")
+        conn, bm = connect(root, ADMIN), connect(root, SYSTEM)
+        images = [make_image(conn, v) for v in ("1.33.9", "1.34.11", "1.35.8", "1.36.4")]
+        vm = make_flavor(conn, "bench.vm")
+        bmf = make_flavor(conn, "bench.bm", {"resources:CUSTOM_BENCH": "1", "resources:VCPU": "0",
+                                             "resources:MEMORY_MB": "0", "resources:DISK_GB": "0"})
+
+        def create_template(i: int) -> str:
+            img = images[i % len(images)]
+            body = {"name": f"bench-t{i:04d}", "coe": "kubernetes", "image_id": img["id"],
+                    "master_flavor_id": vm["id"], "flavor_id": bmf["id"] if i % 2 else vm["id"],
+                    "server_type": "vm", "driver": "k8s_cluster_api_debian", "network_driver": "calico",
+                    "external_network_id": "public", "labels": {"kube_tag": img["kube_version"]}}
+            return client.create_template(conn, body)["uuid"]
+
+        t0 = time.monotonic()
+        with ThreadPoolExecutor(8) as pool:
+            template_ids = list(pool.map(create_template, range(args.templates)))
+        say(f"{len(template_ids)} templates created in {time.monotonic() - t0:.0f} s")
+
+        def create_cluster(i: int) -> str:
+            return client.create_cluster(conn, {"name": f"bench-c{i:04d}", "master_count": 1, "node_count": 1,
+                                                "cluster_template_id": template_ids[i % len(template_ids)]})["uuid"]
+
+        t0 = time.monotonic()
+        with ThreadPoolExecutor(8) as pool:
+            cluster_ids = list(pool.map(create_cluster, range(args.clusters)))
+        say(f"{len(cluster_ids)} clusters created in {time.monotonic() - t0:.0f} s (they go CREATE_FAILED here)")
+        subprocess.run([sys.executable, "-m", "nodeforge.cli", "--help"], env=env, capture_output=True, check=True)
+
+        nf_runs, peer_runs = [], []
+        nf_calls = peer_calls = 0
+        nf_audited = peer_audited = 0
+        for rnd in range(args.rounds):
+            order = ("nodeforge", "peer") if rnd % 2 == 0 else ("peer", "nodeforge")
+            for side in order:
+                if side == "nodeforge":
+                    t0 = time.monotonic()
+                    proc = subprocess.run([sys.executable, "-m", "nodeforge.cli", "--os-cloud", ADMIN, "template",
+                                           "check", "--live", "--baremetal-cloud", SYSTEM, "-o", "json"],
+                                          env=env, capture_output=True, text=True)
+                    nf_runs.append(time.monotonic() - t0)
+                    if proc.returncode not in (0, 3):
+                        raise SystemExit(f"template check --live failed ({proc.returncode}): {proc.stderr[-2000:]}")
+                    data = json.loads(proc.stdout)
+                    nf_calls, nf_audited = data["api_calls"]["total"], data["counts"]["templates"]
+                    findings = data["counts"]["findings"]
+                else:
+                    pconn, pbm = connect(root, ADMIN), connect(root, SYSTEM)
+                    counter = RequestCounter().attach(pconn).attach(pbm)
+                    t0 = time.monotonic()
+                    peer_audited, _ = naive_audit(pconn, pbm)
+                    peer_runs.append(time.monotonic() - t0)
+                    peer_calls = counter.total
+            say(f"round {rnd + 1} ({' then '.join(order)}): nodeforge {nf_runs[-1]:.2f} s, peer {peer_runs[-1]:.2f} s")
+        nf_med, peer_med = statistics.median(nf_runs), statistics.median(peer_runs)
+        assert nf_audited == peer_audited == len(template_ids), (nf_audited, peer_audited, len(template_ids))
+        ok = nf_med < GOAL_SECONDS
+        say(f"templates: {nf_audited}, clusters: {len(cluster_ids)}, findings: {findings}")
+        say(f"nodeforge template check --live (process, start-up included): median {nf_med:.2f} s "
+            f"(min {min(nf_runs):.2f}), {nf_calls} API calls")
+        say(f"peer (per-template script, in-process): median {peer_med:.2f} s (min {min(peer_runs):.2f}), "
+            f"{peer_calls} API calls")
+        say(f"ratio nodeforge/peer: {nf_med / peer_med:.2f}x time, {nf_calls / max(peer_calls, 1):.3f}x API calls")
+        say(f"goal: under {GOAL_SECONDS:.0f} s: {'met' if ok else 'NOT met'}; load average {os.getloadavg()[0]:.1f}")
+        if not ok:
+            say("FAILED: template check --live took longer than the goal")
+        return 0 if ok else 1
+    finally:
+        try:
+            if cluster_ids:
+                dc_magnum.purge_clusters(cloud.paths, cluster_ids)
+            conn = connect(root, ADMIN)
+            for tid in template_ids:
+                client.delete_template(conn, tid)
+        except Exception as exc:  # noqa: BLE001 - the cloud goes down anyway
+            print(f"clean-up: {exc}", file=sys.stderr)
+        if not args.keep_cloud:
+            cloud.down()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
