@@ -254,3 +254,13 @@ def test_users_of_images():
                                           ("latest", None), ("", None), (None, None)])
 def test_parse_version(text, version):
     assert A.parse_version(text) == version
+
+
+@pytest.mark.parametrize("value", ["1.36.1", "latest", "1", ","])
+def test_bad_maintained_option_is_a_usage_error_before_any_call(value, monkeypatch, capsys):
+    from nodeforge import cli
+
+    monkeypatch.setenv("OS_CLOUD", "no-such-cloud-anywhere")
+    for cmd in (["template", "check", "--live"], ["template", "upgrade-plan"]):
+        assert cli.main([*cmd, "--maintained", value]) == 2
+        assert "--maintained" in capsys.readouterr().err
