@@ -60,8 +60,11 @@ def chain(devcloud, bmc_pool, tmp_path_factory):
         # Flavors named per run, derived from the real profiles.
         flavors = tmp / "flavors.yaml"
         flavors.write_text(yaml.safe_dump({"version": 1, "profiles": str(ROOT / "manifests/hardware-profiles.yaml"),
-                                           "flavors": [{"name": f"{prefix}bm.compute", "profile": "compute"},
-                                                       {"name": f"{prefix}bm.storage", "profile": "storage"}]}))
+                                           # a root disk: Magnum refuses a zero-disk flavor without boot_volume_size
+                                           "flavors": [{"name": f"{prefix}bm.compute", "profile": "compute",
+                                                        "disk_gb": 446},
+                                                       {"name": f"{prefix}bm.storage", "profile": "storage",
+                                                        "disk_gb": 893}]}))
         # An approved image of a Kubernetes minor no one else uses.
         minor = f"1.{random.randint(300, 9999)}"
         build = builddir.load(tracker.build(make_build_dir(
@@ -73,6 +76,7 @@ def chain(devcloud, bmc_pool, tmp_path_factory):
         templates.mkdir()
         doc = yaml.safe_load((ROOT / "manifests/templates/k8s-1.36-baremetal.yaml").read_text())
         doc.update(name=f"{prefix}k8s", kubernetes=minor)
+        doc.pop("scope")             # any scope's image: this one is the fixture build's
         for grp in doc["node_groups"]:
             grp["flavor"] = prefix + grp["flavor"]
         (templates / "t.yaml").write_text(yaml.safe_dump(doc))
@@ -122,6 +126,11 @@ def test_chain(chain, capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["cluster_template"]["image_id"] == chain["image"]
     assert out["cluster_template"]["labels"]["kube_tag"] == f"v{chain['minor']}.0"
+    # What the cluster-api driver serves: vm with the bare-metal flavors, the driver named.
+    assert (out["cluster_template"]["server_type"], out["cluster_template"]["driver"]) == \
+        ("vm", "k8s_cluster_api_debian")
+    assert out["cluster_template"]["flavor_id"] == next(
+        f["id"] for f in F.list_flavors(admin) if f["name"] == f"{p}bm.compute")
     assert nf("template", "check", f"{p}k8s", *t) == 0
 
     def broken() -> list[str]:
