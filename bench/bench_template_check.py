@@ -145,6 +145,7 @@ def main() -> int:
     env["PYTHONPYCACHEPREFIX"] = str(pycache)
     cloud = DevCloud(Paths(root))
     cluster_ids: list[str] = []
+    cluster_names: list[str] = []
     template_ids: list[str] = []
 
     def say(line: str) -> None:
@@ -173,14 +174,25 @@ def main() -> int:
             template_ids = list(pool.map(create_template, range(args.templates)))
         say(f"{len(template_ids)} templates created in {time.monotonic() - t0:.0f} s")
 
+        # Magnum's default quota is 20 clusters per project: raise it for the admin project (API).
+        project_id = conn.current_project_id
+        client._call(conn, "POST", "/quotas", "raise the cluster quota", ok=(201,),
+                     body={"project_id": project_id, "resource": "Cluster", "hard_limit": args.clusters + 10})
+
         def create_cluster(i: int) -> str:
+            cluster_names.append(f"bench-c{i:04d}")        # purged at the end even if the create fails
             return client.create_cluster(conn, {"name": f"bench-c{i:04d}", "master_count": 1, "node_count": 1,
                                                 "cluster_template_id": template_ids[i % len(template_ids)]})["uuid"]
 
         t0 = time.monotonic()
         with ThreadPoolExecutor(8) as pool:
             cluster_ids = list(pool.map(create_cluster, range(args.clusters)))
-        say(f"{len(cluster_ids)} clusters created in {time.monotonic() - t0:.0f} s (they go CREATE_FAILED here)")
+        from nodeforge.magnum import live
+
+        while any(c.get("status") == "CREATE_IN_PROGRESS" for c in live.read_clusters(conn)):
+            time.sleep(2)
+        say(f"{len(cluster_ids)} clusters created in {time.monotonic() - t0:.0f} s, the conductor done with them "
+            "(CREATE_FAILED here)")
         subprocess.run([sys.executable, "-m", "nodeforge.cli", "--help"], env=env, capture_output=True, check=True)
 
         nf_runs, peer_runs = [], []
@@ -223,11 +235,12 @@ def main() -> int:
         return 0 if ok else 1
     finally:
         try:
-            if cluster_ids:
-                dc_magnum.purge_clusters(cloud.paths, cluster_ids)
+            if cluster_ids or cluster_names:
+                dc_magnum.purge_clusters(cloud.paths, cluster_ids + cluster_names)
             conn = connect(root, ADMIN)
-            for tid in template_ids:
-                client.delete_template(conn, tid)
+            for t in client.read_templates(conn):
+                if t["name"].startswith("bench-t"):
+                    client.delete_template(conn, t["uuid"])
         except Exception as exc:  # noqa: BLE001 - the cloud goes down anyway
             print(f"clean-up: {exc}", file=sys.stderr)
         if not args.keep_cloud:

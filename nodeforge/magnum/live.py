@@ -27,6 +27,7 @@ import collections
 import dataclasses
 import logging
 import re
+import time
 from urllib.parse import urlsplit
 
 from nodeforge.errors import NodeforgeError
@@ -54,9 +55,22 @@ def read_templates(conn) -> list[dict]:
     return client.read_templates(conn)
 
 
-def read_clusters(conn) -> list[dict]:
-    """Every cluster the connection can see (:func:`nodeforge.magnum.client.read_clusters`)."""
-    return client.read_clusters(conn)
+def read_clusters(conn, *, attempts: int = 6, pause: float = 0.5) -> list[dict]:
+    """Every cluster the connection can see (:func:`nodeforge.magnum.client.read_clusters`).
+
+    Magnum 23 answers the whole listing with HTTP 400 ("master_count ... Value: '0'") while
+    any cluster is between its create call and the conductor making its node groups (a
+    fraction of a second per cluster): that answer is retried, ``attempts`` times at most,
+    ``pause`` seconds apart, doubling; any other error at once."""
+    for attempt in range(attempts):
+        try:
+            return client.read_clusters(conn)
+        except client.MagnumError as exc:
+            if "(HTTP 400)" not in str(exc) or "master_count" not in str(exc) or attempt == attempts - 1:
+                raise
+            log.info("cluster list refused while a cluster is being created (%s); retrying", exc)
+            time.sleep(pause * 2 ** attempt)
+    raise AssertionError("unreachable")
 
 
 def read_nodegroups(conn, cluster_id: str) -> list[dict]:
