@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeforge.devcloud import bmc, openstack as dc_openstack
+from nodeforge.devcloud import bmc, openstack as dc_openstack, rabbitmq
 from nodeforge.devcloud.bmc import fleet
 from nodeforge.devcloud.cloud import ADMIN_CLOUD, MEMBER_CLOUD, SYSTEM_CLOUD, DevCloud
 from nodeforge.devcloud.paths import Paths
@@ -45,6 +45,7 @@ RUN_ID = uuid.uuid4().hex[:6]
 def cloud_ports(offset: int) -> set[int]:
     """Every TCP/UDP port a local cloud at ``offset`` listens on."""
     ports = {p + offset for p in dc_openstack.PORTS.values()}
+    ports.update(p + offset for p in rabbitmq.CLI_PORTS)  # while a rabbitmqctl runs
     ports.add(bmc.REDFISH_PORT + offset)
     ports.update(range(bmc.IPMI_BASE_PORT + offset, bmc.IPMI_BASE_PORT + offset + fleet.DEFAULT_IPMI_COUNT))
     return ports
@@ -103,6 +104,17 @@ class RunningCloud:
 
     def member(self):
         return self.connect(MEMBER_CLOUD)
+
+    def magnum(self):
+        """openstacksdk's Magnum proxy as the admin (``container_infrastructure_management``)."""
+        return self.admin().container_infrastructure_management
+
+    def purge_clusters(self, *names_or_uuids: str) -> list[str]:
+        """Remove clusters from this cloud's Magnum database (a CREATE_FAILED
+        cluster cannot be deleted through the API here)."""
+        from nodeforge.devcloud import magnum
+
+        return magnum.purge_clusters(self.paths, names_or_uuids)
 
     def system(self):
         """System-scoped admin: what Ironic's secure RBAC wants for

@@ -186,3 +186,71 @@ def ctl(paths: Paths, *args: str, timeout: float = 60) -> subprocess.CompletedPr
     env.update(environment(paths))
     return subprocess.run([str(SBIN / "rabbitmqctl"), "-q", *args], env=env, capture_output=True, text=True,
                           timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+class AmqpLoginError(Exception):
+    pass
+
+
+def _frame(sock: socket.socket) -> tuple[int, bytes]:
+    def read(n: int) -> bytes:
+        buf = b""
+        while len(buf) < n:
+            try:
+                chunk = sock.recv(n - len(buf))
+            except ConnectionResetError:
+                chunk = b""
+            if not chunk:
+                raise AmqpLoginError("the broker closed the connection")
+            buf += chunk
+        return buf
+
+    head = read(7)
+    size = int.from_bytes(head[3:7], "big")
+    payload = read(size + 1)[:-1]
+    return head[0], payload
+
+
+def _method(class_id: int, method_id: int, args: bytes) -> bytes:
+    payload = class_id.to_bytes(2, "big") + method_id.to_bytes(2, "big") + args
+    return b"\x01\x00\x00" + len(payload).to_bytes(4, "big") + payload + b"\xce"
+
+
+def _short(s: str) -> bytes:
+    raw = s.encode()
+    return bytes([len(raw)]) + raw
+
+
+def login(port: int, user: str, password: Secret, vhost: str = VHOST, timeout: float = 10) -> str:
+    """Log in over AMQP 0-9-1 (PLAIN) and open ``vhost``, then close: a
+    real authenticated call, with no client library. Raises AmqpLoginError
+    (never naming the password) if the broker refuses."""
+    with socket.create_connection((HOST, port), timeout=timeout) as sock:
+        sock.sendall(b"AMQP\x00\x00\x09\x01")
+        kind, payload = _frame(sock)
+        if kind != 1 or payload[:4] != b"\x00\x0a\x00\x0a":
+            raise AmqpLoginError("no Connection.Start from the broker")
+        response = b"\x00" + user.encode() + b"\x00" + password.reveal().encode()
+        sock.sendall(_method(10, 11, b"\x00\x00\x00\x00" + _short("PLAIN")
+                             + len(response).to_bytes(4, "big") + response + _short("en_US")))
+        try:
+            kind, payload = _frame(sock)
+        except AmqpLoginError:
+            raise AmqpLoginError(f"login as {user!r} refused (connection closed)") from None
+        if payload[:4] == b"\x00\x0a\x00\x32":     # Connection.Close
+            code = int.from_bytes(payload[4:6], "big")
+            raise AmqpLoginError(f"login as {user!r} refused ({code})")
+        if payload[:4] != b"\x00\x0a\x00\x1e":     # Connection.Tune
+            raise AmqpLoginError(f"unexpected reply to login: {payload[:4].hex()}")
+        channel_max, frame_max = payload[4:6], payload[6:10]
+        sock.sendall(_method(10, 31, channel_max + frame_max + b"\x00\x00"))
+        sock.sendall(_method(10, 40, _short(vhost) + _short("") + b"\x00"))
+        kind, payload = _frame(sock)
+        if payload[:4] != b"\x00\x0a\x00\x29":     # Connection.OpenOk
+            raise AmqpLoginError(f"{user!r} may not open vhost {vhost!r}")
+        sock.sendall(_method(10, 50, b"\x00\xc8" + _short("bye") + b"\x00\x00\x00\x00"))
+        try:
+            _frame(sock)
+        except (AmqpLoginError, OSError):
+            pass
+    return f"logged in as {user!r}, vhost {vhost!r} open"

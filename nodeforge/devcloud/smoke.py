@@ -60,6 +60,28 @@ def _checks(cloud: DevCloud) -> list[tuple[str, str, Callable[[], str]]]:
         systems = root.get_system_collection().get_members()
         return f"{len(systems)} systems over HTTPS with basic auth"
 
+    def network():
+        nets = {n.name: n for n in admin.network.networks()}
+        external = sorted(name for name, n in nets.items() if n.is_router_external)
+        return f"{len(nets)} networks; external: {', '.join(external) or 'none'}"
+
+    def broker():
+        from nodeforge.devcloud import credentials, rabbitmq
+
+        creds = credentials.load(cloud.paths.etc)
+        return rabbitmq.login(rabbitmq.amqp_port(), rabbitmq.USER, creds["rabbitmq_password"])
+
+    def container_infra():
+        cim = admin.container_infrastructure_management
+        templates = len(list(cim.cluster_templates()))
+        return f"{templates} cluster templates"
+
+    def conductor():
+        states = [f"{s.binary} {s.state}" for s in admin.container_infrastructure_management.services()]
+        if not any(s == "magnum-conductor up" for s in states):
+            raise RuntimeError(f"no conductor up ({', '.join(states) or 'none registered'})")
+        return ", ".join(states)
+
     def ipmi():
         endpoints = bmc.ipmi_endpoints(cloud.paths)
         out = bmc.ipmitool(endpoints[0], "power", "status")
@@ -73,6 +95,10 @@ def _checks(cloud: DevCloud) -> list[tuple[str, str, Callable[[], str]]]:
         ("nova", "compute", flavors),
         ("placement", "placement", placement),
         ("barbican", "key-manager", secrets),
+        ("neutron", "network", network),
+        ("rabbitmq", "amqp", broker),
+        ("magnum-api", "container-infra", container_infra),
+        ("magnum-conductor", "container-infra", conductor),
         ("ironic", "baremetal", baremetal),
         ("redfish-bmc", "redfish", redfish),
         ("ipmi-bmc", "ipmi", ipmi),

@@ -212,3 +212,23 @@ def test_port_holder_reports_pid(tmp_path):
             sup.start(ServiceSpec(name="x", argv=["true"], ports=[port], health=lambda: None))
         assert f"127.0.0.1:{port}" in str(err.value)
     assert port_holder(port) is None
+
+
+@pytest.mark.devcloud
+@pytest.mark.slow
+def test_rabbitmq_down_stops_the_broker_and_its_own_epmd(second_cloud):
+    from nodeforge.devcloud import rabbitmq
+    from nodeforge.devcloud.process import _group_members
+
+    cloud, _ = second_cloud
+    results = cloud.up(["rabbitmq"])
+    assert [r["service"] for r in results] == ["keystone", "rabbitmq"]
+    pid = cloud.supervisor.running_pid("rabbitmq")
+    members = _group_members(pid)
+    names = {Path(f"/proc/{m}/comm").read_text().strip() for m in members}
+    assert {"epmd", "beam.smp"} <= names, names
+    assert not _free(rabbitmq.EPMD_PORT + OFFSET)
+    cloud.down()
+    assert all(_start_time(m) is None for m in members), "a broker process outlived 'down'"
+    for port in rabbitmq.ports():
+        assert _free(port), f"port {port} still bound after down"
