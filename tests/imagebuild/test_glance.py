@@ -184,11 +184,10 @@ def test_leftover_in_flight_image_is_cleaned_and_publish_completes(tmp_path, adm
 
 class DroppingProxy:
     """A TCP proxy to Glance that cuts every connection whose request body
-    passes ``limit`` bytes (a network drop mid-upload); ``delay`` seconds per
-    64 KiB slow uploads down."""
+    passes ``limit`` bytes (a network drop mid-upload)."""
 
-    def __init__(self, target: tuple[str, int], limit: int, delay: float = 0.0, hold_after: int | None = None):
-        self.target, self.limit, self.delay = target, limit, delay
+    def __init__(self, target: tuple[str, int], limit: int, hold_after: int | None = None):
+        self.target, self.limit = target, limit
         # With hold_after, a connection stops forwarding once that many bytes
         # went through (``held`` is set) until ``release`` is set: the upload
         # is then provably mid-stream, whatever the machine's load.
@@ -237,8 +236,6 @@ class DroppingProxy:
                 if self.hold_after is not None and sent > self.hold_after and not self.release.is_set():
                     self.held.set()
                     self.release.wait(timeout=300)
-                if self.delay:
-                    time.sleep(self.delay)
         except OSError:
             pass
         finally:
@@ -282,7 +279,8 @@ def test_publish_killed_mid_upload_then_rerun_cleans_and_completes(tmp_path, dev
 
     b = builddir.load(tracker.build(make_build_dir(tmp_path, variants=("baremetal",), size=16 * 1024 * 1024)))
     glance_url = urllib.parse.urlsplit(admin.image.get_endpoint())
-    proxy = DroppingProxy((glance_url.hostname, glance_url.port), limit=1 << 40, delay=0.05)
+    # The proxy stops forwarding once 4 MiB of the 16 MiB went through: the kill lands mid-stream.
+    proxy = DroppingProxy((glance_url.hostname, glance_url.port), limit=1 << 40, hold_after=4 * 1024 * 1024)
     clouds = yaml.safe_load(devcloud.paths.clouds_yaml.read_text())
     clouds["clouds"]["nodeforge-dev"]["image_endpoint_override"] = f"http://127.0.0.1:{proxy.port}"
     cfg = tmp_path / "clouds.yaml"
@@ -291,26 +289,30 @@ def test_publish_killed_mid_upload_then_rerun_cleans_and_completes(tmp_path, dev
     env = dict(os.environ, OS_CLIENT_CONFIG_FILE=str(cfg), OS_CLOUD="nodeforge-dev")
     proc = subprocess.Popen([sys.executable, "-m", "nodeforge.cli", "image", "publish", str(b.path)], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    def images() -> dict[str, str]:
+        return {i["id"]: i["status"] for i in tracker.images(b.build_id) if i.get("nodeforge_role") == "image"}
+
     try:
+        assert proxy.held.wait(timeout=300), f"the upload never got 4 MiB into Glance (exit {proc.poll()})"
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            saving = [i for i in tracker.images(b.build_id)
-                      if i.get("nodeforge_role") == "image" and i["status"] == "saving"]
-            if saving or proc.poll() is not None:
-                break
+        while "saving" not in images().values():      # Glance has started storing the data
+            assert proc.poll() is None and time.monotonic() < deadline, \
+                f"upload never reached 'saving': {images()} (exit {proc.poll()})"
             time.sleep(0.2)
-        assert saving, f"upload never reached 'saving' (exit {proc.poll()})"
-        time.sleep(0.5)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
     finally:
         if proc.poll() is None:
             proc.kill()
         proc.stderr.close()
+        proxy.release.set()       # the held connection drains and closes: Glance sees the body end early
         proxy.close()
-    time.sleep(1)
-    left = {i["id"]: i["status"] for i in tracker.images(b.build_id) if i.get("nodeforge_role") == "image"}
-    assert left and set(left.values()) <= g.TRANSIENT  # the killed run left its image in flight
+    # Glance has given up on the dropped upload (status back to 'queued') before the re-run looks.
+    deadline = time.monotonic() + 120
+    while "saving" in (left := images()).values():
+        assert time.monotonic() < deadline, f"Glance still 'saving' the killed upload: {left}"
+        time.sleep(0.2)
+    assert left and set(left.values()) <= g.TRANSIENT, left  # the killed run left its image in flight
     r = g.Publisher(admin, policy).publish(b)[0]
     assert r.action == "uploaded" and set(left) <= set(r.cleaned)
     assert [i["status"] for i in tracker.images(b.build_id)] == ["active", "active", "active"]

@@ -13,12 +13,14 @@ test creates is deleted at the end (unique name prefix).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+import urllib.parse
 import uuid
 
 import pytest
@@ -35,6 +37,42 @@ FAKE_NODES = 12
 
 def _ours(conn, prefix: str) -> list:
     return [n for n in conn.baremetal.nodes(details=True) if (n.name or "").startswith(prefix)]
+
+
+def _tcp_table() -> list[tuple[int, int, str, int]]:
+    """(local port, remote port, state, inode) of every IPv4/IPv6 TCP socket on this host."""
+    rows = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as fh:
+            next(fh)
+            for line in fh:
+                f = line.split()
+                rows.append((int(f[1].rsplit(":", 1)[1], 16), int(f[2].rsplit(":", 1)[1], 16), f[3], int(f[9])))
+    return rows
+
+
+def _client_ports(pid: int, server_port: int) -> set[int]:
+    """The local ports of ``pid``'s open connections to ``server_port``."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            if target.startswith("socket:["):
+                inodes.add(int(target[8:-1]))
+    return {local for local, remote, _, inode in _tcp_table() if inode in inodes and remote == server_port}
+
+
+def _wait_until_server_closed(server_port: int, peers: set[int], deadline: float) -> None:
+    """Until the server side of each connection from ``peers`` is closed (no longer
+    ESTABLISHED or CLOSE_WAIT): the server has answered whatever was in flight on it."""
+    open_states = {"01", "08"}
+    while True:
+        left = {remote for local, remote, st, _ in _tcp_table()
+                if local == server_port and remote in peers and st in open_states}
+        if not left:
+            return
+        assert time.monotonic() < deadline, f"Ironic still holds the killed run's connections from ports {left}"
+        time.sleep(0.05)
 
 
 def test_killed_midway_then_rerun_finishes_without_duplicates(devcloud, bmc_pool, tmp_path):
@@ -56,6 +94,7 @@ def test_killed_midway_then_rerun_finishes_without_duplicates(devcloud, bmc_pool
     secrets = [bmc.credentials(paths).redfish.password.reveal(), wrong.read_text()]
     argv = [sys.executable, "-m", "nodeforge.cli", "--os-cloud", SYSTEM, "-v", "baremetal", "enroll", str(inv),
             "-o", "json", "--concurrency", "1"]
+    ironic_port = urllib.parse.urlsplit(conn.baremetal.get_endpoint()).port
     try:
         first = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 600
@@ -69,12 +108,17 @@ def test_killed_midway_then_rerun_finishes_without_duplicates(devcloud, bmc_pool
             # One provide at a time (--concurrency 1): with two inspected nodes
             # waiting, at least one is still waiting when the kill lands.
             if len(nodes) == len(good) + 1 and len(waiting) >= 2 and len(available) < len(good) - 2:
+                # Frozen first (it sends nothing more), its connections to Ironic noted, then killed.
+                first.send_signal(signal.SIGSTOP)
+                peers = _client_ports(first.pid, ironic_port)
                 first.send_signal(signal.SIGKILL)
                 first.wait(timeout=30)
-                time.sleep(2)   # a request the killed run had in flight lands first
+                # A request the killed run had in flight is handled before the snapshot:
+                # Ironic has closed every connection the killed run had open.
+                _wait_until_server_closed(ironic_port, peers, deadline=time.monotonic() + 120)
                 snapshot = _ours(conn, prefix)
                 break
-            time.sleep(0.5)
+            time.sleep(0.5)     # poll interval (the condition above is what is waited for)
         assert snapshot, "the batch never reached the kill point"
         out, err = first.communicate()
         assert first.returncode == -signal.SIGKILL and not out   # killed before any report
