@@ -12,7 +12,8 @@ from nodeforge.devcloud.paths import Paths
 @click.group()
 def devcloud():
     """Run a real local OpenStack (Keystone, Glance, Nova API, Placement,
-    Barbican, Ironic) plus Redfish and IPMI BMC emulators on 127.0.0.1."""
+    Barbican, Ironic, Neutron, Magnum with RabbitMQ) plus Redfish and IPMI BMC
+    emulators on 127.0.0.1."""
 
 
 @devcloud.command()
@@ -35,7 +36,8 @@ def _only(value):
 
 
 @devcloud.command()
-@click.option("--only", help="Comma-separated groups or services (image, compute, key-manager, baremetal, ...).")
+@click.option("--only", help="Comma-separated groups or services (image, compute, key-manager, baremetal, network, "
+                             "container-infra, ...).")
 @options.pass_app
 def up(app, only):
     """Start the local cloud (or a subset) and wait until it is healthy."""
