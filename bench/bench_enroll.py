@@ -23,7 +23,8 @@ nodeforge reads too) to ``available``:
 
 Then pre-flight of ``--bmcs`` (200) emulated Redfish BMCs: the private cloud
 runs its own sushy-tools emulator with that many systems (one HTTPS process,
-one system per BMC URL: ``/redfish/v1/Systems/<uuid>``); ``nodeforge
+one system per BMC URL: ``/redfish/v1/Systems/<uuid>``; started, idle, before
+the first measurement so its port is held for the whole run); ``nodeforge
 baremetal preflight FILE`` must check them all in < 60 s.
 
 Every 409 and 503 Ironic answered during a measurement is counted from its
@@ -43,7 +44,10 @@ every ``baremetal`` command would re-parse its imports (~4.5 s instead of
 ~2.5 s), which would flatter nodeforge.
 
 Run: .venv/bin/python bench/bench_enroll.py [--nodes 500] [--rounds 2] [--runbook-sample 0] [--bmcs 200]
-     [--nf-args "--concurrency 50"]
+     [--nf-args "--concurrency 50"] [--port-offset 24000]
+
+The ports the private cloud needs at ``--port-offset`` are checked first: one
+in use (another local cloud) stops the bench at once, naming the ports.
 """
 
 from __future__ import annotations
@@ -68,6 +72,28 @@ import yaml
 OFFSET = 24000
 SYSTEM_CLOUD = "nodeforge-dev-system"
 API = "1.70"
+
+
+def set_offset(offset: int) -> None:
+    global OFFSET
+    OFFSET = offset
+
+
+def busy_ports(offset: int) -> list[int]:
+    """The ports the private cloud would use at ``offset`` (every service's, and the
+    Redfish emulator's) that something already listens on."""
+    import socket
+
+    from nodeforge.devcloud import bmc, openstack
+
+    busy = []
+    for port in sorted({p + offset for p in openstack.PORTS.values()} | {bmc.REDFISH_PORT + offset}):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                busy.append(port)
+    return busy
 
 
 def fake_nodes(n: int) -> list[dict]:
@@ -203,14 +229,21 @@ class Bench:
         assert all(states[n] == "available" for n in names[:k]), "runbook left nodes short of available"
         return t_create, t_loop, t_create + t_loop * len(names) / k, k
 
-    def preflight(self, tmp: Path, count: int) -> tuple[float, dict]:
+    def start_bmcs(self, count: int) -> None:
+        """The Redfish emulator for the pre-flight, started before any measurement so
+        its port is held from the start (a clash with another cloud fails at once,
+        not after the enroll measurements); it sits idle until the pre-flight."""
         from nodeforge.devcloud import bmc
-        from nodeforge.fsutil import atomic_write
 
         spec = bmc.redfish_service(self.cloud.paths, count=count)
         assert f":{8000 + OFFSET}" in spec.url, spec.url
         self.cloud.supervisor.start(spec)
         self.cloud.supervisor.wait_healthy(spec)
+
+    def preflight(self, tmp: Path, count: int) -> tuple[float, dict]:
+        from nodeforge.devcloud import bmc
+        from nodeforge.fsutil import atomic_write
+
         creds = bmc.credentials(self.cloud.paths)
         pw = tmp / "redfish.pw"
         atomic_write(pw, creds.redfish.password.reveal(), mode=0o600)   # 0600 before the first byte
@@ -238,9 +271,16 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=2,
                     help="nodeforge and raw-API measurements each, order alternating per round (default 2)")
     ap.add_argument("--nf-args", default="", help="extra 'baremetal enroll' options, e.g. '--concurrency 50'")
+    ap.add_argument("--port-offset", type=int, default=OFFSET,
+                    help=f"port offset of the private cloud (default {OFFSET}); every port it needs must be free")
     args = ap.parse_args()
     if args.rounds < 1:
         ap.error("--rounds must be at least 1")
+    busy = busy_ports(args.port_offset)
+    if busy:
+        ap.error(f"port offset {args.port_offset}: 127.0.0.1 port(s) {', '.join(map(str, busy))} already in use "
+                 "(another local cloud?); pick another --port-offset")
+    set_offset(args.port_offset)
     nf_args = args.nf_args.split()
     # SIGTERM (e.g. a time limit) still runs the clean-up below: the private cloud goes down.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -270,6 +310,8 @@ def main() -> int:
     try:
         bench.cloud.up(["ironic"])
         bench.connect()
+        if args.bmcs:
+            bench.start_bmcs(args.bmcs)
         # Warm both CLIs' bytecode caches outside the timings.
         bench.run([sys.executable, "-m", "nodeforge.cli", "--help"])
         bench.run([str(Path(sys.executable).parent / "baremetal"), "--os-cloud", SYSTEM_CLOUD,
