@@ -382,7 +382,36 @@ def nova(ctx: Context) -> ServiceSpec:
         argv=ctx.uwsgi("nova", ctx.site_packages() / "nova" / "wsgi" / "osapi_compute.py", env),
         ports=[port("nova")], env=env, prepare=prepare, depends=("keystone", "placement"),
         health=http_health(url("nova") + "/", ok=(200,)), url=url("nova"),
+        after_healthy=lambda: seed_vm_flavors(ctx),
     )
+
+
+# The general-purpose VM flavors every cloud has (devstack's m1.* sizes), for
+# templates whose node groups run on VMs (manifests/templates/k8s-1.36-vm.yaml).
+# They carry no nodeforge mark: like any flavor the operators made, nodeforge
+# reads them and never changes or prunes them.
+VM_FLAVORS = (
+    # name, vcpus, ram MiB, root disk GB
+    ("m1.small", 1, 2048, 20),
+    ("m1.medium", 2, 4096, 40),
+    ("m1.large", 4, 8192, 80),
+)
+
+
+def seed_vm_flavors(ctx: Context) -> None:
+    """Public VM flavors ``m1.small``/``m1.medium``/``m1.large``; idempotent,
+    once per state directory."""
+    marker = ctx.paths.data / "nova-flavors-seed.done"
+    if marker.exists():
+        return
+    from nodeforge.devcloud import seed as keystone_seed
+
+    conn = keystone_seed.admin_connection(ctx)
+    have = {f.name for f in conn.compute.flavors(is_public=None)}
+    for name, vcpus, ram, disk in VM_FLAVORS:
+        if name not in have:
+            conn.compute.create_flavor(name=name, vcpus=vcpus, ram=ram, disk=disk, is_public=True)
+    marker.touch()
 
 
 # --------------------------------------------------------------------------
