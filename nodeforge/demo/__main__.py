@@ -6,8 +6,10 @@
    own fixture lockfile (said so, and labelled on every image);
 2. the emulated BMC batch enrolled into Ironic (with inspection) and classified;
 3. the bare-metal flavors synced;
-4. the cluster template applied to Magnum (``template apply``: version
-   ``k8s-1.36-baremetal-vN``, new only when its content changed);
+4. the cluster templates applied to Magnum (``template apply``: versions
+   ``k8s-1.36-baremetal-vN`` and ``k8s-1.36-vm-vN``, new only when their
+   content changed), then every template and cluster in Magnum audited
+   (``template check --live``, which must be clean);
 then the approved image IDs next to the Magnum template IDs, and where the
 run report is.
 
@@ -40,7 +42,7 @@ from nodeforge.pipeline import runrecord as rr
 REPO = Path(__file__).resolve().parents[2]
 UPSTREAM_PROBE = "https://dl.k8s.io/release/stable.txt"
 MINOR = "1.36"
-TEMPLATE = "k8s-1.36-baremetal"
+TEMPLATES = ("k8s-1.36-baremetal", "k8s-1.36-vm")
 FIXTURE_LABEL = "local fixture mirror (nodeforge.demo): upstream release servers unreachable; stand-in binaries"
 # The demo's bare-metal batch: emulated Redfish systems no test claims (tests use 2-4 and 12-36).
 DEMO_SYSTEMS = (40, 41, 42, 43, 44)      # 40, 44: storage shape; 41-43: compute
@@ -203,8 +205,10 @@ def main(argv: list[str] | None = None) -> int:
         code = code or rc
         say("\n== 3/4 sync the bare-metal flavors")
         code = code or nf("--os-cloud", ADMIN_CLOUD, "flavor", "sync")
-        say(f"\n== 4/4 apply the cluster template {TEMPLATE} to Magnum")
-        code = code or nf("--os-cloud", ADMIN_CLOUD, "template", "apply", TEMPLATE,
+        say(f"\n== 4/4 apply the cluster templates {', '.join(TEMPLATES)} to Magnum, then audit Magnum")
+        code = code or nf("--os-cloud", ADMIN_CLOUD, "template", "apply", *TEMPLATES,
+                          "--baremetal-cloud", SYSTEM_CLOUD)
+        code = code or nf("--os-cloud", ADMIN_CLOUD, "template", "check", "--live",
                           "--baremetal-cloud", SYSTEM_CLOUD)
 
     say("\n== result")
@@ -219,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         if not any(t.get("image_id") == img["id"] for img in approved):
             say(f"  Magnum template {t['name']}: {t['uuid']} (image {t.get('image_id')})")
     if not args.skip_baremetal and not templates:
-        say(f"  no current Magnum template {TEMPLATE}")
+        say(f"  no current Magnum template of {', '.join(TEMPLATES)}")
         code = code or 1
     if not approved:
         say("  no approved image")
@@ -236,12 +240,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def applied_templates(conn) -> list[dict]:
-    """The current (not hidden) Magnum version(s) of the demo's template, made by its file's scope."""
+    """The current (not hidden) Magnum versions of the demo's templates, made by their files' scopes."""
     from nodeforge import templates as tpl
     from nodeforge.magnum import apply as ap, client as mc
 
-    scope = tpl.load_all(REPO / tpl.DEFAULT_DIR)[TEMPLATE].ownership_scope
-    return [t for t in mc.read_templates(conn) if ap.owned(t, scope, TEMPLATE) and not t.get("hidden")]
+    declared = tpl.load_all(REPO / tpl.DEFAULT_DIR)
+    owners = [(declared[name].ownership_scope, name) for name in TEMPLATES]
+    return [t for t in mc.read_templates(conn)
+            if not t.get("hidden") and any(ap.owned(t, scope, name) for scope, name in owners)]
 
 
 def _latest_succeeded(runs: Path, lockfile: Path) -> rr.RunRecord | None:
