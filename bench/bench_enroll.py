@@ -89,6 +89,7 @@ def busy_ports(offset: int) -> list[int]:
     busy = []
     for port in sorted({p + offset for p in openstack.PORTS.values()} | {bmc.REDFISH_PORT + offset}):
         with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)   # as the services bind: TIME_WAIT is no clash
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
