@@ -17,12 +17,17 @@ Measured, ``--rounds`` times in alternating order:
 1. nodeforge: ``python -m nodeforge.cli template check --live -o json`` as a
    process (start-up included). Goal: under 10 s. Its API calls come from its
    own count (``api_calls``: a response hook on the sessions).
-2. the peer, what a naive script does: list the templates, then per template
-   GET its image, GET each of its two flavors and their extra specs, list
-   the Ironic nodes (capacity) and the template's clusters
-   (``/clusters?cluster_template_id`` is not a Magnum filter, so: list all
-   clusters per template). Run in this process (no start-up: in its favour),
-   requests counted the same way.
+2. the peer, what a naive script does: list the templates and the clusters
+   once, then per template GET its image, GET each of its two flavors and
+   their extra specs, and list the Ironic nodes for a bare-metal flavor's
+   capacity. Run in this process (no start-up: in its favour), requests
+   counted the same way. (Listing the clusters per template, as a script
+   filtering by template would, is not measured: Magnum's cluster listing
+   costs ~40 ms per cluster here, so 200 listings of 200 clusters take the
+   better part of an hour.)
+3. the floor: Magnum's own ``GET /v1/clusters/detail`` of all clusters and
+   ``GET /v1/clustertemplates/detail``, timed alone: no audit can be faster
+   than what it must read.
 
 Printed: both sides' median seconds and API calls, and the ratio
 (nodeforge / peer; < 1: nodeforge faster). The findings must be equal in
@@ -87,13 +92,33 @@ def make_flavor(conn, name: str, extra: dict | None = None) -> dict:
     return f
 
 
+def stuck_clusters(paths, older_than: float) -> list[tuple[str, str]]:
+    """(uuid, name) of this private cloud's clusters that have no node group ``older_than``
+    seconds after their create (read from its own Magnum database, read-only)."""
+    import contextlib
+    import datetime
+    import sqlite3
+
+    from nodeforge.devcloud import magnum as dc_magnum
+
+    cutoff = (datetime.datetime.utcnow() - datetime.timedelta(seconds=older_than)).strftime("%Y-%m-%d %H:%M:%S")
+    with contextlib.closing(sqlite3.connect(f"file:{dc_magnum.db_path(paths)}?mode=ro", uri=True)) as db:
+        return db.execute("SELECT c.uuid, c.name FROM cluster c WHERE c.created_at < ? AND NOT EXISTS "
+                          "(SELECT 1 FROM nodegroup n WHERE n.cluster_id = c.uuid)", (cutoff,)).fetchall()
+
+
 def naive_audit(conn, bm_conn) -> tuple[int, int]:
-    """What a per-template script does: (templates audited, problems found)."""
+    """What a per-template script does: (templates audited, problems found). It lists the
+    templates and the clusters once (Magnum's cluster listing alone costs ~40 ms per cluster
+    here: listing it per template would take the peer half an hour), then per template GETs
+    its image, each of its two flavors and their extra specs, and lists the Ironic nodes for a
+    bare-metal flavor's capacity."""
     from nodeforge.compute import flavors as F
     from nodeforge.magnum import client
 
     problems = 0
     templates = client.read_templates(conn)
+    clusters = client.read_clusters(conn)
     for t in templates:
         resp = conn.image.get(f"/images/{t['image_id']}")
         if resp.status_code != 200:
@@ -113,9 +138,9 @@ def naive_audit(conn, bm_conn) -> tuple[int, int]:
                 nodes = bm_conn.baremetal.get("/nodes/detail", microversion="1.70").json()["nodes"]
                 if not any(n.get("provision_state") == "available" for n in nodes):
                     problems += 1
-        clusters = [c for c in client.read_clusters(conn) if c.get("cluster_template_id") == t["uuid"]]
-        if clusters and problems:
-            problems += len(clusters)
+        mine = [c for c in clusters if c.get("cluster_template_id") == t["uuid"]]
+        if mine and problems:
+            problems += len(mine)
     return len(templates), problems
 
 
@@ -185,14 +210,41 @@ def main() -> int:
                                                 "cluster_template_id": template_ids[i % len(template_ids)]})["uuid"]
 
         t0 = time.monotonic()
-        with ThreadPoolExecutor(8) as pool:
+        with ThreadPoolExecutor(2) as pool:       # the conductor's SQLite: fewer concurrent writers
             cluster_ids = list(pool.map(create_cluster, range(args.clusters)))
-        from nodeforge.magnum import live
-
-        while any(c.get("status") == "CREATE_IN_PROGRESS" for c in live.read_clusters(conn)):
-            time.sleep(2)
-        say(f"{len(cluster_ids)} clusters created in {time.monotonic() - t0:.0f} s, the conductor done with them "
-            "(CREATE_FAILED here)")
+        # Until the conductor has made a cluster's node groups, Magnum refuses the whole cluster
+        # listing (HTTP 400, master_count 0): wait until it lists every cluster. Their status does
+        # not matter to the audit (CREATE_FAILED, or CREATE_IN_PROGRESS where the local Magnum's
+        # SQLite refused the conductor's update under this load: "database is locked"). A cluster
+        # whose create message the conductor lost that way never gets node groups and would break
+        # the listing for good: after 60 s it is purged from this private cloud's database and
+        # created again (counted and printed).
+        deadline = time.monotonic() + 1800
+        replaced = 0
+        while True:
+            try:
+                listed = client.read_clusters(conn)
+                if len(listed) >= len(cluster_ids):
+                    break
+            except client.MagnumError as exc:
+                if "master_count" not in str(exc):
+                    raise
+                stuck = stuck_clusters(cloud.paths, older_than=60)
+                if stuck:
+                    dc_magnum.purge_clusters(cloud.paths, [u for u, _ in stuck])
+                    for uuid_, name in stuck:
+                        cluster_ids.remove(uuid_)
+                        cluster_ids.append(create_cluster(int(name.rsplit("c", 1)[1])))
+                    replaced += len(stuck)
+            if time.monotonic() > deadline:
+                raise SystemExit("Magnum did not list every cluster within 30 min")
+            time.sleep(5)
+        statuses: dict[str, int] = {}
+        for c in listed:
+            statuses[c.get("status")] = statuses.get(c.get("status"), 0) + 1
+        say(f"{len(cluster_ids)} clusters created in {time.monotonic() - t0:.0f} s and listed by Magnum "
+            f"({', '.join(f'{k} {v}' for k, v in sorted(statuses.items()))}); {replaced} re-created after the "
+            "local conductor lost their create (SQLite 'database is locked')")
         subprocess.run([sys.executable, "-m", "nodeforge.cli", "--help"], env=env, capture_output=True, check=True)
 
         nf_runs, peer_runs = [], []
@@ -220,6 +272,14 @@ def main() -> int:
                     peer_runs.append(time.monotonic() - t0)
                     peer_calls = counter.total
             say(f"round {rnd + 1} ({' then '.join(order)}): nodeforge {nf_runs[-1]:.2f} s, peer {peer_runs[-1]:.2f} s")
+        fconn = connect(root, ADMIN)
+        client.read_templates(fconn)
+        floor = []
+        for _ in range(args.rounds):
+            t0 = time.monotonic()
+            client.read_clusters(fconn)
+            client.read_templates(fconn)
+            floor.append(time.monotonic() - t0)
         nf_med, peer_med = statistics.median(nf_runs), statistics.median(peer_runs)
         assert nf_audited == peer_audited == len(template_ids), (nf_audited, peer_audited, len(template_ids))
         ok = nf_med < GOAL_SECONDS
@@ -228,6 +288,7 @@ def main() -> int:
             f"(min {min(nf_runs):.2f}), {nf_calls} API calls")
         say(f"peer (per-template script, in-process): median {peer_med:.2f} s (min {min(peer_runs):.2f}), "
             f"{peer_calls} API calls")
+        say(f"floor (Magnum's own cluster + template listings, in-process): median {statistics.median(floor):.2f} s")
         say(f"ratio nodeforge/peer: {nf_med / peer_med:.2f}x time, {nf_calls / max(peer_calls, 1):.3f}x API calls")
         say(f"goal: under {GOAL_SECONDS:.0f} s: {'met' if ok else 'NOT met'}; load average {os.getloadavg()[0]:.1f}")
         if not ok:
