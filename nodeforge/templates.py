@@ -55,7 +55,7 @@ MAGNUM_FIELDS = {"keypair_id", "external_network_id", "fixed_network", "fixed_su
                  "volume_driver", "dns_nameserver", "docker_volume_size", "docker_storage_driver", "http_proxy",
                  "https_proxy", "no_proxy", "public", "hidden", "master_lb_enabled", "floating_ip_enabled",
                  "tls_disabled", "registry_enabled", "insecure_registry", "apiserver_port"}
-_KEYS = {"name", "description", "kubernetes", "coe", "image", "node_groups", "labels", "magnum", "scope", "driver"}
+_KEYS = {"name", "description", "kubernetes", "coe", "image", "node_groups", "labels", "magnum", "scope", "driver", "project"}
 SERVER_TYPE = "vm"                         # the only server_type any maintained driver serves
 LABEL_PREFIX = "nodeforge_"                # labels nodeforge sets (ownership, version, digest)
 NETWORK_FIELDS = ("external_network_id", "fixed_network", "fixed_subnet")
@@ -96,6 +96,7 @@ class Template:
     description: str | None = None
     scope: str | None = None              # images only of this ownership scope; None: any scope
     driver: str | None = None             # entry-point name or driver package; None: derived from os_distro
+    project: str | None = None            # Keystone project (name or ID) that owns the Magnum template; None: --os-cloud's
     lines: dict = dataclasses.field(default_factory=dict, compare=False)   # field -> line in the file
 
     def where(self, field: str) -> tuple[str, int | None, str]:
@@ -212,6 +213,10 @@ def parse(doc, label: str) -> Template:
             line = yamlfile.line_of(labels, key)
             problems.append((f"line {line}: " if line else "") + f"labels.{key}: labels starting "
                             f"'{LABEL_PREFIX}' are set by nodeforge (ownership scope, version, digest)")
+    project = doc.get("project")
+    if project is not None and (not isinstance(project, str) or not project.strip()):
+        line = yamlfile.line_of(doc, "project")
+        problems.append((f"line {line}: " if line else "") + "project: a Keystone project name or ID")
     for key in ("public", "hidden"):
         if key in magnum and not isinstance(magnum[key], bool):
             line = yamlfile.line_of(magnum, key)
@@ -228,7 +233,7 @@ def parse(doc, label: str) -> Template:
     return Template(name=name, path=label, kubernetes=minor, selector=selector, groups=tuple(groups),
                     labels={str(k): str(v) for k, v in labels.items()}, magnum=dict(magnum),
                     coe=str(doc.get("coe") or "kubernetes"), description=doc.get("description"), scope=scope,
-                    driver=driver, lines={k: v for k, v in lines.items() if v is not None})
+                    driver=driver, project=project, lines={k: v for k, v in lines.items() if v is not None})
 
 
 def load_all(directory: Path | str = DEFAULT_DIR) -> dict[str, Template]:
@@ -267,6 +272,7 @@ class CloudState:
     nodes: list[dict]
     networks: list[dict] | None = None      # {id, name, is_router_external}
     subnets: list[dict] | None = None       # {id, name, network_id}
+    projects: list[dict] | None = None      # Keystone {id, name}; None: not readable with this cloud's token
 
     @classmethod
     def fetch(cls, conn, baremetal_conn) -> "CloudState":
@@ -274,7 +280,18 @@ class CloudState:
 
         images = [i for i in g.list_images(conn, tag=[g.TAG]) if i.get(f"{g.P}role") == "image"]
         networks, subnets = read_networks(conn)
-        return cls(images, F.list_flavors(conn), SdkProvisioner(baremetal_conn).list_nodes(), networks, subnets)
+        return cls(images, F.list_flavors(conn), SdkProvisioner(baremetal_conn).list_nodes(), networks, subnets,
+                   read_projects(conn))
+
+
+def read_projects(conn) -> list[dict] | None:
+    """Keystone's projects as {id, name}, or None when this token may not list them (not an admin)."""
+    from openstack import exceptions
+
+    try:
+        return [{"id": p.id, "name": p.name} for p in conn.identity.projects()]
+    except (exceptions.ForbiddenException, exceptions.HttpException):
+        return None
 
 
 def read_networks(conn) -> tuple[list[dict] | None, list[dict] | None]:
@@ -335,6 +352,7 @@ class Resolution:
     capacity: dict[str, dict]
     driver: D.Driver | None = None
     networks: dict[str, str] = dataclasses.field(default_factory=dict)   # field -> Neutron ID
+    project_id: str | None = None    # the declared owning project, resolved in Keystone (None: not declared)
 
     @property
     def ok(self) -> bool:
@@ -356,6 +374,7 @@ class Resolution:
                 "images": {v: {"id": i["id"], "name": i.get("name"), "kube_version": i.get("kube_version"),
                                "scope": g.scope_of(i)} for v, i in self.images.items()},
                 "flavors": {n: f["id"] for n, f in self.flavors.items()}, "networks": dict(self.networks),
+                "project_id": self.project_id,
                 "capacity": self.capacity}
 
 
@@ -582,7 +601,26 @@ def resolve(t: Template, state: CloudState) -> Resolution:
                                 + " + ".join(f"{gr.name} {gr.count}" for gr in groups) + ")"))
     driver = _choose_driver(t, images, issues)
     networks = _resolve_networks(t, state, issues)
-    return Resolution(t, images, chosen, issues, capacity, driver, networks)
+    project_id = _resolve_project(t, state, issues)
+    return Resolution(t, images, chosen, issues, capacity, driver, networks, project_id)
+
+
+def _resolve_project(t: Template, state: CloudState, issues: list[Issue]) -> str | None:
+    """The declared ``project:`` as a Keystone project ID (by ID, else by unique name); issues appended."""
+    if t.project is None:
+        return None
+    if state.projects is None:
+        issues.append(_issue(t, "project", "project", f"project '{t.project}' cannot be checked: this cloud's "
+                             "token may not list Keystone projects (use an admin cloud)", "project", input=True))
+        return None
+    found = [p for p in state.projects if t.project == p["id"]] or [
+        p for p in state.projects if t.project == p.get("name")]
+    if len(found) == 1:
+        return found[0]["id"]
+    detail = (f"project '{t.project}' not found in Keystone" if not found else
+              f"{len(found)} projects are named '{t.project}': give its ID")
+    issues.append(_issue(t, "project", "project", detail, "project", input=True))
+    return None
 
 
 # ----------------------------------------------------------------------------- render

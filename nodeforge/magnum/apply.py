@@ -87,8 +87,13 @@ def content_of(body: dict) -> dict:
     return out
 
 
-def digest(body: dict) -> str:
-    canon = json.dumps(content_of(body), sort_keys=True, separators=(",", ":"), default=str)
+def digest(body: dict, project_id: str | None = None) -> str:
+    """The version's content digest; a declared owning project is part of the content (Magnum cannot move a
+    template to another project, so another project is another version)."""
+    content = content_of(body)
+    if project_id:
+        content["project_id"] = project_id
+    canon = json.dumps(content, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(canon.encode("utf-8")).hexdigest()[:16]
 
 
@@ -142,6 +147,7 @@ class TemplatePlan:
     warnings: list[str] = dataclasses.field(default_factory=list)
     digest: str | None = None
     images: dict = dataclasses.field(default_factory=dict)
+    project_id: str | None = None    # the declared owning project (None: the project of --os-cloud)
 
     @property
     def writes(self) -> int:
@@ -153,7 +159,7 @@ class TemplatePlan:
                 "version": self.version, "magnum_name": self.magnum_name,
                 "current": ({"uuid": self.current.get("uuid"), "name": self.current.get("name"),
                              "version": _version(self.current)} if self.current else None),
-                "digest": self.digest, "changes": [c.to_dict() for c in self.changes],
+                "digest": self.digest, "project_id": self.project_id, "changes": [c.to_dict() for c in self.changes],
                 "updates": self.updates,
                 "hide": [{"uuid": h.get("uuid"), "name": h.get("name")} for h in self.hide],
                 "versions": self.versions, "images": self.images, "issues": self.issues,
@@ -208,7 +214,8 @@ def plan_template(res: T.Resolution, magnum_templates: list[dict], clusters: lis
     p.images = rendered["images"]
     body = rendered["cluster_template"]
     public, hidden = bool(t.magnum.get("public", False)), bool(t.magnum.get("hidden", False))
-    p.digest = digest(body)
+    p.project_id = res.project_id
+    p.digest = digest(body, p.project_id)
     taken = [v for m in magnum_templates if (v := version_of_name(t.name, m.get("name"))) is not None]
     if current is not None and marks(current)[MARK_DIGEST] == p.digest:
         p.version = _version(current)
@@ -226,6 +233,8 @@ def plan_template(res: T.Resolution, magnum_templates: list[dict], clusters: lis
         p.body = {**body, "name": p.magnum_name, "labels": labels, "public": public, "hidden": hidden,
                   "tags": tags_for(scope, p.version)}
         p.changes = diff(current, {**body, "public": public, "hidden": hidden})
+        if current is not None and p.project_id and current.get("project_id") != p.project_id:
+            p.changes.append(Change("project_id", current.get("project_id"), p.project_id))
         older = ours
     p.hide = [m for m in older if not m.get("hidden")]
     if p.action is Action.NOOP and (p.updates or p.hide):
@@ -295,6 +304,7 @@ def apply(conn, plan_: Plan) -> list[Result]:
     """Carry out the plan, template by template (one's failure does not stop the others).
     Older versions are hidden only once the new one exists."""
     results = []
+    as_project: dict[str, Any] = {}
     for p in plan_.templates:
         r = Result(p.name, p.action, p.action is not Action.BROKEN, p.version,
                    (p.current or {}).get("uuid"), p.magnum_name)
@@ -304,7 +314,11 @@ def apply(conn, plan_: Plan) -> list[Result]:
             continue
         try:
             if p.body is not None:
-                created = mc.create_template(conn, p.body)
+                owner = conn
+                if p.project_id:   # created with a token of the declared project, which then owns it
+                    owner = as_project.get(p.project_id) or as_project.setdefault(
+                        p.project_id, conn.connect_as_project({"id": p.project_id}))
+                created = mc.create_template(owner, p.body)
                 r.uuid, r.writes = created.get("uuid"), r.writes + 1
                 log.info("cluster template %s: created (%s)", p.magnum_name, r.uuid)
             if p.updates:

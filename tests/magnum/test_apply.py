@@ -134,3 +134,58 @@ def test_diff_ignores_marks_and_reports_removed_labels():
     assert [str(c) for c in A.diff(cur, want)] == ["image_id: a -> b", "labels.gone: 2 -> None"]
     assert A.digest({"name": "a", "hidden": True, "labels": {"k": "v", "nodeforge_template_version": "3"}}) == \
         A.digest({"name": "b", "hidden": False, "labels": {"k": "v"}})
+
+
+PROJECTS = [{"id": "p-tenant", "name": "tenant-a"}, {"id": "p-dup1", "name": "dup"}, {"id": "p-dup2", "name": "dup"}]
+
+
+def with_projects():
+    st = team_a()
+    st.projects = [dict(p) for p in PROJECTS]
+    return st
+
+
+def test_a_declared_project_is_resolved_by_name_or_id_and_is_part_of_the_content():
+    by_name = edit(SCOPED, "scope: team-a\n", "scope: team-a\nproject: tenant-a\n")
+    r = res(by_name, with_projects())
+    assert r.project_id == "p-tenant" and not r.issues
+    assert res(edit(SCOPED, "scope: team-a\n", "scope: team-a\nproject: p-tenant\n"), with_projects()).project_id \
+        == "p-tenant"
+    p = A.plan_template(r, [], [])
+    assert p.project_id == "p-tenant" and p.to_dict()["project_id"] == "p-tenant"
+    undeclared = A.plan_template(res(st=with_projects()), [], [])
+    assert undeclared.project_id is None and undeclared.digest != p.digest
+    assert "project_id" not in p.body          # Magnum takes the owner from the token, not the body
+    # Created in that project: a re-run is a no-op; the same content in another project is a new version.
+    v1 = as_magnum(p, "u1")
+    v1["project_id"] = "p-tenant"
+    assert A.plan_template(r, [v1], []).action is A.Action.NOOP
+    moved = A.plan_template(res(by_name.replace("project: tenant-a", "project: p-dup1"), with_projects()), [v1], [])
+    assert moved.action is A.Action.NEW_VERSION and A.Change("project_id", "p-tenant", "p-dup1") in moved.changes
+    assert [h["uuid"] for h in moved.hide] == ["u1"]
+
+
+@pytest.mark.parametrize("value, why", [
+    ("nobody", "project 'nobody' not found in Keystone"),
+    ("dup", "2 projects are named 'dup': give its ID"),
+])
+def test_an_unknown_or_ambiguous_project_is_bad_input_naming_file_line_field(value, why):
+    text = edit(SCOPED, "scope: team-a\n", f"scope: team-a\nproject: {value}\n")
+    line = text.splitlines().index(f"project: {value}") + 1
+    r = res(text, with_projects())
+    with pytest.raises(A.TemplateInputError) as exc:
+        A.plan([r], [], [])
+    assert f"{PATH}:{line}: project: {why}" in str(exc.value)
+
+
+def test_a_project_that_cannot_be_listed_is_bad_input_not_a_guess():
+    text = edit(SCOPED, "scope: team-a\n", "scope: team-a\nproject: tenant-a\n")
+    r = res(text, team_a())                   # projects None: the token may not list Keystone projects
+    assert [i.kind for i in r.bad_input] == ["project"] and "cannot be checked" in r.bad_input[0].detail
+
+
+@pytest.mark.parametrize("value", ["''", "[a, b]", "7"])
+def test_a_project_that_is_not_a_name_is_refused_with_its_line(value):
+    text = edit(SCOPED, "scope: team-a\n", f"scope: team-a\nproject: {value}\n")
+    with pytest.raises(T.ConfigError, match=r"line \d+: project: a Keystone project name or ID"):
+        parse(text, PATH)
