@@ -44,7 +44,7 @@ every ``baremetal`` command would re-parse its imports (~4.5 s instead of
 ~2.5 s), which would flatter nodeforge.
 
 Run: .venv/bin/python bench/bench_enroll.py [--nodes 500] [--rounds 2] [--runbook-sample 0] [--bmcs 200]
-     [--nf-args "--concurrency 50"] [--port-offset 24000]
+     [--nf-args "--concurrency 50"] [--port-offset 17700]
 
 The ports the private cloud needs at ``--port-offset`` are checked first: one
 in use (another local cloud) stops the bench at once, naming the ports.
@@ -69,7 +69,7 @@ from pathlib import Path
 
 import yaml
 
-OFFSET = 24000
+OFFSET = 17700   # every port below the ephemeral range (32768-), clear of the test clouds' offsets
 SYSTEM_CLOUD = "nodeforge-dev-system"
 API = "1.70"
 
