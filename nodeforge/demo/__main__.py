@@ -102,14 +102,17 @@ def run_pipeline(config: PipelineConfig, runs: Path) -> tuple[rr.RunRecord, list
 
 def fixture_setup(state: Path) -> tuple[Path, "object"]:
     """The fixture upstream (regenerated, deterministic) with a new patch of MINOR on it;
-    the fixture lockfile is created once (pinning the patch before) and then bumped by the pipeline."""
+    the fixture lockfile is created once (pinning the patch before) and then bumped by the pipeline.
+
+    It names the ownership scope of manifests/versions.yaml (the platform team's), so the images it
+    builds are the ones the shipped templates (``scope: platform``) choose."""
     from nodeforge.demo.fixtures import KUBERNETES, make_demo, publish_patch
 
     root = state / "fixture"
     lock = root / "manifests" / "versions.yaml"
     keep = lock.read_bytes() if lock.is_file() else None
     shutil.rmtree(root / "upstream", ignore_errors=True)
-    up, lock = make_demo(root, KUBERNETES)
+    up, lock = make_demo(root, KUBERNETES, scope=lf.load(REPO / "manifests" / "versions.yaml").scope)
     if keep is not None:
         lock.write_bytes(keep)            # the (possibly bumped) fixture lockfile survives re-runs
     major, minor_n, patch = KUBERNETES[MINOR].split(".")

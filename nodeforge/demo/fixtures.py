@@ -116,16 +116,18 @@ def add_releases(up: FixtureUpstream, kubernetes: dict[str, str]) -> FixtureUpst
     return up
 
 
-def make_demo(root: Path, kubernetes: dict[str, str] | None = None) -> tuple[DemoUpstream, Path]:
+def make_demo(root: Path, kubernetes: dict[str, str] | None = None,
+              scope: str | None = None) -> tuple[DemoUpstream, Path]:
     """Write the demo upstream under ``root/upstream`` and its fixture lockfile
     ``root/manifests/versions.yaml`` (``kubernetes``: minor -> patch, default
-    :data:`KUBERNETES`)."""
+    :data:`KUBERNETES`; ``scope``: the lockfile's ownership scope, else derived
+    from its path)."""
     root = Path(root)
     kubernetes = dict(kubernetes or KUBERNETES)
     up = add_releases(DemoUpstream(root / "upstream"), kubernetes)
     lock = root / "manifests" / "versions.yaml"
     lock.parent.mkdir(parents=True, exist_ok=True)
-    lock.write_text(up.lockfile_text(kubernetes, COMPANIONS))
+    lock.write_text(up.lockfile_text(kubernetes, COMPANIONS, scope))
     return up, lock
 
 

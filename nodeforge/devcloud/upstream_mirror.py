@@ -110,16 +110,18 @@ class FixtureUpstream:
             if latest is None or Version.parse(latest) < v:
                 self.set_marker(None, f"v{v}")
 
-    def lockfile_text(self, kubernetes: dict[str, str], companions: dict[Component, str]) -> str:
+    def lockfile_text(self, kubernetes: dict[str, str], companions: dict[Component, str],
+                      scope: str | None = None) -> str:
         """A lockfile (with comments) pinning this upstream's digests.
 
         ``kubernetes`` maps minor to patch version; crictl is ``<minor>.0``;
-        ``companions`` gives the CNI plugins, containerd and runc versions."""
+        ``companions`` gives the CNI plugins, containerd and runc versions;
+        ``scope`` the ownership scope (``scope:``; None: derived from the path)."""
 
         def digests(comp, version, indent):
             return "".join(f"{' ' * indent}{a.value}: {self.digests[(comp, version, a)]}\n" for a in self.arches)
 
-        text = ("# fixture lockfile\nschema_version: 1\n"
+        text = ("# fixture lockfile\nschema_version: 1\n" + (f"scope: {scope}\n" if scope else "") +
                 f"architectures: [{', '.join(a.value for a in self.arches)}]\n"
                 "base_os:\n  distro: debian\n  release: \"12\"\n"
                 "hardening:\n  profile: cis-debian12-level1-server\n  version: \"1.1.0\"\n"

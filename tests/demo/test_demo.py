@@ -46,3 +46,20 @@ def test_old_import_path_still_works():
     from tests.demo.fixture_artifacts import make_demo
     from nodeforge.demo.fixtures import make_demo as moved
     assert make_demo is moved
+
+
+def test_the_fixture_lockfile_builds_images_the_shipped_templates_choose(tmp_path):
+    """The demo's images carry the production lockfile's ownership scope, and every shipped template
+    (and the demo's flavors file) names that scope, so 'template apply' finds the demo's approved images
+    (a path-derived scope of the fixture lockfile left both templates broken)."""
+    from nodeforge import templates as tpl
+    from nodeforge.compute import flavors as F
+
+    lock, _ = demo.fixture_setup(tmp_path)
+    scope = lf.load(lock).scope
+    assert lf.load(lock).scope_source == "file" and scope == lf.load(PRODUCTION_LOCKFILE).scope
+    shipped = tpl.load_all(demo.REPO / tpl.DEFAULT_DIR)
+    assert set(demo.TEMPLATES) <= set(shipped)
+    for name in demo.TEMPLATES:
+        assert shipped[name].scope == scope, name
+    assert F.load(demo.REPO / "manifests" / "flavors.yaml").scope == scope
