@@ -300,6 +300,19 @@ class Result:
         return d
 
 
+def _as_project(conn, project_id: str | None, cache: dict[str, Any]):
+    """``conn``, or a connection of the same user scoped to ``project_id`` when that is another project.
+
+    Writes to a template go through a token of its owning project: Magnum 23 looks a template up for the
+    PATCH's network- and volume-driver checks before it widens an admin's view to all projects, so an
+    admin of another project gets 404 for a template it can list."""
+    if not project_id or project_id == getattr(conn, "current_project_id", None):
+        return conn
+    if project_id not in cache:
+        cache[project_id] = conn.connect_as_project({"id": project_id})
+    return cache[project_id]
+
+
 def apply(conn, plan_: Plan) -> list[Result]:
     """Carry out the plan, template by template (one's failure does not stop the others).
     Older versions are hidden only once the new one exists."""
@@ -314,18 +327,17 @@ def apply(conn, plan_: Plan) -> list[Result]:
             continue
         try:
             if p.body is not None:
-                owner = conn
-                if p.project_id:   # created with a token of the declared project, which then owns it
-                    owner = as_project.get(p.project_id) or as_project.setdefault(
-                        p.project_id, conn.connect_as_project({"id": p.project_id}))
-                created = mc.create_template(owner, p.body)
+                # created with a token of the declared project, which then owns it
+                created = mc.create_template(_as_project(conn, p.project_id, as_project), p.body)
                 r.uuid, r.writes = created.get("uuid"), r.writes + 1
                 log.info("cluster template %s: created (%s)", p.magnum_name, r.uuid)
             if p.updates:
-                mc.patch_template(conn, p.current["uuid"], p.updates, f"update cluster template {p.magnum_name}")
+                mc.patch_template(_as_project(conn, p.current.get("project_id"), as_project), p.current["uuid"],
+                                  p.updates, f"update cluster template {p.magnum_name}")
                 r.writes += 1
             for old in p.hide:
-                mc.patch_template(conn, old["uuid"], {"hidden": True}, f"hide cluster template {old.get('name')}")
+                mc.patch_template(_as_project(conn, old.get("project_id"), as_project), old["uuid"], {"hidden": True},
+                                  f"hide cluster template {old.get('name')}")
                 r.writes += 1
                 r.hidden.append(old.get("name"))
         except mc.MagnumError as exc:

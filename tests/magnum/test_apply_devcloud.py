@@ -241,3 +241,35 @@ def test_a_change_to_a_template_in_use_is_a_new_version_and_bad_input_is_refused
                                      or f"line {line}: {field}: {detail}" in err), err
     assert mc.read_templates(admin) == before
     world["write"]("k8s-1.36-baremetal", doc)
+
+
+def test_the_project_named_in_the_file_owns_the_template(world, devcloud, capsys):
+    """``project:`` in the file: the template is created with a token of that project (the admin holds a
+    role there), so that project owns it and its members see it while it is private; another project is
+    another version."""
+    admin, p = world["admin"], world["prefix"]
+    tdir = world["tmp"] / "templates-project"
+    tdir.mkdir(exist_ok=True)
+    doc = {**world["docs"]["k8s-1.36-vm"], "name": f"{p}tenant-vm", "project": "nodeforge"}
+    # The admin project's 'private' network is not shared: a template owned by another project names only
+    # the external network (Magnum checks the networks with the owner's token).
+    doc["magnum"] = {k: v for k, v in doc["magnum"].items() if k not in ("fixed_network", "fixed_subnet")}
+    doc["magnum"]["public"] = False
+    (tdir / "tenant-vm.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    rc, out = apply(capsys, tdir)
+    assert rc == 0 and out["writes"] == 1, out
+    nodeforge_project = admin.identity.find_project("nodeforge", domain_id="default")
+    admin_project = admin.identity.find_project("admin", domain_id="default")
+    made = mine(admin, f"{p}tenant-vm")[f"{p}tenant-vm-v1"]
+    assert made["project_id"] == nodeforge_project.id != admin_project.id and made["public"] is False
+    member_sees = {t["uuid"] for t in mc.read_templates(devcloud.member())}
+    assert made["uuid"] in member_sees
+    rc, out = apply(capsys, tdir)
+    assert rc == 0 and out["writes"] == 0, out
+    # Moved to the admin project: a new version there, the old one hidden (never moved, never deleted).
+    (tdir / "tenant-vm.yaml").write_text(yaml.safe_dump({**doc, "project": "admin"}, sort_keys=False))
+    rc, out = apply(capsys, tdir)
+    assert rc == 0 and out["writes"] == 2, [r.get("error") for r in out["results"]]
+    got = mine(admin, f"{p}tenant-vm")
+    assert got[f"{p}tenant-vm-v2"]["project_id"] == admin_project.id and got[f"{p}tenant-vm-v1"]["hidden"] is True
+    assert got[f"{p}tenant-vm-v2"]["uuid"] not in {t["uuid"] for t in mc.read_templates(devcloud.member())}
