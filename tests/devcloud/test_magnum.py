@@ -101,7 +101,7 @@ def test_template_validation_is_real(devcloud, image_and_flavor):
         assert word in err.value.response.text, err.value.response.text
 
 
-def _wait_cluster(cim, cluster_id, limit=240):
+def _wait_cluster(cim, cluster_id, limit=900):
     """The cluster record is written by the conductor: a GET right after the
     create may be refused (400 "No Cluster found") for a moment."""
     deadline = time.monotonic() + limit

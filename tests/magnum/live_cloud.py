@@ -63,7 +63,7 @@ class LiveCloud:
         self.clusters.append(c["uuid"])
         return c
 
-    def wait_cluster_recorded(self, uuid: str, timeout: float = 120) -> dict:
+    def wait_cluster_recorded(self, uuid: str, timeout: float = 900) -> dict:
         """The cluster once the conductor is done with it (CREATE_FAILED here: no Cluster API
         management cluster); the tests do not depend on which status it ends in."""
         deadline = time.monotonic() + timeout

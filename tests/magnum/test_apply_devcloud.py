@@ -177,7 +177,9 @@ def test_apply_dry_run_rerun_and_driver_validation(world, capsys):
         world["clusters"].append(create_cluster(admin, hand, f"{p}hand-c"))
     assert "(HTTP 400)" in str(exc.value) and "Cluster type (bm, debian, kubernetes) is not supported" in str(exc.value)
     # The conductor then fails the clusters: no Cluster API management cluster in the local cloud.
-    deadline = time.monotonic() + 300
+    # A bounded wait, not a timing: the one conductor worker gets to each cluster within seconds on an idle
+    # machine and several minutes on a loaded one.
+    deadline = time.monotonic() + 900
     status = {}
     while time.monotonic() < deadline:
         status = {c["uuid"]: (mc.get_cluster(admin, c["uuid"]) or {}).get("status") for c in world["clusters"]}
