@@ -54,20 +54,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
-import shutil
 import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import yaml
+
+import private_cloud  # bench/private_cloud.py (the script's own directory is on sys.path)
 
 OFFSET = 17700   # every port below the ephemeral range (32768-), clear of the test clouds' offsets
 SYSTEM_CLOUD = "nodeforge-dev-system"
@@ -286,17 +285,8 @@ def main() -> int:
     # SIGTERM (e.g. a time limit) still runs the clean-up below: the private cloud goes down.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
-    from nodeforge.devcloud.paths import Paths
-
-    root = Path(tempfile.mkdtemp(prefix="nf-bench-enroll-"))
-    (root / "venvs").symlink_to(Paths.default().venvs.resolve())
-    os.environ["NODEFORGE_DEVCLOUD_DIR"] = str(root)
-    os.environ["NODEFORGE_DEVCLOUD_PORT_OFFSET"] = str(OFFSET)
-    os.environ["OS_CLIENT_CONFIG_FILE"] = str(root / "clouds.yaml")
-    os.environ.pop("OS_CLOUD", None)
-    pycache = Path(tempfile.mkdtemp(prefix="nf-bench-pycache-"))
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    env["PYTHONPYCACHEPREFIX"] = str(pycache)
+    private = private_cloud.prepare("nf-bench-enroll-", OFFSET)
+    root, env = private.root, private.env
     tmp = root / "bench"
     tmp.mkdir()
     nodes = fake_nodes(args.nodes)
@@ -403,8 +393,7 @@ def main() -> int:
         status = 1 if failed else 0
     finally:
         bench.cloud.down()
-        shutil.rmtree(pycache, ignore_errors=True)
-        shutil.rmtree(root, ignore_errors=True)
+        private.remove()
     return status
 
 

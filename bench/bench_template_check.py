@@ -47,10 +47,11 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+import private_cloud  # bench/private_cloud.py (the script's own directory is on sys.path)
 
 OFFSET = 18800   # every port below the ephemeral range (32768-), clear of the test clouds' and bench_enroll's offsets
 ADMIN, SYSTEM = "nodeforge-dev", "nodeforge-dev-system"
@@ -159,15 +160,8 @@ def main() -> int:
     from nodeforge.magnum import client
     from nodeforge.magnum.live import RequestCounter
 
-    root = Path(tempfile.mkdtemp(prefix="nf-bench-tcheck-"))
-    (root / "venvs").symlink_to(Paths.default().venvs.resolve())
-    os.environ["NODEFORGE_DEVCLOUD_DIR"] = str(root)
-    os.environ["NODEFORGE_DEVCLOUD_PORT_OFFSET"] = str(OFFSET)
-    os.environ["OS_CLIENT_CONFIG_FILE"] = str(root / "clouds.yaml")
-    os.environ.pop("OS_CLOUD", None)
-    pycache = Path(tempfile.mkdtemp(prefix="nf-bench-pycache-"))
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    env["PYTHONPYCACHEPREFIX"] = str(pycache)
+    private = private_cloud.prepare("nf-bench-tcheck-", OFFSET)
+    root, env = private.root, private.env
     cloud = DevCloud(Paths(root))
     cluster_ids: list[str] = []
     cluster_names: list[str] = []
@@ -180,7 +174,7 @@ def main() -> int:
         t0 = time.monotonic()
         cloud.up(["container-infra", "baremetal"])
         say(f"private cloud up in {time.monotonic() - t0:.0f} s ({root}, offset {OFFSET})")
-        conn, bm = connect(root, ADMIN), connect(root, SYSTEM)
+        conn = connect(root, ADMIN)
         images = [make_image(conn, v) for v in ("1.33.9", "1.34.11", "1.35.8", "1.36.4")]
         vm = make_flavor(conn, "bench.vm")
         bmf = make_flavor(conn, "bench.bm", {"resources:CUSTOM_BENCH": "1", "resources:VCPU": "0",
@@ -306,6 +300,7 @@ def main() -> int:
             print(f"clean-up: {exc}", file=sys.stderr)
         if not args.keep_cloud:
             cloud.down()
+            private.remove()
 
 
 if __name__ == "__main__":
