@@ -11,6 +11,7 @@ import click
 
 from nodeforge import options, output
 from nodeforge import templates as tpl
+from nodeforge.commands import template_audit
 from nodeforge.commands.flavor import baremetal_connection
 from nodeforge.errors import ExitCode
 
@@ -61,12 +62,24 @@ def render(app, name, templates_dir, baremetal_cloud):
 @click.argument("names", nargs=-1)
 @templates_option
 @options.baremetal_cloud
+@click.option("--live", is_flag=True, help="Audit every cluster template and cluster in Magnum (not the files).")
+@template_audit.maintained_options
 @options.pass_app
-def check(app, names, templates_dir, baremetal_cloud):
+def check(app, names, templates_dir, baremetal_cloud, live, maintained, lockfile_path):
     """Report every broken link of the templates (all, or NAMES): image missing,
     not approved, hidden or of another Kubernetes minor; flavor missing, not
     bare-metal-shaped, or with fewer available nodes than the template needs.
-    Exit 0: all good; 1: something is broken."""
+    Exit 0: all good; 1: something is broken.
+
+    --live: audit every cluster template in Magnum (hand-made ones too) and
+    every cluster: image missing, deleted, retired, hidden or not approved;
+    kube_tag not the image's or outside the maintained minors; flavor missing,
+    not bare-metal-shaped or without an available node; no driver serving the
+    template; zero-disk flavor without boot_volume_size; clusters per
+    template. NAMES then filter by Magnum template name. Exit 0: clean; 3:
+    findings (docs/flavors-and-templates.md)."""
+    if live:
+        return template_audit.check_live(app, names, baremetal_cloud, maintained, lockfile_path)
     templates = tpl.select(tpl.load_all(templates_dir), list(names))
     state = _state(app, baremetal_cloud)
     results = [tpl.resolve(t, state) for t in templates]
@@ -134,4 +147,4 @@ def apply(app, names, templates_dir, baremetal_cloud, dry_run):
     click.get_current_context().exit(int(code))
 
 
-from nodeforge.commands import template_audit  # noqa: E402,F401 - registers check --live and upgrade-plan
+template.add_command(template_audit.upgrade_plan)

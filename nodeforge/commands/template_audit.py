@@ -2,9 +2,9 @@
 what Magnum holds now, audited (nodeforge/magnum/audit.py) and the upgrade
 path of every cluster (nodeforge/magnum/upgrade.py). Both read-only.
 
-``check --live`` is grafted onto the existing ``template check`` command
-(nodeforge/commands/template.py imports this module at its end): with
-``--live`` the command audits Magnum instead of the template files.
+``template check --live`` (nodeforge/commands/template.py) calls
+:func:`check_live`: with ``--live`` the command audits Magnum instead of the
+template files; ``upgrade-plan`` is added to the ``template`` group there.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from pathlib import Path
 import click
 
 from nodeforge import options, output
-from nodeforge.commands import template as T
 from nodeforge.commands.flavor import baremetal_connection
 from nodeforge.errors import ExitCode
 from nodeforge.magnum import audit as A, upgrade as U
@@ -38,19 +37,17 @@ def _lockfile_default():
     return lockfile.DEFAULT_PATH
 
 
-def maintained_options() -> list[click.Option]:
-    """``--maintained`` and ``--lockfile`` (fresh instances per command)."""
-    return [
-        click.Option(["--maintained"], metavar="1.A,1.B,1.C", callback=_minors,
-                     help="The maintained Kubernetes minors.  [default: the minors the version lockfile pins "
-                          "(newest three), else the three newest minors of approved images]"),
-        click.Option(["--lockfile", "lockfile_path"], type=click.Path(dir_okay=False, path_type=Path),
-                     envvar="NODEFORGE_LOCKFILE", default=_lockfile_default, show_default="manifests/versions.yaml",
-                     help="Version lockfile whose minors are the maintained ones (unless --maintained)."),
-    ]
+def maintained_options(fn):
+    """``--maintained`` and ``--lockfile``."""
+    fn = click.option("--lockfile", "lockfile_path", type=click.Path(dir_okay=False, path_type=Path),
+                      envvar="NODEFORGE_LOCKFILE", default=_lockfile_default, show_default="manifests/versions.yaml",
+                      help="Version lockfile whose minors are the maintained ones (unless --maintained).")(fn)
+    return click.option("--maintained", metavar="1.A,1.B,1.C", callback=_minors,
+                        help="The maintained Kubernetes minors.  [default: the minors the version lockfile pins "
+                             "(newest three), else the three newest minors of approved images]")(fn)
 
 
-def maintained(option, lockfile_path: Path | None, images: list[dict]) -> A.Maintained:
+def maintained_minors(option, lockfile_path: Path | None, images: list[dict]) -> A.Maintained:
     """``--maintained``, else the lockfile's minors (a missing default lockfile is skipped, a
     missing or invalid given one is an error), else the approved images' minors."""
     from nodeforge.imagebuild import lockfile
@@ -75,7 +72,7 @@ def read_state(app, baremetal_cloud, *, nodegroups: bool = False) -> tuple[LiveS
 def check_live(app, names, baremetal_cloud, maintained_opt, lockfile_path) -> None:
     """The body of ``template check --live``."""
     state, counter = read_state(app, baremetal_cloud)
-    data = A.report(state, maintained(maintained_opt, lockfile_path, state.images))
+    data = A.report(state, maintained_minors(maintained_opt, lockfile_path, state.images))
     if names:
         wanted = set(names)
         data["findings"] = [f for f in data["findings"] if f["template"] in wanted]
@@ -103,39 +100,17 @@ def check_live(app, names, baremetal_cloud, maintained_opt, lockfile_path) -> No
     click.get_current_context().exit(int(ExitCode.OK if data["ok"] else ExitCode.PARTIAL))
 
 
-def _graft_live(check: click.Command) -> None:
-    """Give the existing ``template check`` a ``--live`` mode."""
-    original = check.callback
-    check.params += [click.Option(["--live"], is_flag=True,
-                                  help="Audit every cluster template and cluster in Magnum (not the files)."),
-                     *maintained_options()]
-    check.help = (check.help or "") + (
-        "\n\n--live: audit every cluster template in Magnum (hand-made ones too) and every cluster: image "
-        "missing, deleted, retired, hidden or not approved; kube_tag not the image's or outside the maintained "
-        "minors; flavor missing, not bare-metal-shaped or without an available node; no driver serving the "
-        "template; zero-disk flavor without boot_volume_size; clusters per template. NAMES then filter by "
-        "Magnum template name. Exit 0: clean; 3: findings (docs/flavors-and-templates.md).")
-
-    def callback(*args, live=False, maintained=None, lockfile_path=None, **kwargs):
-        if not live:
-            return original(*args, **kwargs)
-        app = click.get_current_context().ensure_object(options.AppContext)
-        return check_live(app, kwargs.get("names") or (), kwargs.get("baremetal_cloud"), maintained, lockfile_path)
-
-    check.callback = callback
 
 
-_graft_live(T.check)
-
-
-@T.template.command("upgrade-plan")
+@click.command("upgrade-plan")
 @click.argument("clusters", nargs=-1)
 @options.baremetal_cloud
+@maintained_options
 @click.option("--nodegroups/--no-nodegroups", default=True, show_default=True,
               help="Read each cluster's node groups (one call per cluster) so that non-default groups are "
                    "kept within the kubelet skew.")
 @options.pass_app
-def upgrade_plan(app, clusters, baremetal_cloud, nodegroups, **kwargs):
+def upgrade_plan(app, clusters, baremetal_cloud, nodegroups, maintained, lockfile_path):
     """For every cluster (or CLUSTERS by name), the next templates along the
     Kubernetes version-skew policy: the newest approved patch of its minor
     first, then one minor at a time; non-default node groups kept within
@@ -143,7 +118,7 @@ def upgrade_plan(app, clusters, baremetal_cloud, nodegroups, **kwargs):
     maintained ones are urgent. Prints the 'openstack coe cluster upgrade'
     commands; read-only (exit 0)."""
     state, counter = read_state(app, baremetal_cloud, nodegroups=nodegroups)
-    data = U.report(state, maintained(kwargs.get("maintained"), kwargs.get("lockfile_path"), state.images))
+    data = U.report(state, maintained_minors(maintained, lockfile_path, state.images))
     if clusters:
         wanted = set(clusters)
         data["clusters"] = [c for c in data["clusters"] if c["cluster"] in wanted or c["cluster_id"] in wanted]
@@ -165,6 +140,3 @@ def upgrade_plan(app, clusters, baremetal_cloud, nodegroups, **kwargs):
                 click.echo(cmd)
     else:
         output.emit(data, app.output)
-
-
-upgrade_plan.params += maintained_options()

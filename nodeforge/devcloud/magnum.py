@@ -24,7 +24,7 @@ from pathlib import Path
 
 from nodeforge import fsutil
 from nodeforge.devcloud import inifile, rabbitmq
-from nodeforge.devcloud.openstack import HOST, REGION, Context, http_health, keystone_url, port, url
+from nodeforge.devcloud.openstack import HOST, REGION, Context, http_health, port, url
 from nodeforge.devcloud.paths import Paths
 from nodeforge.devcloud.process import ServiceSpec
 from nodeforge.errors import NodeforgeError

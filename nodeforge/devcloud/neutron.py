@@ -114,9 +114,7 @@ def seed(ctx: Context) -> None:
     marker = ctx.paths.data / "neutron-seed.done"
     if marker.exists():
         return
-    from nodeforge.devcloud import seed as keystone_seed
-
-    conn = keystone_seed.admin_connection(ctx)
+    conn = ctx.admin_connection()
     net = conn.network
     public = net.find_network(PUBLIC_NETWORK) or net.create_network(
         name=PUBLIC_NETWORK, is_router_external=True, is_shared=False,

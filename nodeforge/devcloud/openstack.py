@@ -109,6 +109,16 @@ class Context:
     creds: dict[str, Secret]
     venv: str = VENV               # the virtualenv the service runs from
 
+    def admin_connection(self):
+        """An openstacksdk connection as the cloud's admin (project ``admin``), for one-off seeding."""
+        import openstack as sdk
+
+        return sdk.connect(
+            auth_url=keystone_url(), username="admin", password=self.creds["admin_password"].reveal(),
+            project_name="admin", user_domain_name="Default", project_domain_name="Default",
+            region_name=REGION, identity_api_version="3", interface="public",
+        )
+
     def using(self, venv: str) -> "Context":
         """The same context for a service in another virtualenv."""
         return dataclasses.replace(self, venv=venv)
@@ -404,9 +414,7 @@ def seed_vm_flavors(ctx: Context) -> None:
     marker = ctx.paths.data / "nova-flavors-seed.done"
     if marker.exists():
         return
-    from nodeforge.devcloud import seed as keystone_seed
-
-    conn = keystone_seed.admin_connection(ctx)
+    conn = ctx.admin_connection()
     have = {f.name for f in conn.compute.flavors(is_public=None)}
     for name, vcpus, ram, disk in VM_FLAVORS:
         if name not in have:

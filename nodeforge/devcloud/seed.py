@@ -16,16 +16,6 @@ SERVICE_USERS = ("glance", "nova", "placement", "barbican", "ironic", "magnum", 
 SEED_VERSION = 2
 
 
-def admin_connection(ctx: openstack.Context):
-    import openstack as sdk
-
-    return sdk.connect(
-        auth_url=openstack.keystone_url(), username="admin", password=ctx.creds["admin_password"].reveal(),
-        project_name="admin", user_domain_name="Default", project_domain_name="Default",
-        region_name=openstack.REGION, identity_api_version="3", interface="public",
-    )
-
-
 def _role(conn, name):
     return conn.identity.find_role(name) or conn.identity.create_role(name=name)
 
@@ -47,7 +37,7 @@ def keystone(paths: Paths, ctx: openstack.Context) -> None:
     marker = paths.data / "keystone-seed.done"
     if marker.exists() and marker.read_text().strip() == str(SEED_VERSION):
         return
-    conn = admin_connection(ctx)
+    conn = ctx.admin_connection()
     ident = conn.identity
     roles = {name: _role(conn, name) for name in ("admin", "member", "reader", "service", "creator")}
     service_project = _project(conn, "service", "OpenStack service users")

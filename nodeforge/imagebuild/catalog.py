@@ -231,10 +231,8 @@ def promote(conn, ref: str, policy: RetentionPolicy, *, dry_run: bool = False,
     own = promote_scope(image, scope)
     check_verify_report(conn, image)
     approved = g.list_images(conn, **group_filters(image, own))
-    from nodeforge.magnum import live
-
     # Templates may name their image by name: resolve names among the group's images.
-    steps = plan_promote(image, approved, policy, scope=own, users=live.image_users(conn, [image, *approved]))
+    steps = plan_promote(image, approved, policy, scope=own, users=_users(conn, [image, *approved]))
     if not dry_run:
         apply_promote(conn, steps, {i["id"]: i for i in [image, *approved]})
     return steps
