@@ -17,6 +17,11 @@ Three mechanisms work together:
   registered value found in the text. Values shorter than
   :data:`MIN_SEARCH_LENGTH` are never searched for (they would mask ordinary
   words); they are masked by field and, being :class:`Secret`, never formatted.
+* **URLs** are redacted by field wherever they are shown: :func:`redact_url`
+  replaces the user info (``user:pass@``) and the value of every
+  credential-like query parameter (``token``, ``sig``, ``X-Amz-Signature``,
+  ...) with ``***``; :func:`scrub` applies it to every URL in free text, so a
+  log line or error carrying such a URL never shows the credential.
 """
 
 from __future__ import annotations
@@ -81,8 +86,11 @@ def register(value: str | None) -> None:
 
 
 def scrub(text: str) -> str:
+    """``text`` with every registered secret masked, and the credentials of
+    every URL in it (user info, ``?token=``-like parameters: :func:`redact_url`)."""
     if not text:
         return text
+    text = redact_urls(text)
     with _lock:
         values = sorted(_known, key=len, reverse=True)
     for value in values:
@@ -129,3 +137,65 @@ class ScrubFilter(logging.Filter):
             record.exc_text = scrub("".join(traceback.format_exception(*record.exc_info)))
             record.exc_info = None
         return True
+
+
+# --- URLs: credentials by field ------------------------------------------------------
+# Query parameters that carry a credential (pre-signed URLs, API tokens), besides
+# every name is_secret_field() matches.
+_SECRET_QUERY = re.compile(r"^(x-amz-(signature|credential|security-token)|sig|signature|key|apikey|api-key|"
+                           r"auth|authorization|access_token|code|session|sessionid|jwt|pass|pwd|"
+                           r"temp_url_sig|ticket|credential|credentials)$", re.I)
+
+
+def _secret_query_name(name: str) -> bool:
+    return bool(_SECRET_QUERY.match(name)) or is_secret_field(name) or is_secret_field(name.replace("-", "_"))
+
+
+def url_has_credentials(url: str) -> bool:
+    """True when ``url`` carries a credential: a user name or password before
+    the host (``user:pass@``), or a credential-like query parameter (``?token=``)."""
+    from urllib.parse import parse_qsl, urlsplit
+
+    try:
+        parts = urlsplit(str(url))
+    except ValueError:
+        return "@" in str(url)
+    if "@" in parts.netloc:
+        return True
+    return any(_secret_query_name(k) for k, _ in parse_qsl(parts.query, keep_blank_values=True))
+
+
+def redact_url(url) -> str:
+    """``url`` with its user info (``user:pass@``) and the values of
+    credential-like query parameters replaced by ``***``: the form of a URL
+    that may be printed, logged or put in an error."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    text = str(url)
+    try:
+        parts = urlsplit(text)
+    except ValueError:
+        return re.sub(r"//[^/@]*@", f"//{MASK}@", text)
+    netloc = parts.netloc
+    if "@" in netloc:
+        netloc = MASK + "@" + netloc.rpartition("@")[2]
+    query = parts.query
+    if query:
+        pairs = []
+        for piece in query.split("&"):
+            name, eq, value = piece.partition("=")
+            pairs.append(f"{name}={MASK}" if eq and _secret_query_name(name) and value else piece)
+        query = "&".join(pairs)
+    if netloc == parts.netloc and query == parts.query:
+        return text
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+_URL_IN_TEXT = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>]+")
+
+
+def redact_urls(text: str) -> str:
+    """Every URL in free ``text`` through :func:`redact_url`."""
+    if not text or "://" not in text:
+        return text
+    return _URL_IN_TEXT.sub(lambda m: redact_url(m.group(0)), text)

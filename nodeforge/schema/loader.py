@@ -1,0 +1,493 @@
+"""The one safe loader for files people write: YAML, JSON, CSV, with limits.
+
+Every limit is enforced before or while parsing, never after the damage:
+
+* **size**: the file is stat'ed and read with a cap (:attr:`Limits.max_bytes`,
+  default 4 MiB, per kind overridable): a 200 MB file is refused after
+  reading at most the cap plus one byte;
+* **text**: UTF-8 only (a byte-order mark dropped); a NUL byte or invalid
+  UTF-8 is refused with its line (:func:`decode`);
+* **nesting**: flow collections (``[``/``{``, JSON) deeper than
+  :data:`MAX_DEPTH` are refused by a scan of the text before the parser sees
+  it (ruamel's scanner is quadratic in flow depth), block nesting after
+  composing;
+* **aliases**: YAML anchors/aliases are kept shared by the parser (cheap), but
+  anything that walks the tree (validation, ``json.dumps``, a copy) expands
+  them; the expanded size of the document is computed in linear time over the
+  distinct nodes, and more than :attr:`Limits.max_nodes` expanded nodes, or
+  more than :attr:`Limits.max_aliases` aliases, is refused: the 1.3 KB
+  "billion laughs" is refused in milliseconds.
+
+:func:`load` returns a :class:`Document`: the round-trip tree (``doc``, for
+edits that keep comments), the plain data (``data``: dict/list/str/int/float/
+bool/None, aliases expanded, what declarations validate) and :meth:`Document.line`
+mapping a key path such as ``("nodes", 3, "driver_info", "ipmi_port")`` to its
+1-based line.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import datetime
+import io
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterable
+
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.error import MarkedYAMLError, YAMLError
+
+from nodeforge import fsutil
+from nodeforge.errors import ConfigError
+from nodeforge.schema.problems import Problem, SchemaError
+
+# Deeper nesting than any nodeforge file needs is refused.
+MAX_DEPTH = 64
+DEFAULT_MAX_BYTES = 4 << 20
+DEFAULT_MAX_NODES = 200_000
+DEFAULT_MAX_ALIASES = 1_000
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """What one file may cost to read. A file kind may pass its own."""
+
+    max_bytes: int = DEFAULT_MAX_BYTES
+    max_depth: int = MAX_DEPTH
+    max_nodes: int = DEFAULT_MAX_NODES       # mappings + lists + scalars, aliases expanded
+    max_aliases: int = DEFAULT_MAX_ALIASES
+
+
+DEFAULT_LIMITS = Limits()
+
+
+def _yaml() -> YAML:
+    y = YAML(typ="rt")
+    y.preserve_quotes = True
+    y.indent(mapping=2, sequence=4, offset=2)
+    y.width = 4096
+    return y
+
+
+# --- bytes and text ---------------------------------------------------------------
+
+def decode(path, data: bytes) -> str:
+    """``data`` as UTF-8 text (a leading byte-order mark dropped); a binary or
+    non-UTF-8 file is a ConfigError naming ``path`` and the line."""
+    if b"\0" in data:
+        line = data[:data.index(b"\0")].count(b"\n") + 1
+        raise ConfigError(path=f"{path}:{line}", detail="not a text file (NUL byte); expected UTF-8 text")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[:exc.start].count(b"\n") + 1
+        raise ConfigError(path=f"{path}:{line}",
+                          detail=f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
+                                 "save the file as UTF-8") from None
+    return text.removeprefix("\ufeff")
+
+
+def _too_big(path, limit: int) -> ConfigError:
+    return ConfigError(path=str(path), detail=f"larger than {_size(limit)}; not read (the limit for this kind of file)")
+
+
+def _size(n: int) -> str:
+    return f"{n >> 20} MiB" if n >= 1 << 20 and n % (1 << 20) == 0 else f"{n} bytes"
+
+
+def read_bytes(path, limits: Limits = DEFAULT_LIMITS) -> bytes:
+    """The bytes of ``path``, at most ``limits.max_bytes`` (checked before and
+    while reading); missing, a directory, unreadable or too large is a ConfigError."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as fh:
+            st = os.fstat(fh.fileno())
+            if st.st_size > limits.max_bytes:
+                raise _too_big(path, limits.max_bytes)
+            data = fh.read(limits.max_bytes + 1)     # a file that grows while read is still capped
+    except FileNotFoundError:
+        raise ConfigError(path=str(path), detail="file not found") from None
+    except IsADirectoryError:
+        raise ConfigError(path=str(path), detail="is a directory, not a file") from None
+    except OSError as exc:
+        raise ConfigError(path=str(path), detail=exc.strerror or str(exc)) from None
+    if len(data) > limits.max_bytes:
+        raise _too_big(path, limits.max_bytes)
+    return data
+
+
+def read_text(path, limits: Limits = DEFAULT_LIMITS) -> str:
+    """The text of a file a person wrote (:func:`read_bytes`, then :func:`decode`)."""
+    return decode(path, read_bytes(path, limits))
+
+
+# --- the document -----------------------------------------------------------------
+
+@dataclasses.dataclass
+class Document:
+    """A parsed file: ``doc`` (round-trip tree for YAML; the plain data for JSON
+    and CSV), ``data`` (plain Python data, what declarations validate) and the
+    key path -> line map (:meth:`line`)."""
+
+    path: str
+    format: str                 # "yaml" | "json" | "csv"
+    doc: Any
+    data: Any
+    text: str = dataclasses.field(default="", repr=False)
+    _json_tree: Any = dataclasses.field(default=None, repr=False)
+    _csv_lines: list | None = dataclasses.field(default=None, repr=False)
+
+    def line(self, keypath: Iterable = ()) -> int | None:
+        """1-based line of the value at ``keypath`` (of the nearest ancestor
+        that exists, for a missing key), or None when unknown."""
+        keypath = tuple(keypath)
+        if self.format == "csv":
+            if keypath and isinstance(keypath[0], int) and self._csv_lines and 0 <= keypath[0] < len(self._csv_lines):
+                return self._csv_lines[keypath[0]]
+            return 1 if self._csv_lines is not None else None
+        tree = self.doc
+        if self.format == "json":
+            if self._json_tree is None:
+                try:   # JSON is YAML: positions from ruamel, only when a problem needs one
+                    self._json_tree = _yaml().load(self.text)
+                except Exception:  # noqa: BLE001 - no line then
+                    self._json_tree = False
+            tree = self._json_tree or None
+        return tree_line(tree, keypath)
+
+    def problem(self, keypath: Iterable, detail: str) -> Problem:
+        keypath = tuple(keypath)
+        return Problem(self.path, self.line(keypath), keypath, detail)
+
+    def source_text(self, keypath: Iterable) -> str | None:
+        """The value at ``keypath`` as written in the file (YAML plain scalars:
+        ``1.30`` where the data holds the float 1.3), or None."""
+        if self.format != "yaml":
+            return None
+        keypath = tuple(keypath)
+        if not keypath:
+            return None
+        parent = _walk(self.doc, keypath[:-1])
+        key = keypath[-1]
+        try:
+            if isinstance(parent, CommentedMap):
+                line, col = parent.lc.value(key)
+            elif isinstance(parent, CommentedSeq):
+                line, col = parent.lc.item(key)
+            else:
+                return None
+        except (KeyError, IndexError, TypeError, AttributeError):
+            return None
+        lines = self.text.splitlines()
+        if line >= len(lines):
+            return None
+        rest = lines[line][col:]
+        for stop in (" #", ",", "]", "}"):
+            if stop in rest:
+                rest = rest[:rest.index(stop)]
+        return rest.strip() or None
+
+
+def _walk(tree, keypath):
+    node = tree
+    for part in keypath:
+        try:
+            node = node[part]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return node
+
+
+def tree_line(tree, keypath: Iterable) -> int | None:
+    """1-based line of ``keypath`` in a ruamel round-trip ``tree`` (the deepest
+    existing ancestor's line when the path does not exist)."""
+    node = tree
+    best = line_of(tree)
+    for part in tuple(keypath):
+        here = line_of(node, part)
+        if here is None:
+            break
+        best = here
+        try:
+            node = node[part]
+        except (KeyError, IndexError, TypeError):
+            break
+    return best
+
+
+def line_of(node, key=None) -> int | None:
+    """1-based line of ``key`` in mapping/sequence ``node`` (or of the node itself)."""
+    try:
+        if key is None:
+            return node.lc.line + 1
+        if isinstance(node, CommentedSeq):
+            return node.lc.item(key)[0] + 1
+        if isinstance(node, CommentedMap):
+            return node.lc.key(key)[0] + 1
+    except (AttributeError, KeyError, IndexError, TypeError):
+        pass
+    return None
+
+
+# --- parsing ----------------------------------------------------------------------
+
+def load(path, text: str | None = None, *, format: str | None = None,
+         limits: Limits = DEFAULT_LIMITS) -> Document:
+    """Read and parse ``path`` (or ``text`` labelled as ``path``) within ``limits``.
+    ``format``: "yaml" (default; also reads JSON), "json" or "csv" (default from
+    the suffix: .json, .csv, else YAML)."""
+    path_s = str(path)
+    if format is None:
+        suffix = Path(path_s).suffix.lower()
+        format = {".json": "json", ".csv": "csv"}.get(suffix, "yaml")
+    if text is None:
+        text = read_text(path, limits)
+    else:
+        if len(text.encode("utf-8", errors="surrogatepass")) > limits.max_bytes:
+            raise _too_big(path_s, limits.max_bytes)
+        text = text.removeprefix("\ufeff")
+    if format == "yaml":
+        return _load_yaml(path_s, text, limits)
+    if format == "json":
+        return _load_json(path_s, text, limits)
+    if format == "csv":
+        return _load_csv(path_s, text)
+    raise ValueError(f"unknown format {format!r}")
+
+
+def load_yaml_tree(path, text: str | None = None, limits: Limits = DEFAULT_LIMITS):
+    """Only the round-trip tree of a YAML file (what ``yamlfile.load`` returned)."""
+    return load(path, text, format="yaml", limits=limits).doc
+
+
+def _depth_error(path, line) -> ConfigError:
+    return ConfigError(path=f"{path}:{line}" if line else str(path), detail=f"nested more than {MAX_DEPTH} levels deep")
+
+
+def _load_yaml(path: str, text: str, limits: Limits) -> Document:
+    check_flow_depth(path, text, limits.max_depth)
+    _check_alias_count(path, text, limits)
+    try:
+        doc = _yaml().load(text)
+    except MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        raise ConfigError(path=where, detail=f"invalid YAML: {exc.problem or exc.context}") from None
+    except YAMLError as exc:
+        raise ConfigError(path=str(path), detail=f"invalid YAML: {exc}") from None
+    except RecursionError:
+        raise _depth_error(path, None) from None
+    check_tree(path, doc, limits)
+    return Document(path, "yaml", doc, plain(doc), text)
+
+
+def _check_alias_count(path: str, text: str, limits: Limits) -> None:
+    # A cheap upper bound before parsing: every alias is written '*name'.
+    if text.count("*") <= limits.max_aliases:
+        return
+    from ruamel.yaml.events import AliasEvent
+    count = 0
+    try:
+        for event in YAML(typ="safe", pure=True).parse(io.StringIO(text)):
+            if isinstance(event, AliasEvent):
+                count += 1
+                if count > limits.max_aliases:
+                    line = event.start_mark.line + 1 if event.start_mark else None
+                    raise ConfigError(path=f"{path}:{line}" if line else path,
+                                      detail=f"more than {limits.max_aliases} YAML aliases (*name); not expanded")
+    except YAMLError:
+        return   # the real parse reports it with its line
+
+
+def check_tree(path: str, doc, limits: Limits = DEFAULT_LIMITS) -> None:
+    """Refuse a tree nested deeper than ``max_depth`` or larger than ``max_nodes``
+    once aliases are expanded. Linear in the distinct nodes: a node shared
+    through aliases is counted (not walked) again; no recursion."""
+    # Depth: walk each distinct node at the greatest depth it is reached from (bounded by max_depth).
+    stack = [(doc, 0)]
+    seen: dict[int, int] = {}
+    while stack:
+        node, depth = stack.pop()
+        if not isinstance(node, (dict, list)) or seen.get(id(node), -1) >= depth:
+            continue
+        seen[id(node)] = depth
+        if depth >= limits.max_depth:
+            raise _depth_error(path, line_of(node))
+        children = node.values() if isinstance(node, dict) else node
+        stack.extend((child, depth + 1) for child in children)
+    # Expanded size: post-order over distinct nodes, memoised by id.
+    size: dict[int, int] = {}
+    order = [(doc, False)]
+    while order:
+        node, done = order.pop()
+        if not isinstance(node, (dict, list)) or id(node) in size:
+            continue
+        children = list(node.values()) + list(node.keys()) if isinstance(node, dict) else list(node)
+        if not done:
+            order.append((node, True))
+            order.extend((c, False) for c in children if isinstance(c, (dict, list)) and id(c) not in size)
+            continue
+        total = 1 + sum(size.get(id(c), 1) if isinstance(c, (dict, list)) else 1 for c in children)
+        size[id(node)] = total
+        if total > limits.max_nodes:
+            line = line_of(node)
+            raise ConfigError(path=f"{path}:{line}" if line else path,
+                              detail=f"more than {limits.max_nodes} values once YAML aliases are expanded "
+                                     "(an alias bomb?); not read")
+
+
+def plain(node):
+    """The round-trip tree as plain data: dict/list/str/int/float/bool/None (and
+    datetime.date/datetime for YAML timestamps), ruamel's scalar subclasses
+    converted, aliases expanded (call :func:`check_tree` first)."""
+    if isinstance(node, dict):
+        return {_plain_key(k): plain(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [plain(v) for v in node]
+    if isinstance(node, bool) or node is None:
+        return node
+    if isinstance(node, str):
+        return str(node)
+    if isinstance(node, int):
+        return int(node)
+    if isinstance(node, float):
+        return float(node)
+    if isinstance(node, (datetime.date, datetime.datetime)):
+        return node
+    return node
+
+
+def _plain_key(key):
+    key = plain(key)
+    return str(key) if isinstance(key, (dict, list)) else key
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def _load_json(path: str, text: str, limits: Limits) -> Document:
+    check_flow_depth(path, text, limits.max_depth)
+    problems: list[str] = []
+
+    def pairs(items):
+        out = {}
+        for k, v in items:
+            if k in out:
+                problems.append(k)
+            out[k] = v
+        return out
+
+    try:
+        data = json.loads(text, object_pairs_hook=pairs, parse_constant=_no_constant)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(path=f"{path}:{exc.lineno}", detail=f"invalid JSON: {exc.msg} (column {exc.colno})") from None
+    except ValueError as exc:
+        raise ConfigError(path=path, detail=f"invalid JSON: {exc}") from None
+    except RecursionError:
+        raise _depth_error(path, None) from None
+    document = Document(path, "json", data, data, text)
+    if problems:
+        raise SchemaError(path, [Problem(path, None, (k,), "duplicate key (JSON keeps only the last)")
+                                 for k in problems])
+    check_tree(path, data, limits)
+    return document
+
+
+def _load_csv(path: str, text: str) -> Document:
+    reader = csv.reader(io.StringIO(text, newline=""))
+    try:
+        header = next(reader, None)
+        if header is None or not any(h.strip() for h in header):
+            raise ConfigError(path=f"{path}:1", detail="empty CSV file (expected a header line)")
+        names = [h.strip() for h in header]
+        dupes = sorted({n for n in names if names.count(n) > 1 and n})
+        if dupes:
+            raise ConfigError(path=f"{path}:1", detail=f"duplicate column(s) {', '.join(dupes)} in the header")
+        rows, lines = [], []
+        while True:
+            start = reader.line_num + 1
+            row = next(reader, None)
+            if row is None:
+                break
+            if not any(c.strip() for c in row):
+                continue
+            if len(row) > len(names):
+                raise ConfigError(path=f"{path}:{start}", detail=f"{len(row)} fields, the header has {len(names)}")
+            rows.append({n: (row[i] if i < len(row) else "") for i, n in enumerate(names) if n})
+            lines.append(start)
+    except csv.Error as exc:
+        raise ConfigError(path=f"{path}:{reader.line_num}", detail=f"invalid CSV: {exc}") from None
+    if not rows:
+        raise ConfigError(path=path, detail="no data rows below the CSV header")
+    return Document(path, "csv", rows, rows, text, _csv_lines=lines)
+
+
+_SCALAR_START = set(":-?,[{")
+
+
+def check_flow_depth(path, text: str, max_depth: int = MAX_DEPTH) -> None:
+    """Refuse flow collections (``[``/``{``, JSON) nested deeper than
+    ``max_depth`` before parsing: ruamel.yaml's scanner takes quadratic time in
+    the flow depth (20,000 levels: minutes). A quick scan of the text that skips
+    quoted scalars and comments; block nesting is checked after parsing."""
+    depth = 0
+    line = 1
+    prev = ""              # last significant character on this line ("" at a line start)
+    quote = None
+    i, n = 0, len(text)
+    while i < n:
+        ch = text[i]
+        if ch == "\n":
+            line += 1
+            prev = ""
+            if quote == "#":
+                quote = None
+        elif quote == "#":
+            pass
+        elif quote is not None:
+            if ch == "\\" and quote == '"':
+                i += 1
+            elif ch == quote:
+                if quote == "'" and text[i + 1:i + 2] == "'":
+                    i += 1
+                else:
+                    quote = None
+                    prev = "x"
+        elif ch in " \t\r":
+            pass
+        elif ch == "#" and (i == 0 or text[i - 1] in " \t\n"):
+            quote = "#"
+        elif ch in "'\"" and (prev == "" or prev in _SCALAR_START):
+            quote = ch
+        elif ch in "[{" and (depth > 0 or prev == "" or prev in _SCALAR_START):
+            depth += 1
+            if depth > max_depth:
+                raise _depth_error(path, line)
+            prev = ch
+        elif ch in "]}" and depth > 0:
+            depth -= 1
+            prev = "x"
+        elif ch in ":-?" and text[i + 1:i + 2] not in (" ", "\t", "\r", "\n", ""):
+            prev = "x"     # part of a plain scalar (a-b, a:b), not an indicator
+        else:
+            prev = ch
+        i += 1
+
+
+# --- writing ----------------------------------------------------------------------
+
+def dumps(doc) -> str:
+    """A round-trip tree as YAML text (comments, order and quoting kept)."""
+    buf = io.StringIO()
+    _yaml().dump(doc, buf)
+    return buf.getvalue()
+
+
+def atomic_write(path, text: str) -> None:
+    """Replace ``path`` with ``text`` so readers see the old or the new file,
+    never a mix (see :func:`nodeforge.fsutil.atomic_write`)."""
+    fsutil.atomic_write(Path(path), text)
