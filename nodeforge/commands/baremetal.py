@@ -73,11 +73,12 @@ def preflight(app, file, fmt, allow_plaintext_secrets, key_file, jobs):
 @baremetal.command()
 @_inventory_options
 @options.dry_run
-@click.option("--jobs", type=click.IntRange(1, 64), default=4, show_default=True,
-              help="Parallel create/update calls (one Ironic process does ~8 creations/s).")
+@click.option("--jobs", type=click.IntRange(1, 64), default=enroll_mod.DEFAULT_JOBS, show_default=True,
+              help="Most create/update calls at once; fewer while Ironic answers slowly or with 409/503 "
+                   "(adaptive pacing).")
 @click.option("--no-lifecycle", is_flag=True, help="Only create/update nodes; leave them in their state.")
-@click.option("--concurrency", type=click.IntRange(1, 500), default=10, show_default=True,
-              help="Nodes at once in each of inspect, clean and provide (below Ironic's own limits).")
+@click.option("--concurrency", type=click.IntRange(1, 500), default=100, show_default=True,
+              help="Most nodes at once in each of inspect, clean and provide (manage: 100).")
 @click.option("--max-recoveries", type=click.IntRange(0, 10), default=1, show_default=True,
               help="Retries of a node in 'clean failed'/'inspect failed' before it is parked in maintenance.")
 @click.option("--macs-from-bmc/--no-macs-from-bmc", default=True, show_default=True,
@@ -92,10 +93,11 @@ def enroll(app, file, fmt, allow_plaintext_secrets, key_file, dry_run, jobs, no_
 
     A second run of the same file makes no write call. Exit: 0 all nodes good,
     3 some failed, 1 none succeeded."""
+    from nodeforge.ironic.pacing import Pacer
     from nodeforge.ironic.provisioner import SdkProvisioner
 
     inv = _load(app, file, fmt, allow_plaintext_secrets, key_file)
-    prov = SdkProvisioner(app.connect())
+    prov = SdkProvisioner(app.connect(), pacer=Pacer())
     start = time.monotonic()
     plan = enroll_mod.plan(inv, prov, discover=enroll_mod.redfish_macs if macs_from_bmc else None)
     if dry_run:
@@ -105,27 +107,28 @@ def enroll(app, file, fmt, allow_plaintext_secrets, key_file, dry_run, jobs, no_
                  "error": p.error} for p in plan.nodes]
         output.emit(plan.to_dict(), app.output, rows=rows, title=f"plan: {plan.counts()}")
         return
-    results = enroll_mod.apply(plan, prov, jobs=jobs)
-    reports = {r.name: NodeReport(r.name, r.uuid, r.action.value, "enroll", None, r.ok, r.error_kind, r.error)
-               for r in results}
-    specs = inv.by_name()
-    works = [lifecycle.Work(spec=specs[r.name], uuid=r.uuid) for r in results if r.ok and r.uuid]
-    if works and not no_lifecycle:
-        policy = lifecycle.Policy(max_recoveries=max_recoveries, overall_timeout=timeout)
-        for stage in (lifecycle.Stage.INSPECT, lifecycle.Stage.CLEAN, lifecycle.Stage.PROVIDE):
-            policy.concurrency[stage] = concurrency
-        lifecycle.run(prov, works, policy, progress=_progress(app))
-        for w in works:
-            rep = reports[w.spec.name]
-            rep.stage = w.stage.value
-            rep.state = w.node.get("provision_state")
-            rep.ok = w.error_type is None
-            rep.error_type, rep.error = w.error_type, w.error
-    elif works:
-        for w in works:
-            reports[w.spec.name].state = "enroll" if plan else None
+    with _progress(app) as progress:
+        results = enroll_mod.apply(plan, prov, jobs=jobs, progress=progress.created)
+        reports = {r.name: NodeReport(r.name, r.uuid, r.action.value, "enroll", None, r.ok, r.error_kind, r.error)
+                   for r in results}
+        specs = inv.by_name()
+        works = [lifecycle.Work(spec=specs[r.name], uuid=r.uuid) for r in results if r.ok and r.uuid]
+        if works and not no_lifecycle:
+            policy = lifecycle.Policy(max_recoveries=max_recoveries, overall_timeout=timeout)
+            for stage in (lifecycle.Stage.INSPECT, lifecycle.Stage.CLEAN, lifecycle.Stage.PROVIDE):
+                policy.concurrency[stage] = concurrency
+            lifecycle.run(prov, works, policy, progress=progress.update)
+            for w in works:
+                rep = reports[w.spec.name]
+                rep.stage = w.stage.value
+                rep.state = w.node.get("provision_state")
+                rep.ok = w.error_type is None
+                rep.error_type, rep.error = w.error_type, w.error
+        elif works:
+            for w in works:
+                reports[w.spec.name].state = "enroll" if plan else None
     report = Report("enroll", list(reports.values()), seconds=time.monotonic() - start, writes=prov.writes,
-                    retried=dict(prov.retried))
+                    retried=dict(prov.retried), pacing=prov.pacer.stats.to_dict())
     if report_path:
         report.write(report_path)
     output.emit(report.to_dict(), app.output, rows=report.rows(),
@@ -135,20 +138,10 @@ def enroll(app, file, fmt, allow_plaintext_secrets, key_file, dry_run, jobs, no_
 
 
 def _progress(app):
-    if app.output != "table" or not sys.stderr.isatty():
-        return None
-    last = {"text": ""}
+    """Nodes per state on standard error while enroll runs (in place on a terminal, plain lines otherwise)."""
+    from nodeforge.ironic.progress import Progress
 
-    def show(works):
-        counts: dict[str, int] = {}
-        for w in works:
-            key = w.result.value if w.result else ("failed" if w.error_type else w.node.get("provision_state") or "?")
-            counts[key] = counts.get(key, 0) + 1
-        text = "  ".join(f"{k}: {v}" for k, v in sorted(counts.items()))
-        if text != last["text"]:
-            click.echo(f"\r{text}\x1b[K", err=True, nl=False)
-            last["text"] = text
-    return show
+    return Progress()
 
 
 @baremetal.command("keygen")

@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import logging
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any, Callable
 
 from nodeforge.ironic import constants as C
@@ -308,8 +308,18 @@ class EnrollResult:
     error_kind: str | None = None
 
 
-def apply(plan_: Plan, provisioner: Provisioner, *, jobs: int = 4) -> list[EnrollResult]:
-    """Execute the plan; one result per node (in inventory order)."""
+DEFAULT_JOBS = 16
+
+
+def apply(plan_: Plan, provisioner: Provisioner, *, jobs: int = DEFAULT_JOBS,
+          progress: Callable[[int, int], None] | None = None) -> list[EnrollResult]:
+    """Execute the plan; one result per node (in inventory order).
+
+    ``jobs`` threads create/update nodes (each node's calls in order: node,
+    traits, ports); how many calls are in flight at once is the provisioner's
+    pacer's to say (``pacing.py``: it follows Ironic's latency and its
+    409/503 answers), ``jobs`` is the upper bound. ``progress(done, total)``
+    after each node."""
     def one(p: NodePlan) -> EnrollResult:
         if p.action is Action.ERROR:
             return EnrollResult(p.spec.name, p.action, p.uuid, ok=False, error=p.error, error_kind=p.error_kind)
@@ -336,5 +346,10 @@ def apply(plan_: Plan, provisioner: Provisioner, *, jobs: int = 4) -> list[Enrol
                                 error_kind=exc.kind.value)
         return EnrollResult(p.spec.name, p.action, uuid)
 
+    total = len(plan_.nodes)
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        return list(pool.map(one, plan_.nodes))
+        futures = [pool.submit(one, p) for p in plan_.nodes]
+        if progress:
+            for i, _ in enumerate(as_completed(futures), 1):
+                progress(i, total)
+        return [f.result() for f in futures]

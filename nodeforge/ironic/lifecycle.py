@@ -1,13 +1,20 @@
 """Node lifecycle after enrollment: manage -> (inspect) -> (manual clean) -> provide.
 
 One table, :data:`HANDLERS`, maps each :class:`NodeState` (derived from
-Ironic's provision state) to a handler. Handlers only decide: they return an
-:class:`Outcome` (Continue, Complete, Failed, Retry); :func:`advance` applies
-it, logs it and counts failures. :func:`run` drives a batch: one node listing
-per poll (not one GET per node), a per-stage concurrency limit on the verbs it
-issues, a per-stage timeout, and the recovery policy for ``clean failed`` /
-``inspect failed`` (retry ``max_recoveries`` times, else back to
-``manageable`` in maintenance with the reason).
+Ironic's provision state) to a handler. Handlers only decide, making no API
+call: they return an :class:`Outcome` (Continue, Complete, Failed, Retry, or
+:class:`Act`: the writes they want, verb and arguments, then the outcome once
+Ironic accepted them). One place makes the writes (:func:`perform`), records
+them (:func:`settle`) and applies, logs and counts the outcome
+(:func:`conclude`). :func:`run` drives a batch: one node listing per poll
+(not one GET per node, only the fields a poll needs), every node's decision,
+then all the round's writes at once from a thread pool (each node's in
+order; in flight as many as the provisioner's pacer allows, see
+``pacing.py``), so a round costs about one round trip, not one per node; a
+per-stage concurrency limit on the verbs it issues, a per-stage timeout, and
+the recovery policy for ``clean failed`` / ``inspect failed`` (retry
+``max_recoveries`` times, else back to ``manageable`` in maintenance with
+the reason).
 
 Progress is Ironic's own provision state plus a checkpoint in ``extra``
 (:data:`constants.EXTRA_CHECKPOINT`: ``inspected``, ``cleaned``), so a run
@@ -22,12 +29,14 @@ import dataclasses
 import enum
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 from nodeforge.ironic import constants as C
 from nodeforge.ironic.constants import ProvisionState as PS, Verb
 from nodeforge.ironic.inventory import CleanMode, NodeSpec
-from nodeforge.ironic.provisioner import ErrorKind, IronicError, Provisioner
+from nodeforge.ironic.pacing import Pacer
+from nodeforge.ironic.provisioner import IronicError, Provisioner
 from nodeforge.redact import scrub
 
 log = logging.getLogger(__name__)
@@ -97,18 +106,67 @@ class Retry:
     delay: float = 1.0
 
 
-Outcome = Continue | Complete | Failed | Retry
+class OnError(str, enum.Enum):
+    """How a refused :class:`Write` turns into the node's outcome (the writes after it are not made)."""
+    API = "api"          # retriable: Retry; else Failed("api")
+    REJECT = "reject"    # a stage's verb: retriable: Retry (2 s); else Failed("<stage>-rejected")
+    RETRY = "retry"      # any refusal: Retry
+    IGNORE = "ignore"    # logged; the Act's outcome stands
+
+
+@dataclasses.dataclass(frozen=True)
+class Write:
+    """One write a handler wants made on its node: a provision ``verb`` (with
+    ``clean_steps``/``disable_ramdisk``), a JSON ``patch``, or ``maintenance``
+    (set, with that reason). ``stage``: the verb starts that stage (its
+    bookkeeping and the ``NAME: VERB`` log line follow its acceptance).
+    ``effect`` records the write on the :class:`Work` once Ironic accepted it."""
+
+    verb: Verb | None = None
+    clean_steps: tuple[dict, ...] | None = None
+    disable_ramdisk: bool | None = None
+    patch: tuple[dict, ...] | None = None
+    maintenance: str | None = None
+    stage: Stage | None = None
+    on_error: OnError = OnError.API
+    label: str = ""                      # for RETRY/IGNORE messages
+    effect: Callable[["Work", float], None] | None = dataclasses.field(default=None, compare=False)
+
+    def perform(self, provisioner: "Provisioner", uuid: str) -> None:
+        if self.maintenance is not None:
+            provisioner.set_maintenance(uuid, self.maintenance)
+        elif self.patch is not None:
+            provisioner.patch_node(uuid, list(self.patch))
+        else:
+            kw = {}
+            if self.clean_steps is not None:
+                kw["clean_steps"] = list(self.clean_steps)
+            if self.disable_ramdisk is not None:
+                kw["disable_ramdisk"] = self.disable_ramdisk
+            provisioner.set_provision_state(uuid, self.verb, **kw)
+
+
+@dataclasses.dataclass(frozen=True)
+class Act:
+    """The handler's decision to write: ``writes`` in order (one node's, made by
+    one worker, concurrently with other nodes'), then ``then`` once all were accepted."""
+    writes: tuple[Write, ...]
+    then: "Outcome" = Continue()
+
+
+Outcome = Continue | Complete | Failed | Retry | Act
 
 
 @dataclasses.dataclass
 class Policy:
     concurrency: dict[Stage, int] = dataclasses.field(default_factory=lambda: {
-        Stage.MANAGE: 20, Stage.INSPECT: 10, Stage.CLEAN: 10, Stage.PROVIDE: 10})
+        Stage.MANAGE: 100, Stage.INSPECT: 100, Stage.CLEAN: 100, Stage.PROVIDE: 100})
     timeouts: dict[Stage, float] = dataclasses.field(default_factory=lambda: {
         Stage.MANAGE: 180.0, Stage.INSPECT: 600.0, Stage.CLEAN: 1800.0, Stage.PROVIDE: 1800.0})
     max_recoveries: int = 1
-    poll_interval: float = 1.0      # >= 0.5 s: the API shares its process with the conductor
+    poll_interval: float = 0.5      # the shortest poll interval; the pacer stretches it (pacing.py)
     overall_timeout: float = 3600.0
+    workers: int = 32               # threads making writes; Ironic's pace is the pacer's limit
 
 
 @dataclasses.dataclass
@@ -150,26 +208,45 @@ class Ctx:
 Handler = Callable[[Work, Ctx], Outcome]
 
 
-def _issue(w: Work, ctx: Ctx, stage: Stage, verb: Verb, **kw) -> Outcome:
+def _started(stage: Stage, verb: Verb):
+    def effect(w: Work, now: float) -> None:
+        if w.stage is not stage:
+            w.stage_seconds[w.stage.value] = round(now - (w.issued_at or now), 2)
+        w.stage, w.issued, w.issued_at = stage, verb, now
+        log.info("%s: %s", w.spec.name, verb.value)
+    return effect
+
+
+def _issue(w: Work, ctx: Ctx, stage: Stage, verb: Verb, *, clean_steps: list[dict] | None = None,
+           disable_ramdisk: bool | None = None) -> Outcome:
+    """Start ``stage`` with ``verb`` if the stage has a free slot (reserved now)."""
     if ctx.busy.get(stage, 0) >= ctx.policy.concurrency.get(stage, 10):
         return Continue()
-    try:
-        ctx.provisioner.set_provision_state(w.uuid, verb, **kw)
-    except IronicError as exc:
-        if exc.kind.retriable:
-            return Retry(f"{verb.value}: {exc.kind.value}", delay=2.0)
-        return Failed(f"{stage.value}-rejected", str(exc))
-    if w.stage is not stage:
-        w.stage_seconds[w.stage.value] = round(ctx.now - (w.issued_at or ctx.now), 2)
-    w.stage, w.issued, w.issued_at = stage, verb, ctx.now
     ctx.busy[stage] = ctx.busy.get(stage, 0) + 1
-    log.info("%s: %s", w.spec.name, verb.value)
-    return Continue()
+    return Act((Write(verb, tuple(clean_steps) if clean_steps is not None else None, disable_ramdisk,
+                      stage=stage, on_error=OnError.REJECT, effect=_started(stage, verb)),))
 
 
-def _checkpoint(w: Work, ctx: Ctx, value: str) -> None:
-    ctx.provisioner.patch_node(w.uuid, [{"op": "add", "path": f"/extra/{C.EXTRA_CHECKPOINT}", "value": value}])
-    w.node.setdefault("extra", {})[C.EXTRA_CHECKPOINT] = value
+def _set_extra(key: str, value):
+    def effect(w: Work, now: float) -> None:
+        w.node.setdefault("extra", {})[key] = value
+    return effect
+
+
+def _checkpoint(value: str) -> Write:
+    def effect(w: Work, now: float) -> None:
+        _set_extra(C.EXTRA_CHECKPOINT, value)(w, now)
+        w.issued = None
+    return Write(patch=({"op": "add", "path": f"/extra/{C.EXTRA_CHECKPOINT}", "value": value},), effect=effect)
+
+
+def _then(writes: list[Write], outcome: Outcome) -> Outcome:
+    """``writes`` first, then ``outcome`` (itself maybe an :class:`Act`)."""
+    if not writes:
+        return outcome
+    if isinstance(outcome, Act):
+        return Act(tuple(writes) + outcome.writes, outcome.then)
+    return Act(tuple(writes), outcome)
 
 
 def _timed_out(w: Work, ctx: Ctx) -> bool:
@@ -188,33 +265,29 @@ def on_enrolled(w: Work, ctx: Ctx) -> Outcome:
 def on_transient(w: Work, ctx: Ctx) -> Outcome:
     if _timed_out(w, ctx):
         state = w.node.get("provision_state")
+        failed = Failed(f"{w.stage.value}-timeout", f"still '{state}' after {ctx.policy.timeouts.get(w.stage):.0f}s")
         if state in (PS.CLEAN_WAIT.value, PS.INSPECT_WAIT.value):
-            try:
-                ctx.provisioner.set_provision_state(w.uuid, Verb.ABORT)
-            except IronicError:
-                pass
-        return Failed(f"{w.stage.value}-timeout",
-                      f"still '{state}' after {ctx.policy.timeouts.get(w.stage):.0f}s")
+            return Act((Write(Verb.ABORT, on_error=OnError.IGNORE),), failed)
+        return failed
     return Continue()
 
 
 def on_manageable(w: Work, ctx: Ctx) -> Outcome:
+    first: list[Write] = []
+    cp = w.checkpoint
     if w.issued is Verb.INSPECT:
-        _checkpoint(w, ctx, "inspected")
-        w.issued = None
+        first, cp = [_checkpoint("inspected")], "inspected"
     elif w.issued is Verb.CLEAN:
-        _checkpoint(w, ctx, "cleaned")
-        w.issued = None
+        first, cp = [_checkpoint("cleaned")], "cleaned"
     elif w.issued is Verb.PROVIDE:
         return Continue() if not _timed_out(w, ctx) else Failed("provide-timeout", "node stayed manageable")
-    cp = w.checkpoint
     if w.spec.inspect and cp not in ("inspected", "cleaned"):
-        return _issue(w, ctx, Stage.INSPECT, Verb.INSPECT)
+        return _then(first, _issue(w, ctx, Stage.INSPECT, Verb.INSPECT))
     cleaning = w.spec.cleaning
     if cleaning.mode is CleanMode.MANUAL and cp != "cleaned":
-        return _issue(w, ctx, Stage.CLEAN, Verb.CLEAN, clean_steps=[s.to_dict() for s in cleaning.steps],
-                      disable_ramdisk=True if cleaning.disable_ramdisk else None)
-    return _issue(w, ctx, Stage.PROVIDE, Verb.PROVIDE)
+        return _then(first, _issue(w, ctx, Stage.CLEAN, Verb.CLEAN, clean_steps=[s.to_dict() for s in cleaning.steps],
+                                   disable_ramdisk=True if cleaning.disable_ramdisk else None))
+    return _then(first, _issue(w, ctx, Stage.PROVIDE, Verb.PROVIDE))
 
 
 def persisted_recoveries(node: dict) -> int:
@@ -230,43 +303,48 @@ def on_failed(w: Work, ctx: Ctx) -> Outcome:
     """``clean failed`` / ``inspect failed``: the documented recovery policy.
 
     The count is kept on the node (``extra.nodeforge_retries``) and written
-    *before* the recovery is issued, so a run killed and started again (any
-    number of times) never grants a node more than ``max_recoveries``."""
+    *before* the recovery is issued (the writes of one :class:`Act` are made
+    in order, the next only after Ironic accepted the previous), so a run
+    killed and started again (any number of times) never grants a node more
+    than ``max_recoveries``."""
     reason = scrub(w.node.get("last_error") or w.node.get("provision_state") or "")
     kind = "clean-failed" if node_state(w.node) is NodeState.CLEAN_FAILED else "inspect-failed"
     w.recoveries = max(w.recoveries, persisted_recoveries(w.node))
     if w.issued is Verb.MANAGE and not _timed_out(w, ctx):
         return Continue()  # the recovery's manage is issued; wait for it to land
     if w.recovery_pending or w.recoveries < ctx.policy.max_recoveries:
+        writes: list[Write] = []
+        spent = w.recoveries
         if not w.recovery_pending:
-            # Spend the recovery on the node first: a kill after this line
+            # Spend the recovery on the node first: a kill after this write
             # costs a recovery, never grants an extra one.
-            ctx.provisioner.patch_node(w.uuid, [{"op": "add", "path": f"/extra/{C.EXTRA_RETRIES}",
-                                                 "value": w.recoveries + 1}])
-            w.node.setdefault("extra", {})[C.EXTRA_RETRIES] = w.recoveries + 1
-            w.recoveries += 1
-            w.recovery_pending = True
-        try:
-            ctx.provisioner.set_provision_state(w.uuid, Verb.MANAGE)
-        except IronicError as exc:
-            return Retry(f"manage after {kind}: {exc.kind.value}")
-        w.recovery_pending = False
-        w.issued, w.issued_at = Verb.MANAGE, ctx.now
-        return Retry(f"{kind}; recovery {w.recoveries}/{ctx.policy.max_recoveries}: {reason}")
-    try:
-        # Maintenance first: a run killed in between still finds the node parked.
-        ctx.provisioner.set_maintenance(w.uuid, f"{PARKED_PREFIX}{kind}: {reason}"[:255])
-        ctx.provisioner.set_provision_state(w.uuid, Verb.MANAGE)
-    except IronicError as exc:
-        log.warning("%s: could not park the node in maintenance: %s", w.spec.name, exc)
-    return Failed(kind, reason)
+            spent = w.recoveries + 1
+
+            def counted(w: Work, now: float, n=spent) -> None:
+                _set_extra(C.EXTRA_RETRIES, n)(w, now)
+                w.recoveries, w.recovery_pending = n, True
+            writes.append(Write(patch=({"op": "add", "path": f"/extra/{C.EXTRA_RETRIES}", "value": spent},),
+                                effect=counted))
+
+        def reissued(w: Work, now: float) -> None:
+            w.recovery_pending = False
+            w.issued, w.issued_at = Verb.MANAGE, now
+        writes.append(Write(Verb.MANAGE, on_error=OnError.RETRY, label=f"manage after {kind}", effect=reissued))
+        return Act(tuple(writes), Retry(f"{kind}; recovery {spent}/{ctx.policy.max_recoveries}: {reason}"))
+    # Maintenance first: a run killed in between still finds the node parked.
+    return Act((Write(maintenance=f"{PARKED_PREFIX}{kind}: {reason}"[:255], on_error=OnError.IGNORE,
+                      label="could not park the node in maintenance"),
+                Write(Verb.MANAGE, on_error=OnError.IGNORE, label="could not park the node in maintenance")),
+               Failed(kind, reason))
 
 
 def on_available(w: Work, ctx: Ctx) -> Outcome:
     if C.EXTRA_RETRIES in (w.node.get("extra") or {}):
         # Recovered: the next failure (another run, months later) gets the full policy again.
-        ctx.provisioner.patch_node(w.uuid, [{"op": "remove", "path": f"/extra/{C.EXTRA_RETRIES}"}])
-        w.node["extra"].pop(C.EXTRA_RETRIES, None)
+        def cleared(w: Work, now: float) -> None:
+            w.node["extra"].pop(C.EXTRA_RETRIES, None)
+        return Act((Write(patch=({"op": "remove", "path": f"/extra/{C.EXTRA_RETRIES}"},), effect=cleared),),
+                   Complete(NodeState.AVAILABLE))
     return Complete(NodeState.AVAILABLE)
 
 
@@ -300,20 +378,72 @@ def parked(node: dict) -> str | None:
     return None
 
 
-def advance(w: Work, ctx: Ctx) -> Outcome:
-    """Run the handler for the node's current state and apply its outcome."""
+def decide(w: Work, ctx: Ctx) -> Outcome:
+    """The handler's decision for the node's current state (no API call)."""
     if ctx.now < w.not_before:
         return Continue()
     state = node_state(w.node)
     kind = parked(w.node)
+    if kind and w.issued is None:
+        # Parked by an earlier run: left alone until an operator unsets maintenance.
+        return Failed(kind, f"parked in maintenance by an earlier run: {w.node['maintenance_reason']}")
     try:
-        if kind and w.issued is None:
-            # Parked by an earlier run: left alone until an operator unsets maintenance.
-            outcome: Outcome = Failed(kind, f"parked in maintenance by an earlier run: {w.node['maintenance_reason']}")
-        else:
-            outcome = HANDLERS[state](w, ctx)
+        return HANDLERS[state](w, ctx)
     except IronicError as exc:
-        outcome = Retry(f"{exc.kind.value}") if exc.kind.retriable else Failed("api", str(exc))
+        return _api_error(exc)
+
+
+def _api_error(exc: IronicError) -> Outcome:
+    return Retry(f"{exc.kind.value}") if exc.kind.retriable else Failed("api", str(exc))
+
+
+@dataclasses.dataclass
+class Performed:
+    """What :func:`perform` got done of an :class:`Act`: the writes Ironic
+    accepted, and the refused one with its error (the rest not attempted)."""
+    act: Act
+    accepted: int = 0
+    error: IronicError | None = None
+
+
+def perform(provisioner: Provisioner, uuid: str, act: Act) -> Performed:
+    """Make an Act's writes in order, stopping at the first refusal (thread-safe: touches no Work)."""
+    done = Performed(act)
+    for write in act.writes:
+        try:
+            write.perform(provisioner, uuid)
+        except IronicError as exc:
+            done.error = exc
+            return done
+        done.accepted += 1
+    return done
+
+
+def settle(w: Work, ctx: Ctx, done: Performed) -> Outcome:
+    """Record the accepted writes on the Work and turn a refusal into the node's outcome."""
+    act = done.act
+    for write in act.writes[:done.accepted]:
+        if write.effect:
+            write.effect(w, ctx.now)
+    exc = done.error
+    if exc is None:
+        return act.then
+    write = act.writes[done.accepted]
+    if write.on_error is OnError.REJECT:
+        if exc.kind.retriable:
+            return Retry(f"{write.verb.value}: {exc.kind.value}", delay=2.0)
+        return Failed(f"{write.stage.value}-rejected", str(exc))
+    if write.on_error is OnError.RETRY:
+        return Retry(f"{write.label}: {exc.kind.value}")
+    if write.on_error is OnError.IGNORE:
+        if write.label:
+            log.warning("%s: %s: %s", w.spec.name, write.label, exc)
+        return act.then
+    return _api_error(exc)
+
+
+def conclude(w: Work, ctx: Ctx, outcome: Outcome) -> Outcome:
+    """Apply a final outcome (not an Act) to the Work, log it and count failures."""
     if isinstance(outcome, Complete):
         w.result = outcome.state
         w.stage = Stage.DONE
@@ -328,39 +458,84 @@ def advance(w: Work, ctx: Ctx) -> Outcome:
     return outcome
 
 
+def advance(w: Work, ctx: Ctx) -> Outcome:
+    """One node, serially: decide, make its writes, apply the outcome."""
+    outcome = decide(w, ctx)
+    if isinstance(outcome, Act):
+        outcome = settle(w, ctx, perform(ctx.provisioner, w.uuid, outcome))
+    return conclude(w, ctx, outcome)
+
+
+# Fields a poll needs (a listing of only these is much cheaper than /nodes/detail).
+POLL_FIELDS = ["uuid", "name", "provision_state", "target_provision_state", "last_error", "extra",
+               "maintenance", "maintenance_reason"]
+
+_TRANSIENT = (NodeState.VERIFYING, NodeState.INSPECTING, NodeState.CLEANING)
+
+
 def run(provisioner: Provisioner, works: list[Work], policy: Policy | None = None, *,
         clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
-        progress: Callable[[list[Work]], None] | None = None) -> list[Work]:
-    """Drive every node to a final state (or a per-node failure)."""
+        progress: Callable[[list[Work]], None] | None = None, pacer: Pacer | None = None) -> list[Work]:
+    """Drive every node to a final state (or a per-node failure).
+
+    Each round: one node listing; every node's handler decides (serially, no
+    API call); the writes decided are made concurrently (``policy.workers``
+    threads; the provisioner's :class:`~nodeforge.ironic.pacing.Pacer` keeps
+    as many in flight as Ironic answers well), each node's in order; then the
+    outcomes are applied. The pause before the next listing is the pacer's
+    poll interval (at least ``policy.poll_interval``)."""
     policy = policy or Policy()
+    pacer = pacer or getattr(provisioner, "pacer", None) or Pacer(clock=clock)
     start = clock()
     by_uuid = {w.uuid: w for w in works}
-    while True:
-        pending = [w for w in works if not w.done]
-        if not pending:
-            break
-        now = clock()
-        if now - start > policy.overall_timeout:
+    seen: dict[str, tuple] = {}
+    with ThreadPoolExecutor(max_workers=max(1, policy.workers), thread_name_prefix="lifecycle") as pool:
+        while True:
+            pending = [w for w in works if not w.done]
+            if not pending:
+                break
+            now = clock()
+            if now - start > policy.overall_timeout:
+                for w in pending:
+                    w.error_type, w.error = "timeout", f"run timed out at stage {w.stage.value}"
+                break
+            refused_before = sum(getattr(provisioner, "retried", {}).values())
+            nodes = {n["uuid"]: n for n in provisioner.list_nodes(fields=POLL_FIELDS) if n["uuid"] in by_uuid}
+            busy: dict[Stage, int] = {}
+            moved = False
             for w in pending:
-                w.error_type, w.error = "timeout", f"run timed out at stage {w.stage.value}"
-            break
-        nodes = {n["uuid"]: n for n in provisioner.list_nodes() if n["uuid"] in by_uuid}
-        busy: dict[Stage, int] = {}
-        for w in pending:
-            w.node = nodes.get(w.uuid, {"provision_state": None})
-            st = node_state(w.node)
-            if w.issued_at is None and st in (NodeState.VERIFYING, NodeState.INSPECTING, NodeState.CLEANING):
-                w.issued_at = now  # resumed mid-stage: its timeout starts now
-            if st in (NodeState.VERIFYING, NodeState.INSPECTING, NodeState.CLEANING):
-                busy[w.stage] = busy.get(w.stage, 0) + 1
-        ctx = Ctx(provisioner, policy, busy, now)
-        for w in pending:
-            if w.uuid not in nodes:
-                w.error_type, w.error = "deleted", "node disappeared from Ironic"
-                continue
-            advance(w, ctx)
-        if progress:
-            progress(works)
-        if any(not w.done for w in works):
-            sleep(policy.poll_interval)
+                w.node = nodes.get(w.uuid, {"provision_state": None})
+                st = node_state(w.node)
+                key = (w.node.get("provision_state"), w.node.get("target_provision_state"))
+                moved = moved or seen.get(w.uuid) != key
+                seen[w.uuid] = key
+                if w.issued_at is None and st in _TRANSIENT:
+                    w.issued_at = now  # resumed mid-stage: its timeout starts now
+                if st in _TRANSIENT:
+                    busy[w.stage] = busy.get(w.stage, 0) + 1
+            ctx = Ctx(provisioner, policy, busy, now)
+            acts: list[tuple[Work, Act]] = []
+            for w in pending:
+                if w.uuid not in nodes:
+                    w.error_type, w.error = "deleted", "node disappeared from Ironic"
+                    continue
+                outcome = decide(w, ctx)
+                if isinstance(outcome, Act):
+                    acts.append((w, outcome))
+                else:
+                    conclude(w, ctx, outcome)
+            refused = False
+            if acts:
+                moved = True
+                futures = [(w, pool.submit(perform, provisioner, w.uuid, act)) for w, act in acts]
+                for w, fut in futures:
+                    done = fut.result()
+                    refused = refused or (done.error is not None and done.error.kind.retriable)
+                    conclude(w, ctx, settle(w, ctx, done))
+            refused = refused or sum(getattr(provisioner, "retried", {}).values()) > refused_before
+            if progress:
+                progress(works)
+            pacer.round_done(moved=moved, congested=refused)
+            if any(not w.done for w in works):
+                sleep(max(policy.poll_interval, pacer.poll_interval()))
     return works

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 from nodeforge.errors import NodeforgeError
 from nodeforge.ironic import constants as C
 from nodeforge.ironic.constants import ProvisionState as PS, Verb
+from nodeforge.ironic.pacing import Pacer
 from nodeforge.redact import scrub
 
 log = logging.getLogger(__name__)
@@ -108,7 +109,7 @@ class Provisioner(Protocol):
     retries: int
     retried: dict[str, int]   # answers retried, by HTTP status ("409", "503") or "network"
 
-    def list_nodes(self) -> list[dict]: ...
+    def list_nodes(self, fields: list[str] | None = None) -> list[dict]: ...
     def list_ports(self) -> list[dict]: ...
     def get_node(self, ident: str) -> dict: ...
     def get_inventory(self, ident: str) -> dict | None: ...
@@ -126,7 +127,8 @@ class SdkProvisioner:
     """Ironic's REST API through an openstacksdk connection (its baremetal
     adapter: auth, endpoint, TLS from clouds.yaml); nodeforge's own retries."""
 
-    def __init__(self, conn, *, retry: RetryPolicy | None = None, api_version: str = C.API_VERSION):
+    def __init__(self, conn, *, retry: RetryPolicy | None = None, api_version: str = C.API_VERSION,
+                 pacer: Pacer | None = None):
         self.conn = conn
         self.adapter = conn.baremetal
         self.retry = retry or RetryPolicy()
@@ -135,6 +137,9 @@ class SdkProvisioner:
         self.retries = 0
         self.retried: dict[str, int] = {}
         self._lock = threading.Lock()
+        # Adaptive pacing (nodeforge/ironic/pacing.py): every write waits for a slot;
+        # every answer (latency, status) is reported to it. None: unpaced.
+        self.pacer = pacer
 
     # -- transport
     def _call(self, method: str, url: str, operation: str, *, json_body: Any = None, write: bool = False,
@@ -146,15 +151,25 @@ class SdkProvisioner:
             if write:
                 with self._lock:
                     self.writes += 1
+            pacer = self.pacer
+            if pacer is not None and write:
+                pacer.acquire()
+            started, status = time.monotonic(), None
             try:
                 resp = self.adapter.request(url, method, json=json_body, microversion=microversion or self.version,
                                             raise_exc=False, status_code_retries=0, connect_retries=2)
             except ks_exc.ConnectionError as exc:
                 kind, detail, status = ErrorKind.NETWORK, type(exc).__name__, None
             else:
-                if resp.status_code < 400:
-                    return resp.json() if resp.content else None
                 status = resp.status_code
+            finally:
+                if pacer is not None:
+                    if write:
+                        pacer.release()
+                    pacer.record(status, time.monotonic() - started, listing=not write)
+            if status is not None:
+                if status < 400:
+                    return resp.json() if resp.content else None
                 kind, detail = classify(status, resp.text)
             if kind.retriable and attempt + 1 < self.retry.attempts:
                 delay = self.retry.delay(attempt)
@@ -178,7 +193,10 @@ class SdkProvisioner:
         return out
 
     # -- reads
-    def list_nodes(self) -> list[dict]:
+    def list_nodes(self, fields: list[str] | None = None) -> list[dict]:
+        """Every node; with ``fields`` only those (a much cheaper listing for polls)."""
+        if fields:
+            return self._paged(f"/nodes?fields={','.join(fields)}&limit={C.PAGE_LIMIT}", "nodes")
         return self._paged(f"/nodes/detail?limit={C.PAGE_LIMIT}", "nodes")
 
     def list_ports(self) -> list[dict]:
@@ -281,10 +299,11 @@ class FakeProvisioner:
             n["provision_state"] = C.EXPECTED_STATE[verb].value
             n["last_error"] = None
 
-    def list_nodes(self) -> list[dict]:
+    def list_nodes(self, fields: list[str] | None = None) -> list[dict]:
         for n in self.nodes.values():
             self._land(n)
-        return [json.loads(json.dumps(n)) for n in self.nodes.values()]
+        nodes = [json.loads(json.dumps(n)) for n in self.nodes.values()]
+        return [{k: n.get(k) for k in fields} for n in nodes] if fields else nodes
 
     def list_ports(self) -> list[dict]:
         return [dict(p) for p in self.ports.values()]

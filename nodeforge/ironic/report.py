@@ -63,6 +63,7 @@ class Report:
     seconds: float = 0.0
     writes: int = 0
     retried: dict[str, int] = dataclasses.field(default_factory=dict)  # 409/503 answers retried
+    pacing: dict | None = None      # the pacer's figures (pacing.Stats): calls, congestion, limits reached
 
     @property
     def failed(self) -> list[NodeReport]:
@@ -78,7 +79,7 @@ class Report:
     def to_dict(self) -> dict:
         return scrub_obj({"command": self.command, "ok": len(self.nodes) - len(self.failed),
                           "failed": len(self.failed), "seconds": round(self.seconds, 2), "writes": self.writes,
-                          "retried": dict(self.retried),
+                          "retried": dict(self.retried), **({"pacing": self.pacing} if self.pacing else {}),
                           "exit_code": int(self.exit_code()), "nodes": [n.to_dict() for n in self.nodes]})
 
     def rows(self) -> list[dict]:
