@@ -1,0 +1,396 @@
+"""A Debian archive trusted only through its signed ``InRelease``.
+
+For each suite (e.g. ``bookworm``, ``bookworm-updates`` from the main mirror,
+``bookworm-security`` from the security mirror):
+
+1. ``dists/<suite>/InRelease`` is downloaded and verified with ``gpgv``
+   against the archive keyring (``/usr/share/keyrings/debian-archive-keyring.gpg``
+   unless configured otherwise). Only the text ``gpgv`` reports as signed is
+   parsed (``gpgv --output``), so nothing outside the signature can slip in;
+   an unsigned, badly signed, expired (``Valid-Until``) or wrong-suite file is
+   an :class:`ArchiveTrustError` naming its URL;
+2. the ``Packages`` index of each component (``.xz``, else ``.gz``, else
+   plain) is downloaded (by hash when the archive offers ``Acquire-By-Hash``)
+   and its size and sha256 must be the ones the verified ``InRelease`` lists;
+3. each stanza's ``Package``, ``Version``, ``Architecture``, ``SHA256``,
+   ``Filename`` and ``Size`` become a :class:`Record`.
+
+The mirrors come from configuration (the environment, else the host's apt
+sources: :func:`host_mirrors`); nothing here names a host.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import email.utils
+import functools
+import gzip
+import hashlib
+import lzma
+import os
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Iterable
+
+from debian import deb822
+from debian.debian_support import Version
+
+from nodeforge.errors import ConfigError, NodeforgeError
+
+DEFAULT_KEYRING = Path("/usr/share/keyrings/debian-archive-keyring.gpg")
+ENV_KEYRING = "NODEFORGE_DEBIAN_KEYRING"
+ENV_MIRROR = "NODEFORGE_DEBIAN_MIRROR"
+ENV_SECURITY_MIRROR = "NODEFORGE_DEBIAN_SECURITY_MIRROR"
+APT_SOURCES = (Path("/etc/apt/sources.list"), Path("/etc/apt/sources.list.d"))
+MAX_INDEX_BYTES = 512 << 20   # a decompressed Packages file larger than this is refused
+TIMEOUT = 60
+RETRIES = 3
+
+
+class ArchiveError(NodeforgeError):
+    message = "Debian archive: {detail}"
+
+
+class ArchiveTrustError(ArchiveError):
+    """A file whose signature or hash does not verify: never used."""
+
+    message = "refused {what} {url}: {detail}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Suite:
+    """One suite of one mirror: ``<base_url>/dists/<name>/``."""
+
+    name: str                 # bookworm, bookworm-updates, bookworm-security
+    archive: str              # "main" or "security": which configured mirror serves it
+    base_url: str
+    components: tuple[str, ...] = ("main",)
+
+    @property
+    def security(self) -> bool:
+        return self.archive == "security" or self.name.endswith("-security")
+
+    def url(self, path: str) -> str:
+        return f"{self.base_url.rstrip('/')}/{path.lstrip('/')}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Record:
+    """One binary package as a verified ``Packages`` index publishes it."""
+
+    name: str
+    version: str
+    arch: str
+    sha256: str
+    filename: str
+    size: int
+    suite: str
+    priority: str = ""
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.name, self.arch)
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "version": self.version, "arch": self.arch, "suite": self.suite,
+                "sha256": self.sha256, "size": self.size, "filename": self.filename}
+
+
+@dataclasses.dataclass
+class SuiteIndex:
+    """A suite's verified ``InRelease`` and the verified ``Packages`` indexes below it."""
+
+    suite: Suite
+    inrelease: bytes                          # the file as served (signature included)
+    release: dict                             # fields of the verified text
+    packages: dict[str, bytes]                # path below dists/<suite>/ -> the compressed file as served
+    stanzas: list[deb822.Packages]
+    records: list[Record]
+
+
+@dataclasses.dataclass
+class ArchiveConfig:
+    """What to trust and where to fetch it."""
+
+    suites: list[Suite]
+    arch: str = "amd64"
+    keyring: Path = DEFAULT_KEYRING
+
+    @classmethod
+    def for_release(cls, release: str, mirrors: dict[str, str], *, arch: str = "amd64",
+                    keyring: Path | None = None, components: Iterable[str] = ("main",),
+                    suites: Iterable[tuple[str, str]] | None = None) -> "ArchiveConfig":
+        """The suites of a Debian release: ``<release>`` and ``<release>-updates`` from the
+        main mirror, ``<release>-security`` from the security mirror (``suites`` overrides,
+        as (suite, archive) pairs)."""
+        comps = tuple(components)
+        pairs = list(suites) if suites is not None else [
+            (release, "main"), (f"{release}-updates", "main"), (f"{release}-security", "security")]
+        out = []
+        for name, archive in pairs:
+            if archive not in mirrors or not mirrors[archive]:
+                raise ArchiveError(detail=f"no {archive} mirror configured for suite {name}",
+                                   hint=f"set {ENV_SECURITY_MIRROR if archive == 'security' else ENV_MIRROR}")
+            out.append(Suite(name, archive, mirrors[archive], comps))
+        return cls(out, arch, Path(keyring) if keyring else default_keyring())
+
+
+def default_keyring(env=None) -> Path:
+    env = os.environ if env is None else env
+    return Path(env.get(ENV_KEYRING) or DEFAULT_KEYRING)
+
+
+# --- the host's apt sources ------------------------------------------------------------
+
+def host_mirrors(env=None, sources: tuple[Path, ...] = APT_SOURCES) -> dict[str, str]:
+    """``{"main": url, "security": url}``: from the environment, else the host's apt sources
+    (the first http(s) source serving a ``*-security`` suite is the security mirror)."""
+    env = os.environ if env is None else env
+    found = {"main": env.get(ENV_MIRROR) or None, "security": env.get(ENV_SECURITY_MIRROR) or None}
+    for uri, suites in apt_source_entries(sources):
+        kind = "security" if any(s.endswith("-security") for s in suites) else "main"
+        if found[kind] is None and uri.startswith(("http://", "https://")):
+            found[kind] = uri.rstrip("/")
+    for kind, var in (("main", ENV_MIRROR), ("security", ENV_SECURITY_MIRROR)):
+        if not found[kind]:
+            raise ArchiveError(detail=f"no Debian {kind} mirror in the host's apt sources",
+                               hint=f"set {var} to the mirror's base URL")
+    return found  # type: ignore[return-value]
+
+
+def apt_source_entries(sources: tuple[Path, ...] = APT_SOURCES):
+    """(uri, suites) of every enabled ``deb`` entry in one-line and deb822 apt sources."""
+    files: list[Path] = []
+    for src in sources:
+        if src.is_dir():
+            files += sorted(src.glob("*.sources")) + sorted(src.glob("*.list"))
+        elif src.is_file():
+            files.append(src)
+    for path in files:
+        try:
+            text = path.read_text()
+        except OSError:
+            continue
+        if path.suffix == ".sources":
+            for para in deb822.Deb822.iter_paragraphs(text.splitlines(keepends=True)):
+                if "deb" in para.get("Types", "").split() and para.get("Enabled", "yes").lower() != "no":
+                    for uri in para.get("URIs", "").split():
+                        yield uri, para.get("Suites", "").split()
+        else:
+            for line in text.splitlines():
+                parts = line.split("#", 1)[0].split()
+                if parts[:1] != ["deb"]:
+                    continue
+                rest = line.split("#", 1)[0].split("]", 1)[1].split() if "[" in line else parts[1:]
+                if len(rest) >= 2:
+                    yield rest[0], [rest[1]]
+
+
+# --- download --------------------------------------------------------------------------
+
+def http_get(url: str, *, what: str, limit: int = MAX_INDEX_BYTES) -> bytes:
+    """The body of ``url`` (a few retries on 5xx and connection errors); 404 is :class:`NotFound`."""
+    last: Exception | None = None
+    for attempt in range(RETRIES):
+        try:
+            with urllib.request.urlopen(urllib.request.Request(url, headers={"User-Agent": "nodeforge"}),
+                                        timeout=TIMEOUT) as resp:
+                data = resp.read(limit + 1)
+            if len(data) > limit:
+                raise ArchiveError(detail=f"{what} {url} is larger than {limit} bytes")
+            return data
+        except urllib.error.HTTPError as exc:
+            if exc.code in (403, 404, 410):
+                raise NotFound(what=what, url=url, code=exc.code) from None
+            last = exc
+        except (urllib.error.URLError, OSError) as exc:
+            last = exc
+        time.sleep(0.5 * (attempt + 1))
+    raise ArchiveError(detail=f"cannot download {what} {url}: {getattr(last, 'reason', last)}",
+                       hint="check the Debian mirror configuration (" + ENV_MIRROR + ", " + ENV_SECURITY_MIRROR
+                            + " or the host's apt sources) and the network")
+
+
+class NotFound(ArchiveError):
+    message = "{what} {url}: HTTP {code} (not on the mirror)"
+
+
+# --- signature -------------------------------------------------------------------------
+
+_BAD_STATUS = ("BADSIG", "ERRSIG", "EXPSIG", "EXPKEYSIG", "REVKEYSIG", "NO_PUBKEY", "NODATA")
+
+
+def verify_signed(data: bytes, keyring: Path, *, url: str, what: str = "InRelease") -> bytes:
+    """The signed text of a clearsigned ``data``, verified by ``gpgv`` against ``keyring``.
+
+    Anything unsigned, signed by a key not in the keyring, damaged, expired or
+    revoked raises :class:`ArchiveTrustError` naming ``url``."""
+    keyring = Path(keyring)
+    if not keyring.is_file():
+        raise ConfigError(path=str(keyring), detail="archive keyring not found",
+                          hint="install debian-archive-keyring (make setup) or set " + ENV_KEYRING)
+    if not data.lstrip().startswith(b"-----BEGIN PGP SIGNED MESSAGE-----"):
+        raise ArchiveTrustError(what=what, url=url, detail="not a clearsigned file (unsigned)")
+    with tempfile.TemporaryDirectory(prefix="nf-gpgv.") as tmp:
+        signed, out = Path(tmp) / "InRelease", Path(tmp) / "content"
+        signed.write_bytes(data)
+        proc = subprocess.run(["gpgv", "--keyring", str(keyring), "--status-fd", "1", "--output", str(out),
+                               str(signed)], capture_output=True, text=True)
+        status = [line.split()[1] for line in proc.stdout.splitlines()
+                  if line.startswith("[GNUPG:] ") and len(line.split()) > 1]
+        bad = [s for s in status if s in _BAD_STATUS]
+        if proc.returncode != 0 or bad or "GOODSIG" not in status or "VALIDSIG" not in status:
+            why = ", ".join(bad) or (proc.stderr.strip().splitlines() or ["no good signature"])[-1]
+            raise ArchiveTrustError(what=what, url=url, detail=f"signature does not verify against {keyring} ({why})")
+        return out.read_bytes()
+
+
+def _parse_date(text: str) -> datetime.datetime | None:
+    try:
+        return email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError):
+        return None
+
+
+def check_release(release: deb822.Release, suite: Suite, *, url: str,
+                  now: datetime.datetime | None = None) -> None:
+    """The verified ``InRelease`` must be the suite asked for and not past ``Valid-Until``."""
+    names = {release.get("Suite", ""), release.get("Codename", "")}
+    if suite.name not in names:
+        raise ArchiveTrustError(what="InRelease", url=url,
+                                detail=f"it is signed for suite {release.get('Codename') or release.get('Suite')!r}, "
+                                       f"not {suite.name!r}")
+    if release.get("Valid-Until"):
+        until = _parse_date(release["Valid-Until"])
+        now = now or datetime.datetime.now(datetime.timezone.utc)
+        if until is None or until < now:
+            raise ArchiveTrustError(what="InRelease", url=url,
+                                    detail=f"expired (Valid-Until: {release['Valid-Until']}); the mirror is stale")
+
+
+# --- indexes ---------------------------------------------------------------------------
+
+def _sha256_entries(release: deb822.Release) -> dict[str, tuple[str, int]]:
+    return {e["name"]: (e["sha256"].lower(), int(e["size"])) for e in release.get("SHA256", [])}
+
+
+def fetch_suite(suite: Suite, config: ArchiveConfig) -> SuiteIndex:
+    """Download and verify one suite's ``InRelease`` and ``Packages`` indexes."""
+    url = suite.url(f"dists/{suite.name}/InRelease")
+    raw = http_get(url, what="InRelease")
+    text = verify_signed(raw, config.keyring, url=url)
+    release = deb822.Release(text.decode("utf-8", errors="replace"))
+    check_release(release, suite, url=url)
+    hashes = _sha256_entries(release)
+    by_hash = release.get("Acquire-By-Hash", "").lower() == "yes"
+    stanzas: list[deb822.Packages] = []
+    records: list[Record] = []
+    files: dict[str, bytes] = {}
+    for comp in suite.components:
+        base = f"{comp}/binary-{config.arch}/Packages"
+        name = next((base + ext for ext in (".xz", ".gz", "") if base + ext in hashes), None)
+        if name is None:
+            raise ArchiveError(detail=f"{url} lists no {base}(.xz|.gz) index",
+                               hint=f"is component {comp!r} / architecture {config.arch!r} served by this suite?")
+        digest, size = hashes[name]
+        data = _fetch_index(suite, name, digest, size, by_hash)
+        files[name] = data
+        plain = _decompress(data, name, suite.url(f"dists/{suite.name}/{name}"))
+        for para in deb822.Packages.iter_paragraphs(plain.decode("utf-8", errors="replace").splitlines(True),
+                                                   use_apt_pkg=False):
+            rec = _record(para, suite, name)
+            if rec is not None:
+                stanzas.append(para)
+                records.append(rec)
+    return SuiteIndex(suite, raw, dict(release), files, stanzas, records)
+
+
+def _fetch_index(suite: Suite, name: str, digest: str, size: int, by_hash: bool) -> bytes:
+    url = suite.url(f"dists/{suite.name}/{name}")
+    urls = [suite.url(f"dists/{suite.name}/{name.rsplit('/', 1)[0]}/by-hash/SHA256/{digest}"), url] if by_hash \
+        else [url]
+    for i, candidate in enumerate(urls):
+        try:
+            data = http_get(candidate, what="Packages index")
+        except NotFound:
+            if i + 1 < len(urls):
+                continue
+            raise
+        got = hashlib.sha256(data).hexdigest()
+        if len(data) != size or got != digest:
+            raise ArchiveTrustError(what="Packages index", url=candidate,
+                                    detail=f"sha256 {got} ({len(data)} bytes) does not match the verified "
+                                           f"InRelease ({digest}, {size} bytes)")
+        return data
+    raise AssertionError("unreachable")
+
+
+def _decompress(data: bytes, name: str, url: str) -> bytes:
+    try:
+        if name.endswith(".xz"):
+            out = lzma.LZMADecompressor().decompress(data, max_length=MAX_INDEX_BYTES + 1)
+        elif name.endswith(".gz"):
+            out = gzip.decompress(data)
+        else:
+            out = data
+    except (lzma.LZMAError, OSError, EOFError) as exc:
+        raise ArchiveError(detail=f"cannot decompress {url}: {exc}") from None
+    if len(out) > MAX_INDEX_BYTES:
+        raise ArchiveError(detail=f"{url} decompresses to more than {MAX_INDEX_BYTES} bytes")
+    return out
+
+
+def _record(para, suite: Suite, index: str) -> Record | None:
+    try:
+        return Record(name=para["Package"], version=para["Version"], arch=para["Architecture"],
+                      sha256=para["SHA256"].lower(), filename=para["Filename"], size=int(para["Size"]),
+                      suite=suite.name, priority=para.get("Priority", ""))
+    except (KeyError, ValueError):
+        return None   # a stanza without a downloadable file (never installed by apt either)
+
+
+@dataclasses.dataclass
+class Indexes:
+    """Every configured suite's verified records, in configuration order."""
+
+    config: ArchiveConfig
+    suites: list[SuiteIndex]
+
+    def records(self) -> Iterable[Record]:
+        for s in self.suites:
+            yield from s.records
+
+    @functools.cached_property
+    def _by_key(self) -> dict[tuple[str, str], list[Record]]:
+        out: dict[tuple[str, str], list[Record]] = {}
+        for r in self.records():
+            out.setdefault(r.key, []).append(r)
+        return out
+
+    def by_key(self) -> dict[tuple[str, str], list[Record]]:
+        return self._by_key
+
+    def find(self, name: str, arch: str, version: str) -> Record | None:
+        """The record of exactly this version (security first, then updates, then the release)."""
+        hits = [r for r in self._by_key.get((name, arch), []) if r.version == version]
+        order = {s.suite.name: i for i, s in enumerate(self.suites)}
+        hits.sort(key=lambda r: (not r.suite.endswith("-security"), not r.suite.endswith("-updates"),
+                                 order.get(r.suite, 0)))
+        return hits[0] if hits else None
+
+    def newest(self, name: str, arch: str) -> Record | None:
+        """The highest version of ``name``/``arch`` any suite serves (what apt would pick)."""
+        best: Record | None = None
+        for r in self.by_key().get((name, arch), []):
+            if best is None or Version(r.version) > Version(best.version):
+                best = r
+        return best
+
+
+def fetch(config: ArchiveConfig) -> Indexes:
+    return Indexes(config, [fetch_suite(s, config) for s in config.suites])
