@@ -12,8 +12,9 @@ Without the key the scope is derived from the file's path
 (:func:`nodeforge.scope.derive_scope`, the rule flavors and
 inventories use).
 
-:func:`load` validates the whole file and reports every problem with its line
-and key path. Edits go through :meth:`Lockfile.with_minor`, which changes only
+:func:`load` reads the file through the one safe loader and validates it
+against its declaration (:class:`LockfileDecl`, documented in
+``docs/schemas.md``), reporting every problem with its line and key path. Edits go through :meth:`Lockfile.with_minor`, which changes only
 the values that differ in the round-trip tree, so comments and key order
 survive, and :meth:`Lockfile.save` writes atomically.
 """
@@ -25,14 +26,17 @@ import dataclasses
 import enum
 import re
 from pathlib import Path
-from typing import Iterable
+from typing import Annotated, Any, Iterable
 
+from pydantic import AfterValidator, ValidationInfo, field_validator
 from ruamel.yaml.comments import CommentedMap
 from ruamel.yaml.scalarstring import DoubleQuotedScalarString
 
+from nodeforge import scope as IC
 from nodeforge.errors import ConfigError
 from nodeforge.imagebuild import yamlfile
-from nodeforge import scope as IC
+from nodeforge.schema import Declared, Rule, SchemaError, register, validate, vocab
+from nodeforge.schema import load as schema_load
 
 SCHEMA_VERSION = 1
 DEFAULT_PATH = Path(__file__).resolve().parents[2] / "manifests" / "versions.yaml"
@@ -225,12 +229,12 @@ class Lockfile:
 
 def load(path: Path | str = DEFAULT_PATH) -> Lockfile:
     path = Path(path)
-    return _Validator(path).lockfile(yamlfile.load(path))
+    return _from_document(path, schema_load(path, format="yaml", limits=KIND.limits))
 
 
 def parse(path: Path | str, text: str) -> Lockfile:
     path = Path(path)
-    return _Validator(path).lockfile(yamlfile.load(path, text))
+    return _from_document(path, schema_load(path, text, format="yaml", limits=KIND.limits))
 
 
 # --- editing the round-trip tree --------------------------------------------------
@@ -268,211 +272,193 @@ def _minor_tree(new: MinorPins, arches: tuple[Arch, ...]) -> CommentedMap:
     return tree
 
 
-# --- validation -------------------------------------------------------------------
+# --- validation: the declaration ----------------------------------------------------
 
-class LockfileError(ConfigError):
+def _arch_name(value: str) -> str:
+    names = [a.value for a in Arch]
+    if value not in names:
+        raise ValueError(f"unknown architecture {value!r} (known: {', '.join(names)})")
+    return value
+
+
+def _architectures(value: list) -> list:
+    names = [a.value for a in Arch]
+    if not value:
+        raise ValueError(f"expected a non-empty list of {', '.join(names)}")
+    dupes = sorted({a for a in value if value.count(a) > 1})
+    if dupes:
+        raise ValueError(f"duplicate architecture {dupes[0]!r}")
+    return value
+
+
+def _all_arches(value: dict, info: ValidationInfo) -> dict:
+    arches = (info.context or {}).get("architectures")
+    if arches is None:         # `architectures` itself is invalid (reported there)
+        return value
+    missing = [a for a in arches if a not in value]
+    extra = [a for a in value if a not in arches]
+    if missing:
+        raise ValueError(f"missing key '{missing[0]}' (one sha256 per architecture: {', '.join(arches)})")
+    if extra:
+        raise ValueError(f"unknown key '{extra[0]}' (architectures: {', '.join(arches)})")
+    return value
+
+
+def _pinnable(value: str) -> str:
+    if Version.parse(value).is_prerelease:
+        raise ValueError(f"pre-release {value} cannot be pinned")
+    return value
+
+
+def _pause_image(value: str) -> str:
+    if not _IMAGE.match(value):
+        raise ValueError(f"expected an image reference like <registry>/pause:3.10.1, got {value!r}")
+    why = image_unpinned(value)
+    if why:
+        raise ValueError(f"{why}, got {value!r}")
+    return value
+
+
+def _scope(value):
+    problem = IC.scope_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+def _schema_version(value: int) -> int:
+    if value != SCHEMA_VERSION:
+        raise ValueError(f"unsupported schema version {value!r} (this nodeforge reads {SCHEMA_VERSION})")
+    return value
+
+
+def _some_minor(value: dict) -> dict:
+    if not value:
+        raise ValueError("no Kubernetes minor pinned")
+    return value
+
+
+ArchName = Annotated[str, AfterValidator(_arch_name), Rule("one of " + ", ".join(a.value for a in Arch))]
+ArchDigests = Annotated[dict[ArchName, vocab.Sha256], AfterValidator(_all_arches),
+                        Rule("one sha256 per architecture listed in `architectures`")]
+PinnedVersion = Annotated[vocab.SemVer, AfterValidator(_pinnable), Rule("no pre-release")]
+
+
+class BaseOSDecl(Declared):
+    """The base operating system (a supported pair)."""
+
+    distro: str
+    release: Annotated[str, Rule("with distro, one of " + ", ".join(f"{b.distro} {b.release}" for b in BaseOS))]
+
+    @field_validator("release")
+    @classmethod
+    def _supported(cls, release: str, info: ValidationInfo) -> str:
+        distro = info.data.get("distro")
+        if distro is not None and (distro, release) not in [b.value for b in BaseOS]:
+            known = ", ".join(f"{b.distro} {b.release}" for b in BaseOS)
+            raise ValueError(f"unsupported base OS {distro} {release} (supported: {known})")
+        return release
+
+
+class HardeningDecl(Declared):
+    """The hardening profile applied to the image."""
+
+    profile: vocab.Slug
+    version: vocab.DottedVersion
+
+
+class BinariesDecl(Declared):
+    """The Kubernetes binaries of the minor's release: sha256 per architecture."""
+
+    kubelet: ArchDigests
+    kubeadm: ArchDigests
+    kubectl: ArchDigests
+
+
+class ComponentDecl(Declared):
+    """A companion release asset pinned per minor."""
+
+    version: PinnedVersion
+    sha256: ArchDigests
+
+
+class ComponentsDecl(Declared):
+    """The companion components of one minor."""
+
+    crictl: ComponentDecl
+    cni_plugins: ComponentDecl
+    containerd: ComponentDecl
+    runc: ComponentDecl
+
+
+class MinorDecl(Declared):
+    """Everything pinned for one Kubernetes minor (the key, like "1.36")."""
+
+    version: Annotated[PinnedVersion, Rule("a release of the minor it is pinned under")]
+    pause_image: Annotated[str, AfterValidator(_pause_image),
+                           Rule("an image reference with a tag (not latest) or an @sha256: digest")]
+    binaries: BinariesDecl
+    components: ComponentsDecl
+
+
+class LockfileDecl(Declared):
+    """The version lockfile (``docs/lockfile.md`` explains each part)."""
+
+    schema_version: Annotated[int, AfterValidator(_schema_version), Rule(f"{SCHEMA_VERSION}")]
+    scope: Annotated[Any, AfterValidator(_scope), Rule(IC.SCOPE_RULE + "; default: derived from the path")] = None
+    architectures: Annotated[list[ArchName], AfterValidator(_architectures), Rule("non-empty, no duplicates")]
+    base_os: BaseOSDecl
+    hardening: HardeningDecl
+    kubernetes: Annotated[dict[vocab.KubeMinor, MinorDecl], AfterValidator(_some_minor),
+                          Rule("at least one minor")]
+
+
+KIND = register("lockfile", LockfileDecl, title="Version lockfile", path="manifests/versions.yaml",
+                description="What goes into a node image: per Kubernetes minor the release, the pause image "
+                            "and every artifact's sha256 per architecture (see docs/lockfile.md).")
+
+
+class LockfileError(SchemaError):
     """The lockfile is invalid; lists every problem as ``file:line: key.path: detail``."""
 
-    message = "{path}: {detail}"
 
-    def __init__(self, file: Path, problems: list[tuple[int | None, str, str]]):
-        self.problems = problems
-        lines = [f"{file}:{line or '?'}: {key}: {detail}" for line, key, detail in problems]
-        first_line = problems[0][0]
-        head = f"{file}:{first_line}" if first_line else str(file)
-        if len(lines) == 1:
-            detail = f"{problems[0][1]}: {problems[0][2]}"
-        else:
-            detail = f"{len(lines)} problems:\n  " + "\n  ".join(lines)
-        super().__init__(path=head, detail=detail)
+def _checks(document, decl: LockfileDecl):
+    for minor, entry in decl.kubernetes.items():
+        if Version.parse(entry.version).minor_key != minor:
+            yield document.problem(("kubernetes", minor, "version"),
+                                   f"version {entry.version} is not a {minor} release")
 
 
-def _keypath(parts: Iterable) -> str:
-    out = ""
-    for part in parts:
-        part = str(part)
-        out += f'["{part}"]' if "." in part else (f".{part}" if out else part)
-    return out or "(top level)"
-
-
-class _Validator:
-    def __init__(self, path: Path):
-        self.path = path
-        self.problems: list[tuple[int | None, str, str]] = []
-
-    def fail(self, parent, key, parts, detail: str) -> None:
-        self.problems.append((yamlfile.line_of(parent, key), _keypath(parts), detail))
-
-    def mapping(self, parent, key, parts, allowed: Iterable[str] | None, required: Iterable[str]):
-        """``parent[key]`` as a mapping with only ``allowed`` keys (None: any) and all ``required``."""
-        node = parent[key] if key is not None else parent
-        if not isinstance(node, CommentedMap):
-            self.fail(parent, key, parts, f"expected a mapping, got {_kind(node)}")
-            return None
-        for k in node:
-            if allowed is not None and str(k) not in allowed:
-                self.fail(node, k, [*parts, k], f"unknown key (allowed: {', '.join(allowed)})")
-        ok = True
-        for k in required:
-            if k not in node:
-                self.fail(parent if key is not None else node, key, parts, f"missing key '{k}'")
-                ok = False
-        return node if ok else None
-
-    def string(self, parent, key, parts, pattern: re.Pattern | None = None, what: str = "") -> str | None:
-        value = parent[key]
-        if not isinstance(value, str):
-            hint = " (quote it)" if isinstance(value, (int, float)) else ""
-            self.fail(parent, key, parts, f"expected a string{hint}, got {_kind(value)} {value!r}")
-            return None
-        if pattern is not None and not pattern.match(value):
-            self.fail(parent, key, parts, f"expected {what}, got {value!r}")
-            return None
-        return str(value)
-
-    def version(self, parent, key, parts, *, minor: str | None = None) -> Version | None:
-        text = self.string(parent, key, parts, _VERSION, "a version like 1.36.4")
-        if text is None:
-            return None
-        version = Version.parse(text)
-        if version.is_prerelease:
-            self.fail(parent, key, parts, f"pre-release {text} cannot be pinned")
-            return None
-        if minor is not None and version.minor_key != minor:
-            self.fail(parent, key, parts, f"version {text} is not a {minor} release")
-            return None
-        return version
-
-    def digests(self, parent, key, parts, arches) -> dict[Arch, str] | None:
-        node = self.mapping(parent, key, parts, [a.value for a in arches], [a.value for a in arches])
-        if node is None:
-            return None
-        out = {}
-        for arch in arches:
-            digest = self.string(node, arch.value, [*parts, arch.value], _SHA256,
-                                 "a sha256 digest (64 lowercase hex characters)")
-            if digest is not None:
-                out[arch] = digest
-        return out if len(out) == len(arches) else None
-
-    def lockfile(self, doc) -> Lockfile:
-        top = self.mapping(doc, None, [], ["schema_version", "scope", "architectures", "base_os", "hardening",
-                                           "kubernetes"],
-                           ["schema_version", "architectures", "base_os", "hardening", "kubernetes"])
-        if top is None:
-            raise LockfileError(self.path, self.problems or [(None, "(top level)", "empty lockfile")])
-        if top["schema_version"] != SCHEMA_VERSION:
-            self.fail(top, "schema_version", ["schema_version"],
-                      f"unsupported schema version {top['schema_version']!r} (this nodeforge reads {SCHEMA_VERSION})")
-        scope, scope_source = self.scope(top)
-        arches = self.architectures(top)
-        base_os = self.base_os(top)
-        hardening = self.hardening(top)
-        minors = {}
-        kube = self.mapping(top, "kubernetes", ["kubernetes"], None, [])
-        if kube is not None and not kube:
-            self.fail(top, "kubernetes", ["kubernetes"], "no Kubernetes minor pinned")
-        if kube is not None and arches:
-            for key in kube:
-                entry = self.minor(kube, key, arches)
-                if entry is not None:
-                    minors[entry.minor] = entry
-        if self.problems:
-            raise LockfileError(self.path, self.problems)
-        return Lockfile(self.path, arches, base_os, hardening, minors, doc, scope, scope_source)
-
-    def scope(self, top) -> tuple[str, str]:
-        """The lockfile's ownership scope and where it came from (the shared rule,
-        :func:`IC.scope_problem` / :func:`IC.derive_scope`)."""
-        if "scope" not in top:
-            return IC.derive_scope(self.path), "derived"
-        value = top["scope"]
-        problem = IC.scope_problem(value)
-        if problem is not None:
-            self.fail(top, "scope", ["scope"], problem)
-            return "", "file"
-        return str(value), "file"
-
-    def architectures(self, top) -> tuple[Arch, ...]:
-        value = top["architectures"]
-        names = [a.value for a in Arch]
-        if not isinstance(value, list) or not value:
-            self.fail(top, "architectures", ["architectures"], f"expected a non-empty list of {', '.join(names)}")
-            return ()
-        out = []
-        for i, item in enumerate(value):
-            if item not in names:
-                self.fail(value, i, ["architectures", i], f"unknown architecture {item!r} (known: {', '.join(names)})")
-            elif Arch(item) in out:
-                self.fail(value, i, ["architectures", i], f"duplicate architecture {item!r}")
-            else:
-                out.append(Arch(item))
-        return tuple(out) if len(out) == len(value) else ()
-
-    def base_os(self, top) -> BaseOS | None:
-        node = self.mapping(top, "base_os", ["base_os"], ["distro", "release"], ["distro", "release"])
-        if node is None:
-            return None
-        distro = self.string(node, "distro", ["base_os", "distro"])
-        release = self.string(node, "release", ["base_os", "release"])
-        if distro is None or release is None:
-            return None
-        for candidate in BaseOS:
-            if candidate.value == (distro, release):
-                return candidate
-        known = ", ".join(f"{b.distro} {b.release}" for b in BaseOS)
-        self.fail(node, "release", ["base_os"], f"unsupported base OS {distro} {release} (supported: {known})")
-        return None
-
-    def hardening(self, top) -> Hardening | None:
-        node = self.mapping(top, "hardening", ["hardening"], ["profile", "version"], ["profile", "version"])
-        if node is None:
-            return None
-        profile = self.string(node, "profile", ["hardening", "profile"], re.compile(r"^[a-z0-9][a-z0-9_.-]*$"),
-                              "a profile name (lowercase letters, digits, '.', '_', '-')")
-        version = self.string(node, "version", ["hardening", "version"], re.compile(r"^\d+(\.\d+)*$"),
-                              "a version like 1.1.0")
-        return Hardening(profile, version) if profile and version else None
-
-    def minor(self, kube, key, arches) -> MinorPins | None:
-        parts = ["kubernetes", key]
-        if not isinstance(key, str) or not _MINOR.match(key):
-            hint = " (quote it: \"1.30\" would otherwise read as the number 1.3)" if isinstance(key, float) else ""
-            self.fail(kube, key, parts, f"expected a Kubernetes minor like \"1.36\"{hint}")
-            return None
-        node = self.mapping(kube, key, parts, ["version", "pause_image", "binaries", "components"],
-                            ["version", "pause_image", "binaries", "components"])
-        if node is None:
-            return None
-        version = self.version(node, "version", [*parts, "version"], minor=key)
-        pause = self.string(node, "pause_image", [*parts, "pause_image"], _IMAGE,
-                            "an image reference like <registry>/pause:3.10.1")
-        if pause is not None and (why := image_unpinned(pause)):
-            self.fail(node, "pause_image", [*parts, "pause_image"], f"{why}, got {pause!r}")
-            pause = None
+def _from_document(path: Path, document) -> Lockfile:
+    raw = document.data
+    arches = raw.get("architectures") if isinstance(raw, dict) else None
+    known = [a.value for a in Arch]
+    valid = isinstance(arches, list) and arches and len(set(map(str, arches))) == len(arches) and \
+        all(isinstance(a, str) and a in known for a in arches)
+    context = {"architectures": arches if valid else None}
+    try:
+        decl = validate(document, LockfileDecl, context=context, checks=_checks)
+    except SchemaError as exc:
+        raise LockfileError(exc.file, exc.problems) from None
+    arch_t = tuple(Arch(a) for a in decl.architectures)
+    base_os = next(b for b in BaseOS if b.value == (decl.base_os.distro, decl.base_os.release))
+    minors = {}
+    for minor, entry in decl.kubernetes.items():
+        version = Version.parse(entry.version)
         pins: dict[Component, Pin] = {}
-        names = [c.value for c in KUBERNETES_BINARIES]
-        binaries = self.mapping(node, "binaries", [*parts, "binaries"], names, names)
-        if binaries is not None:
-            for comp in KUBERNETES_BINARIES:
-                digests = self.digests(binaries, comp.value, [*parts, "binaries", comp.value], arches)
-                if digests is not None and version is not None:
-                    pins[comp] = Pin(comp, str(version), digests)
-        names = [c.value for c in COMPANIONS]
-        comps = self.mapping(node, "components", [*parts, "components"], names, names)
-        if comps is not None:
-            for comp in COMPANIONS:
-                cparts = [*parts, "components", comp.value]
-                cnode = self.mapping(comps, comp.value, cparts, ["version", "sha256"], ["version", "sha256"])
-                if cnode is None:
-                    continue
-                cversion = self.version(cnode, "version", [*cparts, "version"])
-                digests = self.digests(cnode, "sha256", [*cparts, "sha256"], arches)
-                if cversion is not None and digests is not None:
-                    pins[comp] = Pin(comp, str(cversion), digests)
-        if version is None or pause is None or len(pins) != len(Component):
-            return None
-        return MinorPins(key, version, pause, {c: pins[c] for c in Component})
+        for comp in KUBERNETES_BINARIES:
+            digests = getattr(entry.binaries, comp.value)
+            pins[comp] = Pin(comp, str(version), {a: digests[a.value] for a in arch_t})
+        for comp in COMPANIONS:
+            c = getattr(entry.components, comp.value)
+            pins[comp] = Pin(comp, str(Version.parse(c.version)), {a: c.sha256[a.value] for a in arch_t})
+        minors[minor] = MinorPins(minor, version, entry.pause_image, {c: pins[c] for c in Component})
+    if "scope" in raw:
+        scope, scope_source = str(decl.scope), "file"
+    else:
+        scope, scope_source = IC.derive_scope(path), "derived"
+    return Lockfile(path, arch_t, base_os, Hardening(decl.hardening.profile, decl.hardening.version), minors,
+                    document.doc, scope, scope_source)
 
 
 def image_unpinned(ref: str) -> str | None:
@@ -488,12 +474,3 @@ def image_unpinned(ref: str) -> str | None:
         return "the tag 'latest' moves; pin a version tag or an @sha256: digest"
     return None
 
-
-def _kind(value) -> str:
-    if value is None:
-        return "nothing"
-    if isinstance(value, dict):
-        return "a mapping"
-    if isinstance(value, list):
-        return "a list"
-    return type(value).__name__

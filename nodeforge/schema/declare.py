@@ -108,13 +108,22 @@ def _nested_models(annotation, wild: tuple = ()) -> list[tuple[type[BaseModel], 
 # --- validation -------------------------------------------------------------------
 
 def validate(document: Document, model: type[BaseModel], *, context: dict | None = None,
-             hint: str | None = None):
+             hint: str | None = None, checks=None):
     """``document.data`` as an instance of ``model``; every problem of the file
-    (with its line) in one :class:`SchemaError`."""
+    (with its line) in one :class:`SchemaError`.
+
+    ``checks(document, instance) -> iterable of Problem`` adds the rules a
+    declaration cannot state (across entries, against a key): it runs once the
+    declaration holds; use ``document.problem(keypath, detail)`` to build them."""
     try:
-        return model.model_validate(document.data, context=context)
+        instance = model.model_validate(document.data, context=context)
     except ValidationError as exc:
         raise SchemaError(document.path, problems_of(exc, document, model), hint=hint) from None
+    if checks is not None:
+        problems = sorted(checks(document, instance), key=lambda p: p.line or 0)
+        if problems:
+            raise SchemaError(document.path, problems, hint=hint)
+    return instance
 
 
 def validate_data(label: str, data: Any, model: type[BaseModel], *, context: dict | None = None,
@@ -160,7 +169,9 @@ def _document_path(data, loc: tuple, kind: str) -> tuple[tuple, bool]:
         if part == "[key]":
             on_key = True
             continue
-        if isinstance(node, dict) and part in node:
+        if isinstance(node, dict) and not _has_key(node, part):
+            part = next((k for k in node if isinstance(part, str) and str(k) == part), part)
+        if isinstance(node, dict) and _has_key(node, part):
             out.append(part)
             node = node[part]
         elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
@@ -174,6 +185,13 @@ def _document_path(data, loc: tuple, kind: str) -> tuple[tuple, bool]:
             node = None
         # else: a union member / validator tag: not a key of the document
     return tuple(out), on_key
+
+
+def _has_key(node: dict, part) -> bool:
+    try:
+        return part in node
+    except TypeError:
+        return False
 
 
 _TYPE_WORDS = {"string_type": "a string", "int_type": "an integer", "float_type": "a number",
@@ -262,7 +280,8 @@ def _detail(err: dict, document: Document, keypath: tuple, model, on_key: bool) 
         allowed = _allowed_keys(model, keypath, document.data)
         return "unknown key" + (f" (allowed: {', '.join(allowed)})" if allowed else "")
     if on_key and isinstance(value, (int, float, bool, datetime.date)):
-        return f"key {kind_of(value)} must be a string; quote it in the file"
+        written = document.source_text(keypath, key=True)
+        return f"key {kind_of(value)} must be a string; quote it: \"{written or value}\""
     if kind in _TYPE_WORDS:
         want = _TYPE_WORDS[kind]
         text = f"{prefix}expected {want}, got {kind_of(value)}"

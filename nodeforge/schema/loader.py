@@ -162,21 +162,26 @@ class Document:
         keypath = tuple(keypath)
         return Problem(self.path, self.line(keypath), keypath, detail)
 
-    def source_text(self, keypath: Iterable) -> str | None:
-        """The value at ``keypath`` as written in the file (YAML plain scalars:
-        ``1.30`` where the data holds the float 1.3), or None."""
+    def source_text(self, keypath: Iterable, *, key: bool = False) -> str | None:
+        """The value at ``keypath`` (with ``key``: the last key itself) as written
+        in the file (YAML plain scalars: ``1.30`` where the data holds the float
+        1.3), or None."""
         if self.format != "yaml":
             return None
         keypath = tuple(keypath)
         if not keypath:
             return None
         parent = _walk(self.doc, keypath[:-1])
-        key = keypath[-1]
+        last = keypath[-1]
+        if isinstance(parent, CommentedMap):   # the tree's own key (plain data converted ScalarFloat etc.)
+            last = next((k for k in parent if k == last), last)
         try:
-            if isinstance(parent, CommentedMap):
-                line, col = parent.lc.value(key)
+            if isinstance(parent, CommentedMap) and key:
+                line, col = parent.lc.key(last)
+            elif isinstance(parent, CommentedMap):
+                line, col = parent.lc.value(last)
             elif isinstance(parent, CommentedSeq):
-                line, col = parent.lc.item(key)
+                line, col = parent.lc.item(last)
             else:
                 return None
         except (KeyError, IndexError, TypeError, AttributeError):
@@ -185,10 +190,13 @@ class Document:
         if line >= len(lines):
             return None
         rest = lines[line][col:]
-        for stop in (" #", ",", "]", "}"):
+        for stop in ((": ", " #", ",", "]", "}") if key else (" #", ",", "]", "}")):
             if stop in rest:
                 rest = rest[:rest.index(stop)]
-        return rest.strip() or None
+        rest = rest.strip()
+        if key and rest.endswith(":"):
+            rest = rest[:-1]
+        return rest or None
 
 
 def _walk(tree, keypath):

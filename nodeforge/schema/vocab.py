@@ -35,7 +35,7 @@ def _pattern(regex: str, rule: str, *, flags=0):
 
     def check(value: str) -> str:
         if not compiled.fullmatch(value):
-            raise ValueError(f"must be {rule}, got {value!r}")
+            raise ValueError(f"expected {rule}, got {value!r}")
         return value
 
     check.pattern = compiled  # type: ignore[attr-defined]
@@ -99,7 +99,7 @@ _MAC = re.compile(r"[0-9a-f]{2}([:-]?)[0-9a-f]{2}(\1[0-9a-f]{2}){4}", re.I)
 def check_mac(value: str) -> str:
     """Normalised to lower case, colon-separated (how Ironic stores port addresses)."""
     if not _MAC.fullmatch(value):
-        raise ValueError(f"must be {MAC_RULE}, got {value!r}")
+        raise ValueError(f"expected {MAC_RULE}, got {value!r}")
     digits = re.sub(r"[:-]", "", value).lower()
     return ":".join(digits[i:i + 2] for i in range(0, 12, 2))
 
@@ -113,7 +113,7 @@ def check_ip(value: str) -> str:
     try:
         return str(ipaddress.ip_address(value))
     except ValueError:
-        raise ValueError(f"must be {IP_RULE}, got {value!r}") from None
+        raise ValueError(f"expected {IP_RULE}, got {value!r}") from None
 
 
 IPAddress = _type(check_ip, IP_RULE)
@@ -125,7 +125,7 @@ _LABEL = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)")
 def check_hostname(value: str) -> str:
     name = value[:-1] if value.endswith(".") else value
     if not name or len(name) > 253 or not all(_LABEL.fullmatch(label) for label in name.split(".")):
-        raise ValueError(f"must be {HOSTNAME_RULE}, got {value!r}")
+        raise ValueError(f"expected {HOSTNAME_RULE}, got {value!r}")
     return value
 
 
@@ -141,7 +141,7 @@ def check_host(value: str) -> str:
     try:
         return check_hostname(value)
     except ValueError:
-        raise ValueError(f"must be {HOST_RULE}, got {value!r}") from None
+        raise ValueError(f"expected {HOST_RULE}, got {value!r}") from None
 
 
 Host = _type(check_host, HOST_RULE)
@@ -151,7 +151,7 @@ PORT_RULE = "a port number 1-65535"
 
 def check_port(value: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
-        raise ValueError(f"must be {PORT_RULE}, got {value!r}")
+        raise ValueError(f"expected {PORT_RULE}, got {value!r}")
     return value
 
 
@@ -173,13 +173,13 @@ def check_url(value: str, *, base: bool = False) -> str:
         parts = urlsplit(value)
         parts.port  # noqa: B018 - raises ValueError on a bad port
     except ValueError:
-        raise ValueError(f"must be {rule}, got {shown!r}") from None
+        raise ValueError(f"expected {rule}, got {shown!r}") from None
     if url_has_credentials(value):
-        raise ValueError(f"must be {rule}: it holds credentials ({shown}); {CREDENTIALS_ADVICE}")
+        raise ValueError(f"expected {rule}: it holds credentials ({shown}); {CREDENTIALS_ADVICE}")
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"must be {rule}, got {shown!r}")
+        raise ValueError(f"expected {rule}, got {shown!r}")
     if base and (parts.query or parts.fragment):
-        raise ValueError(f"must be {rule}, got {shown!r}")
+        raise ValueError(f"expected {rule}, got {shown!r}")
     return value
 
 
@@ -216,7 +216,7 @@ Sha512 = _type(check_sha512, SHA512_RULE)
 
 def check_finite(value: float) -> float:
     if isinstance(value, float) and not math.isfinite(value):
-        raise ValueError(f"must be a finite number, got {value!r}")
+        raise ValueError(f"expected a finite number, got {value!r}")
     return value
 
 
@@ -231,9 +231,9 @@ def bounded(low: float | None = None, high: float | None = None, *, integer: boo
 
     def check(value):
         if isinstance(value, float) and not math.isfinite(value):
-            raise ValueError(f"must be {rule}, got {value!r}")
+            raise ValueError(f"expected {rule}, got {value!r}")
         if (low is not None and value < low) or (high is not None and value > high):
-            raise ValueError(f"must be {rule}, got {value!r}")
+            raise ValueError(f"expected {rule}, got {value!r}")
         return value
 
     return Annotated[base, AfterValidator(check), Rule(rule)]
@@ -251,7 +251,7 @@ _SECRET_REF = re.compile(r"(env:[A-Za-z_][A-Za-z0-9_]*|file:.+|fernet:[A-Za-z0-9
 def check_secret_ref(value: str) -> str:
     if not _SECRET_REF.fullmatch(value):
         # Never echo the value: it may be the secret itself, written inline.
-        raise ValueError(f"must be {SECRET_REF_RULE}; the value is not shown (a secret written inline?)")
+        raise ValueError(f"expected {SECRET_REF_RULE}; the value is not shown (a secret written inline?)")
     return value
 
 

@@ -1,0 +1,240 @@
+"""``docs/schemas.md`` from the declarations: ``python -m nodeforge.schema.docs > docs/schemas.md``.
+
+Every registered file kind (:func:`nodeforge.schema.register`) is written as
+one table per declared section: field, type, required, default, constraint,
+secret. ``tests/schema/test_docs.py`` fails when the committed file differs
+from what the declarations generate, so the docs cannot drift.
+
+The kinds register themselves when their module is imported; the generator
+imports :data:`DOCUMENTED_MODULES` (by name, only when run: importing
+:mod:`nodeforge.schema` imports no feature package).
+"""
+
+from __future__ import annotations
+
+import enum
+import importlib
+import json
+import sys
+import types
+import typing
+
+from pydantic import BaseModel
+from pydantic_core import PydanticUndefined
+
+from nodeforge.schema.declare import FileKind, Rule, is_secret, kinds
+
+# Modules that register file kinds (a module missing here is not documented;
+# one that registers nothing costs nothing).
+DOCUMENTED_MODULES = (
+    "nodeforge.imagebuild.lockfile",
+    "nodeforge.imagebuild.sources",
+    "nodeforge.imagebuild.retention",
+    "nodeforge.imagebuild.manifest",
+    "nodeforge.imagebuild.verifyreport",
+    "nodeforge.ironic.inventory",
+    "nodeforge.ironic.profiles",
+    "nodeforge.ironic.bulk",
+    "nodeforge.compute.flavors",
+    "nodeforge.templates",
+)
+
+
+def import_documented() -> None:
+    for name in DOCUMENTED_MODULES:
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name != name:
+                raise
+
+
+def _strip(annotation):
+    """(base annotation, Annotated metadata list)."""
+    meta = []
+    while typing.get_origin(annotation) is typing.Annotated:
+        args = typing.get_args(annotation)
+        meta.extend(annotation.__metadata__)
+        annotation = args[0]
+    return annotation, meta
+
+
+def type_name(annotation) -> str:
+    annotation, _ = _strip(annotation)
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if annotation is type(None):
+        return "null"
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return f"[{annotation.__name__}](#{annotation.__name__.lower()})"
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        return "one of " + ", ".join(f"`{m.value}`" for m in annotation)
+    if origin is typing.Literal:
+        return "one of " + ", ".join(f"`{json.dumps(a)}`" for a in args)
+    if origin in (list, tuple, set, frozenset):
+        inner = [a for a in args if a is not Ellipsis]
+        return "list of " + (type_name(inner[0]) if inner else "values")
+    if origin is dict:
+        return f"mapping of {type_name(args[0])} to {type_name(args[1])}" if args else "mapping"
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(type_name(a) for a in args)
+    names = {str: "string", int: "integer", float: "number", bool: "boolean"}
+    if annotation in names:
+        return names[annotation]
+    if annotation is typing.Any:
+        return "any"
+    return getattr(annotation, "__name__", str(annotation))
+
+
+def constraint(field) -> str:
+    rules = []
+
+    def collect(annotation):
+        annotation, meta = _strip(annotation)
+        rules.extend(m.text for m in meta if isinstance(m, Rule))
+        for m in meta:
+            rules.extend(_bound_text(m))
+        if typing.get_origin(annotation) in (list, tuple, set, frozenset, dict, typing.Union, types.UnionType):
+            for arg in typing.get_args(annotation):
+                if arg is not Ellipsis:
+                    collect(arg)
+
+    collect(field.annotation)
+    rules.extend(m.text for m in field.metadata if isinstance(m, Rule))
+    for m in field.metadata:
+        rules.extend(_bound_text(m))
+    seen = []
+    for r in rules:
+        if r not in seen:
+            seen.append(r)
+    return "; ".join(seen)
+
+
+def _bound_text(meta) -> list[str]:
+    out = []
+    for attr, word in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"), ("min_length", "at least"),
+                       ("max_length", "at most")):
+        value = getattr(meta, attr, None)
+        if value is not None and type(meta).__module__.startswith("annotated_types"):
+            out.append(f"{word} {value}" + (" items/characters" if "length" in attr else ""))
+    return out
+
+
+def default(field) -> str:
+    if field.is_required():
+        return ""
+    if field.default_factory is not None:
+        try:
+            value = field.default_factory()
+        except TypeError:
+            return "(computed)"
+    else:
+        value = field.default
+    if value is PydanticUndefined:
+        return ""
+    if isinstance(value, enum.Enum):
+        value = value.value
+    if isinstance(value, BaseModel):
+        return "(defaults below)"
+    try:
+        return f"`{json.dumps(value)}`"
+    except TypeError:
+        return f"`{value}`"
+
+
+def _models(model: type[BaseModel]) -> list[type[BaseModel]]:
+    out: list[type[BaseModel]] = []
+    stack = [model]
+    while stack:
+        m = stack.pop(0)
+        if m in out:
+            continue
+        out.append(m)
+        for field in m.model_fields.values():
+            stack.extend(_nested(field.annotation))
+    return out
+
+
+def _nested(annotation) -> list[type[BaseModel]]:
+    annotation, _ = _strip(annotation)
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for a in typing.get_args(annotation) if a is not Ellipsis for m in _nested(a)]
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def render_kind(kind: FileKind) -> str:
+    lines = [f"## {kind.title}", ""]
+    facts = [f"Kind `{kind.name}`"]
+    if kind.path:
+        facts.append(f"usually `{kind.path}`")
+    facts.append("format " + ", ".join(kind.formats))
+    facts.append(f"at most {kind.limits.max_bytes} bytes")
+    lines += ["; ".join(facts) + ".", ""]
+    if kind.description:
+        lines += [kind.description.strip(), ""]
+    for model in _models(kind.model):
+        lines += [f"### {model.__name__}", ""]
+        doc = (model.__doc__ or "").strip()
+        if doc and model.__doc__ is not BaseModel.__doc__ and not doc.startswith("Base of every declared"):
+            lines += [" ".join(doc.split()), ""]
+        extra = model.model_config.get("extra")
+        lines += ["| field | type | required | default | constraint | secret |",
+                  "|---|---|---|---|---|---|"]
+        for name, field in model.model_fields.items():
+            key = field.alias or name
+            desc = f" {field.description}" if field.description else ""
+            lines.append(f"| `{key}` | {_cell(type_name(field.annotation))} | "
+                         f"{'yes' if field.is_required() else 'no'} | {_cell(default(field))} | "
+                         f"{_cell(constraint(field) + desc)} | {'**secret**' if is_secret(field) else ''} |")
+        lines += ["", "Other keys: " + ("refused (named in the error)." if extra == "forbid" else f"{extra}."), ""]
+    return "\n".join(lines)
+
+
+HEADER = """# Input file schemas
+
+Generated from the declarations (`python -m nodeforge.schema.docs > docs/schemas.md`);
+do not edit by hand: `tests/schema/test_docs.py` fails when this file differs from
+what the declarations generate.
+
+Every file below is read by one safe loader (`nodeforge.schema.loader`): UTF-8
+text only, a size limit per kind, nesting at most 64 levels, YAML aliases
+counted as expanded (an alias bomb is refused before it is walked). Types are
+strict: YAML's implicit typing never changes a value silently (an unquoted
+`1.30` is the number 1.3 and is refused where a string is declared, with
+"quote it"; `yes`/`no`/`on` are strings, not booleans). Every problem is
+reported as `file:line: key.path: detail`, all problems of a file at once, exit 2;
+with `--output json` they are listed under `problems`.
+A **secret** field holds a reference (`env:VAR`, `file:PATH`, `fernet:TOKEN`)
+or is masked by field in every output.
+"""
+
+
+def render(selected: list[FileKind] | None = None) -> str:
+    chosen = kinds() if selected is None else selected
+    parts = [HEADER]
+    if chosen:
+        parts.append("Kinds: " + ", ".join(f"[{k.title}](#{_anchor(k.title)})" for k in chosen) + ".\n")
+    parts.extend(render_kind(k) for k in chosen)
+    return "\n".join(parts).rstrip("\n") + "\n"
+
+
+def _anchor(title: str) -> str:
+    return "".join(c for c in title.lower().replace(" ", "-") if c.isalnum() or c in "-_")
+
+
+def generate() -> str:
+    import_documented()
+    return render()
+
+
+def main() -> int:
+    sys.stdout.write(generate())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
