@@ -1,0 +1,105 @@
+"""Archive trust against a local signed apt repository: what is refused, and what is read."""
+
+from __future__ import annotations
+
+import datetime
+import lzma
+
+import pytest
+
+from nodeforge.oslock import archive, lock as ol, watch
+from nodeforge.oslock.archive import ArchiveConfig, ArchiveTrustError
+from tests.oslock.aptrepo import RELEASE
+
+
+def _config(repo, keyring=None) -> ArchiveConfig:
+    return ArchiveConfig.for_release(RELEASE, repo.mirrors(), keyring=keyring or repo.key.keyring)
+
+
+def test_verified_indexes_give_every_field(apt_repo):
+    idx = archive.fetch(_config(apt_repo))
+    assert [s.suite.name for s in idx.suites] == [RELEASE, f"{RELEASE}-updates", f"{RELEASE}-security"]
+    app = idx.newest("nf-app", "amd64")
+    deb = apt_repo.deb_path(RELEASE, "nf-app")
+    assert (app.version, app.suite, app.size) == ("1.0-1", RELEASE, deb.stat().st_size)
+    assert app.sha256 == watch.sha256_file(deb)
+    assert app.filename == f"pool/main/n/nf-app/{deb.name}"
+    assert idx.newest("nf-base", "amd64").priority == "required"
+
+
+def test_signature_by_a_key_outside_the_keyring_is_refused_naming_the_file(apt_repo, other_key):
+    inrelease = apt_repo.inrelease(f"{RELEASE}-security")
+    inrelease.write_bytes(other_key.clearsign(apt_repo.inrelease(f"{RELEASE}-security").with_name("Release")
+                                              .read_bytes()))
+    with pytest.raises(ArchiveTrustError) as exc:
+        archive.fetch(_config(apt_repo))
+    msg = str(exc.value)
+    assert f"/debian-security/dists/{RELEASE}-security/InRelease" in msg
+    assert "signature does not verify" in msg
+
+
+def test_altered_signed_text_is_refused(apt_repo):
+    path = apt_repo.inrelease(RELEASE)
+    text = path.read_bytes()
+    path.write_bytes(text.replace(b"Label: nodeforge-tests", b"Label: nodeforge-tesTS"))
+    with pytest.raises(ArchiveTrustError, match=f"dists/{RELEASE}/InRelease: signature does not verify"):
+        archive.fetch(_config(apt_repo))
+
+
+def test_unsigned_inrelease_is_refused(apt_repo):
+    path = apt_repo.inrelease(RELEASE)
+    path.write_bytes(path.with_name("Release").read_bytes())
+    with pytest.raises(ArchiveTrustError, match="not a clearsigned file"):
+        archive.fetch(_config(apt_repo))
+
+
+def test_text_outside_the_signature_is_never_read(apt_repo):
+    """A stanza appended after the signature block must not reach the parser."""
+    path = apt_repo.inrelease(RELEASE)
+    path.write_bytes(path.read_bytes() + b"\nSHA256:\n 00 1 main/binary-amd64/Packages.xz\n")
+    idx = archive.fetch(_config(apt_repo))   # gpgv --output yields only the signed text
+    assert idx.newest("nf-app", "amd64") is not None
+
+
+def test_a_suite_signed_for_another_name_is_refused(apt_repo):
+    # The release suite's (validly signed) InRelease served as -updates: a replay of the wrong file.
+    apt_repo.inrelease(f"{RELEASE}-updates").write_bytes(apt_repo.inrelease(RELEASE).read_bytes())
+    with pytest.raises(ArchiveTrustError, match=f"signed for suite '{RELEASE}', not '{RELEASE}-updates'"):
+        archive.fetch(_config(apt_repo))
+
+
+def test_an_expired_inrelease_is_refused(apt_repo):
+    apt_repo.valid_until = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(days=1)
+    apt_repo.publish()
+    with pytest.raises(ArchiveTrustError, match=r"expired \(Valid-Until"):
+        archive.fetch(_config(apt_repo))
+
+
+def test_packages_index_not_matching_inrelease_is_refused(apt_repo):
+    xz = apt_repo.packages_xz(RELEASE)
+    text = lzma.decompress(xz.read_bytes()).replace(b"Version: 1.0-1", b"Version: 9.9-1")
+    xz.write_bytes(lzma.compress(text))   # InRelease still lists the old hash
+    with pytest.raises(ArchiveTrustError) as exc:
+        archive.fetch(_config(apt_repo))
+    assert f"Packages index {apt_repo.url}/debian/dists/{RELEASE}/main/binary-amd64/Packages.xz" in str(exc.value)
+    assert "does not match the verified InRelease" in str(exc.value)
+
+
+def test_missing_keyring_is_a_config_error(apt_repo, tmp_path):
+    with pytest.raises(Exception, match="archive keyring not found"):
+        archive.fetch(_config(apt_repo, keyring=tmp_path / "nope.gpg"))
+
+
+def test_host_mirrors_from_deb822_and_one_line_sources(tmp_path):
+    d = tmp_path / "sources.list.d"
+    d.mkdir()
+    (d / "a.sources").write_text("Types: deb\nURIs: http://mirror.invalid/debian\nSuites: bookworm bookworm-updates\n"
+                                 "Components: main\n\nTypes: deb\nURIs: http://sec.invalid/debian-security\n"
+                                 "Suites: bookworm-security\nComponents: main\n")
+    (tmp_path / "sources.list").write_text("deb [arch=amd64] http://other.invalid/debian bookworm main\n")
+    assert archive.host_mirrors({}, (tmp_path / "sources.list", d)) == {
+        "main": "http://other.invalid/debian", "security": "http://sec.invalid/debian-security"}
+    assert archive.host_mirrors({"NODEFORGE_DEBIAN_MIRROR": "http://env.invalid/d"}, (d,))["main"] == \
+        "http://env.invalid/d"
+    with pytest.raises(archive.ArchiveError, match="no Debian security mirror"):
+        archive.host_mirrors({}, (tmp_path / "sources.list",))
