@@ -194,8 +194,17 @@ def redact_url(url) -> str:
 _URL_IN_TEXT = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>]+")
 
 
+_QUERY_IN_TEXT = re.compile(r"([?&])([A-Za-z0-9_.-]+)=([^&#\s'\"<>]+)")
+
+
 def redact_urls(text: str) -> str:
-    """Every URL in free ``text`` through :func:`redact_url`."""
-    if not text or "://" not in text:
+    """Every URL in free ``text`` through :func:`redact_url`, and every
+    credential-like query parameter of a bare path (``/x?token=...``, as
+    urllib3 quotes a request) masked."""
+    if not text:
         return text
-    return _URL_IN_TEXT.sub(lambda m: redact_url(m.group(0)), text)
+    if "://" in text:
+        text = _URL_IN_TEXT.sub(lambda m: redact_url(m.group(0)), text)
+    if "=" in text and ("?" in text or "&" in text):
+        text = _QUERY_IN_TEXT.sub(lambda m: f"{m[1]}{m[2]}={MASK}" if _secret_query_name(m[2]) else m[0], text)
+    return text

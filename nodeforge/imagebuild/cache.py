@@ -5,7 +5,9 @@ download streams into ``<root>/tmp/`` while it is hashed, and is renamed to
 its final name only after the digest matched: a file under a final name is
 always complete and verified. Transient failures (connection errors, drops
 mid-body, HTTP 5xx/429) are retried with exponential backoff (tenacity); a
-digest mismatch is never retried -- it is reported with both digests.
+digest mismatch is never retried -- it is reported with both digests. A URL
+is logged and put in errors only through :func:`nodeforge.redact.redact_url`
+(user info and credential-like query parameters as ``***``).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import tenacity
 import urllib3.exceptions
 
 from nodeforge.errors import ConfigError, NodeforgeError
+from nodeforge.redact import redact_url, redact_urls
 
 log = logging.getLogger(__name__)
 
@@ -165,19 +168,20 @@ class Downloader:
         return session
 
     def _retrying(self, url: str, fn, hint: str | None):
+        shown = redact_url(url)     # URL credentials (user info, ?token=) never logged or in an error
         retrying = tenacity.Retrying(
             stop=tenacity.stop_after_attempt(self.retry.attempts),
             wait=tenacity.wait_exponential(multiplier=self.retry.initial, max=self.retry.maximum),
             retry=tenacity.retry_if_exception_type(_Transient),
-            before_sleep=lambda rs: log.info("retrying %s (attempt %d): %s", url, rs.attempt_number,
-                                             rs.outcome.exception()),
+            before_sleep=lambda rs: log.info("retrying %s (attempt %d): %s", shown, rs.attempt_number,
+                                             redact_urls(str(rs.outcome.exception()))),
             reraise=True,
         )
         try:
             return retrying(fn)
         except _Transient as exc:
             cls = UnreachableError if exc.unreachable else DownloadError
-            raise cls(url=url, attempts=self.retry.attempts, hint=hint,
+            raise cls(url=shown, attempts=self.retry.attempts, hint=hint,
                       detail=f"{exc} (after {self.retry.attempts} attempts)" if cls is DownloadError else str(exc)) from None
 
     def _get(self, url: str) -> requests.Response:
@@ -190,13 +194,13 @@ class Downloader:
             raise _Transient(f"timed out: {_reason(exc)}", unreachable=True) from exc
         if resp.status_code == 404:
             resp.close()
-            raise NotFoundError(url=url)
+            raise NotFoundError(url=redact_url(url))
         if resp.status_code >= 500 or resp.status_code == 429:
             resp.close()
             raise _Transient(f"HTTP {resp.status_code} {resp.reason}")
         if resp.status_code != 200:
             resp.close()
-            raise DownloadError(url=url, detail=f"HTTP {resp.status_code} {resp.reason}")
+            raise DownloadError(url=redact_url(url), detail=f"HTTP {resp.status_code} {resp.reason}")
         return resp
 
     def get_text(self, url: str, *, hint: str | None = None, limit: int = 1 << 20) -> str:
@@ -228,7 +232,7 @@ class Downloader:
             if digest != sha256:
                 tmp.unlink(missing_ok=True)
                 raise ChecksumMismatch(artifact=artifact, expected_from=expected_from, expected=sha256,
-                                       actual=digest, url=url)
+                                       actual=digest, url=redact_url(url))
             return Fetched(sha256, self.cache.commit(tmp, sha256), size, downloaded=True)
 
         return self._retrying(url, once, hint)
@@ -293,7 +297,7 @@ def _read_body(resp: requests.Response, limit: int) -> bytes:
         for chunk in resp.raw.stream(65536, decode_content=False):
             data += chunk
             if len(data) > limit:
-                raise DownloadError(url=resp.url, detail=f"larger than {limit} bytes")
+                raise DownloadError(url=redact_url(resp.url), detail=f"larger than {limit} bytes")
     except _NETWORK_ERRORS as exc:
         raise _Transient(f"connection dropped: {_reason(exc)}") from exc
     return bytes(data)
@@ -301,7 +305,7 @@ def _read_body(resp: requests.Response, limit: int) -> bytes:
 
 def _reason(exc: BaseException) -> str:
     """A short reason ("Connection refused") instead of urllib3's nested repr."""
-    text = str(exc)
+    text = redact_urls(str(exc))
     m = re.search(r"\[Errno -?\d+\] ([^'\")]+)", text)
     if m:
         return m.group(1).strip()

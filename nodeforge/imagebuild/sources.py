@@ -3,7 +3,9 @@
 Each :class:`SourceName` has an upstream base URL and a path layout below it.
 A mirror of the same layout replaces only the base URL, set in
 ``manifests/sources.yaml`` (``mirrors: {<source>: <url>}``) or the environment
-(``NODEFORGE_MIRROR_<SOURCE>``, which wins). Everything else -- paths, published
+(``NODEFORGE_MIRROR_<SOURCE>``, which wins), declared by :class:`SourcesDecl`
+(``docs/schemas.md``). A URL with credentials is refused, never echoed; a
+mirror behind a login reads it from ``~/.netrc``. Everything else -- paths, published
 checksum files, stable markers -- is identical for upstream and any mirror.
 """
 
@@ -14,12 +16,13 @@ import enum
 import os
 import re
 from pathlib import Path
-from typing import Mapping
-from urllib.parse import urlsplit
+from typing import Annotated, Mapping
 
 from nodeforge.errors import ConfigError
-from nodeforge.imagebuild import yamlfile
 from nodeforge.imagebuild.lockfile import Arch, Artifact, Component
+from nodeforge.redact import redact_url
+from nodeforge.schema import Declared, Rule, register, validate, vocab
+from nodeforge.schema import load as schema_load
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "manifests" / "sources.yaml"
 ENV_PREFIX = "NODEFORGE_MIRROR_"
@@ -116,15 +119,19 @@ class Sources:
 
     def hint(self, source: SourceName) -> str:
         where = "mirror" if source in self.mirrors else "upstream"
-        return (f"source '{source.value}' uses its {where} {self.base(source)}; check the network, "
+        return (f"source '{source.value}' uses its {where} {redact_url(self.base(source))}; check the network, "
                 f"or set mirrors.{source.value} in manifests/sources.yaml or ${source.env_var}")
 
     def to_dict(self) -> dict:
-        return {s.value: {"base_url": self.base(s), "mirror": s in self.mirrors} for s in SourceName}
+        return {s.value: {"base_url": redact_url(self.base(s)), "mirror": s in self.mirrors} for s in SourceName}
 
     @classmethod
     def load(cls, path: Path | str | None = DEFAULT_CONFIG, env: Mapping[str, str] | None = None) -> "Sources":
-        """Mirrors from ``path`` (optional file), then ``NODEFORGE_MIRROR_*`` in ``env``."""
+        """Mirrors from ``path`` (optional file), then ``NODEFORGE_MIRROR_*`` in ``env``.
+
+        A mirror URL holding credentials (``user:pass@``, ``?token=``) is refused
+        without echoing them; a mirror that needs a login reads it from
+        ``~/.netrc`` (requests honours it)."""
         env = os.environ if env is None else env
         mirrors: dict[SourceName, str] = {}
         if path is not None and Path(path).exists():
@@ -138,34 +145,48 @@ class Sources:
         return cls(mirrors)
 
 
+Mirror = Annotated[vocab.BaseUrl | None, Rule("empty: the upstream default")]
+
+
+class MirrorsDecl(Declared):
+    """One mirror base URL per source (empty: the source's upstream)."""
+
+    kubernetes: Mirror = None
+    crictl: Mirror = None
+    cni_plugins: Mirror = None
+    containerd: Mirror = None
+    runc: Mirror = None
+
+
+class SourcesDecl(Declared):
+    """Mirror settings (the environment's NODEFORGE_MIRROR_<SOURCE> wins over the file)."""
+
+    mirrors: MirrorsDecl | None = None
+
+
+KIND = register("sources", SourcesDecl, title="Mirror settings", path="manifests/sources.yaml",
+                description="The base URL of a mirror per artifact source, with the upstream layout below it. "
+                            "Credentials never go in a URL (refused without being echoed): a mirror that needs "
+                            "a login reads it from ~/.netrc. `NODEFORGE_MIRROR_<SOURCE>` (same rule) wins.")
+
+
 def _check_url(value: str, where: str) -> str:
-    parts = urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.netloc or parts.query or parts.fragment:
-        raise ConfigError(path=where, detail=f"expected an http(s) base URL, got {value!r}")
-    return value.rstrip("/")
+    """``value`` as a mirror base URL (``vocab.check_base_url``); the error names
+    ``where`` and shows the URL with its credentials redacted."""
+    try:
+        return vocab.check_base_url(value)
+    except ValueError as exc:
+        raise ConfigError(path=where, detail=str(exc)) from None
 
 
 def _read_config(path: Path) -> dict[SourceName, str]:
-    doc = yamlfile.load(path)
-    if doc is None:
+    document = schema_load(path, format="yaml", limits=KIND.limits)
+    if document.data is None:
         return {}
-    names = [s.value for s in SourceName]
-    if not isinstance(doc, dict) or set(doc) - {"mirrors"}:
-        raise ConfigError(path=f"{path}:{yamlfile.line_of(doc) or 1}", detail="expected a mapping with only 'mirrors'")
-    mirrors = doc.get("mirrors") or {}
-    if not isinstance(mirrors, dict):
-        raise ConfigError(path=f"{path}:{yamlfile.line_of(doc, 'mirrors')}", detail="mirrors: expected a mapping")
-    out = {}
-    for key, value in mirrors.items():
-        where = f"{path}:{yamlfile.line_of(mirrors, key)}"
-        if key not in names:
-            raise ConfigError(path=where, detail=f"mirrors.{key}: unknown source (known: {', '.join(names)})")
-        if value is None:
-            continue
-        if not isinstance(value, str):
-            raise ConfigError(path=where, detail=f"mirrors.{key}: expected a URL string")
-        out[SourceName(key)] = _check_url(value, f"{where}: mirrors.{key}")
-    return out
+    decl = validate(document, SourcesDecl)
+    if decl.mirrors is None:
+        return {}
+    return {SourceName(name): value for name, value in decl.mirrors.model_dump().items() if value}
 
 
 _HEX = re.compile(r"^[0-9a-fA-F]{64}$")

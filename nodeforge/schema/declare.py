@@ -146,8 +146,12 @@ def load_file(path, model: type[BaseModel], text: str | None = None, *, format: 
 def problems_of(exc: ValidationError, document: Document, model: type[BaseModel] | None = None) -> list[Problem]:
     out: list[Problem] = []
     seen = set()
-    for err in exc.errors(include_url=False):
-        keypath, on_key = _document_path(document.data, err["loc"], err["type"])
+    errors = [(err, *_document_path(document.data, err["loc"], err["type"])) for err in exc.errors(include_url=False)]
+    # An optional field (X | None) with a bad value: the "or null" member's error adds nothing.
+    typed = {kp for err, kp, _ in errors if err["type"] != "none_required"}
+    for err, keypath, on_key in errors:
+        if err["type"] == "none_required" and keypath in typed:
+            continue
         detail = _detail(err, document, keypath, model, on_key)
         problem = Problem(document.path, document.line(keypath) if document.format != "data" else None,
                           keypath, detail)

@@ -56,9 +56,11 @@ def test_committed_sources_config_sets_no_mirror():
 
 
 @pytest.mark.parametrize("text,match", [
-    ("mirrors:\n  kubernetes: http://ok.invalid\n  kubelet: http://x.invalid\n", r"sources.yaml:3: mirrors.kubelet: unknown source"),
+    ("mirrors:\n  kubernetes: http://ok.invalid\n  kubelet: http://x.invalid\n", r"sources.yaml:3: mirrors.kubelet: unknown key \(allowed: kubernetes, crictl, cni_plugins, containerd, runc\)"),
     ("mirrors:\n  runc: ftp://x.invalid/runc\n", r"sources.yaml:2: mirrors.runc: expected an http\(s\) base URL"),
-    ("mirror:\n  runc: http://x.invalid\n", r"sources.yaml:1: expected a mapping with only 'mirrors'"),
+    ("mirrors:\n  runc: 8080\n", r"sources.yaml:2: mirrors.runc: expected a string, got the number 8080"),
+    ("mirrors: [http://x.invalid]\n", r"sources.yaml:1: mirrors: expected a mapping, got a list"),
+    ("mirror:\n  runc: http://x.invalid\n", r"sources.yaml:1: mirror: unknown key \(allowed: mirrors\)"),
 ])
 def test_bad_config_names_file_line_and_key(tmp_path, text, match):
     cfg = tmp_path / "sources.yaml"
