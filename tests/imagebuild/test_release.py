@@ -373,3 +373,105 @@ def test_prefetch_bundle_tarball(run_cli, fixture_lock, tmp_path):
     assert {a["path"] for a in index["artifacts"]} <= names and len(index["artifacts"]) == 14
     assert "kubernetes/release/v1.36.0/bin/linux/arm64/kubelet" in names
     assert [p.name for p in target.parent.iterdir()] == ["bundle.tar.gz"]  # no temp file left
+
+
+# --- the OS package lock (nodeforge.oslock) against a local signed apt repository ----------
+
+import pytest  # noqa: E402
+
+from nodeforge.oslock import lock as oslock_lock, watch as oslock_watch  # noqa: E402
+from tests.oslock.aptrepo import RELEASE as APT_RELEASE, AptRepo, SigningKey, lock_template, standard_repo  # noqa: E402
+
+APT_SECURITY = f"{APT_RELEASE}-security"
+
+
+@pytest.fixture(scope="module")
+def archive_key(tmp_path_factory) -> SigningKey:
+    from tests.prereq import require_tools
+    require_tools("gpg", "gpgv", "dpkg-deb", "apt-get", why="the signed apt repository fixture")
+    return SigningKey(tmp_path_factory.mktemp("release-archive-key"), "nodeforge release test <release@invalid>")
+
+
+@pytest.fixture
+def apt_archive(tmp_path, archive_key, monkeypatch) -> AptRepo:
+    repo = standard_repo(tmp_path / "apt-archive", archive_key).start()
+    for k, v in repo.env().items():
+        monkeypatch.setenv(k, v)
+    yield repo
+    repo.stop()
+
+
+@pytest.fixture
+def os_lock(fixture_lock, apt_archive):
+    """The package lock beside the fixture lockfile (where release check finds it by default)."""
+    template = lock_template(fixture_lock.parent / oslock_lock.FILENAME)
+    lock, _ = oslock_watch.resolve_lock(template, oslock_watch.config_for(template, apt_archive.mirrors(),
+                                                                           apt_archive.key.keyring))
+    lock.save()
+    return lock
+
+
+def test_check_without_package_updates_exits_0_and_reports_the_lock(run_cli, fixture_lock, os_lock):
+    code, report, _ = _check(run_cli, fixture_lock)
+    assert code == ExitCode.OK
+    assert report["new_release"] is False and report["kubernetes_new_release"] is False
+    assert report["packages"] == {"lock": str(os_lock.path), "packages": 3, "new_release": False, "security": 0,
+                                  "updates": [], "gone": []}
+
+
+def test_check_reports_a_security_update_and_exits_10(run_cli, fixture_lock, os_lock, apt_archive):
+    apt_archive.add(APT_SECURITY, "nf-lib", "2.0-1+deb1u1")
+    apt_archive.publish()
+    code, report, _ = _check(run_cli, fixture_lock)
+    assert code == ExitCode.NEW_RELEASE == 10
+    assert report["kubernetes_new_release"] is False and report["new_release"] is True
+    assert report["packages"]["updates"] == [{"name": "nf-lib", "arch": "amd64", "old_version": "2.0-1",
+                                              "new_version": "2.0-1+deb1u1", "suite": APT_SECURITY,
+                                              "security": True}]
+    assert report["packages"]["security"] == 1
+    code, out, _ = run_cli("release", "check", "--lockfile", str(fixture_lock))
+    assert code == 10
+    assert "1 of 3 have a newer version, 1 from a security suite" in out and APT_SECURITY in out
+    # --no-packages: the Kubernetes answer alone
+    assert run_cli("release", "check", "--no-packages", "--lockfile", str(fixture_lock))[0] == ExitCode.OK
+
+
+def test_bump_packages_moves_the_lock_and_prints_the_pr_markdown(run_cli, fixture_lock, os_lock, apt_archive):
+    apt_archive.add(APT_SECURITY, "nf-lib", "2.0-1+deb1u1")
+    apt_archive.publish()
+    before = os_lock.path.read_text()
+    code, out, _ = run_cli("release", "bump", "--packages", "--dry-run", "--lockfile", str(fixture_lock))
+    assert code == ExitCode.OK and os_lock.path.read_text() == before
+    assert "Dry run" in out
+    versions_before = fixture_lock.read_text()
+    code, out, _ = run_cli("release", "bump", "--packages", "--lockfile", str(fixture_lock))
+    assert code == ExitCode.OK
+    assert out.startswith("## OS package update\n")
+    assert f"| nf-lib | amd64 | 2.0-1 | 2.0-1+deb1u1 | **{APT_SECURITY}** (security) |" in out
+    assert fixture_lock.read_text() == versions_before       # the Kubernetes lockfile is not touched
+    moved = oslock_lock.load(os_lock.path).by_key()[("nf-lib", "amd64")]
+    assert (moved.version, moved.suite) == ("2.0-1+deb1u1", APT_SECURITY)
+    assert _check(run_cli, fixture_lock)[0] == ExitCode.OK
+    code, out, _ = run_cli("-o", "json", "release", "bump", "--packages", "--lockfile", str(fixture_lock))
+    assert code == ExitCode.OK and json.loads(out)["changes"] == [] and json.loads(out)["written"] is False
+
+
+def test_check_refuses_an_index_whose_signature_does_not_verify(run_cli, fixture_lock, os_lock, apt_archive,
+                                                                tmp_path):
+    forger = SigningKey(tmp_path / "forger", "forger <forger@invalid>")
+    apt_archive.add(APT_SECURITY, "nf-lib", "2.0-1+evil1")
+    apt_archive.key, real = forger, apt_archive.key
+    apt_archive.publish()                     # signed, but not by the archive key
+    code, _, err = run_cli("release", "check", "--lockfile", str(fixture_lock))
+    assert code == ExitCode.FAILURE
+    assert f"refused InRelease {apt_archive.url}/debian" in err and "signature does not verify" in err
+    code, _, err = run_cli("release", "bump", "--packages", "--lockfile", str(fixture_lock))
+    assert code == ExitCode.FAILURE and "signature does not verify" in err
+    assert oslock_lock.load(os_lock.path).packages == os_lock.packages
+    apt_archive.key = real
+
+
+def test_bump_packages_with_a_missing_lock_names_it(run_cli, fixture_lock):
+    code, _, err = run_cli("release", "bump", "--packages", "--lockfile", str(fixture_lock))
+    assert code == ExitCode.USAGE
+    assert "os-packages.lock.yaml: package lock not found" in err and "release lock-packages" in err
