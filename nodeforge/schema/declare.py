@@ -71,9 +71,13 @@ def is_secret(field: pydantic.fields.FieldInfo) -> bool:
 
 
 def _annotation_has(annotation, cls) -> bool:
-    if typing.get_origin(annotation) is typing.Annotated:
+    """True when ``annotation`` (or a member of its ``X | None`` union) carries ``cls`` metadata."""
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
         return any(isinstance(m, cls) for m in annotation.__metadata__) or \
             _annotation_has(typing.get_args(annotation)[0], cls)
+    if origin in (typing.Union, types.UnionType):
+        return any(_annotation_has(a, cls) for a in typing.get_args(annotation))
     return False
 
 

@@ -1,0 +1,183 @@
+"""The one safe loader: limits enforced before or while parsing, bad text refused
+with its line, key paths mapped to lines (YAML, JSON, CSV)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from nodeforge.errors import ConfigError
+from nodeforge.schema import Limits, SchemaError, load, read_text
+
+
+def _bomb(levels: int = 9, width: int = 10) -> str:
+    lines = ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    for i in range(1, levels):
+        lines.append(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * width) + "]")
+    return "nodes:\n  - name: n1\n    properties:\n" + textwrap.indent("\n".join(lines), "      ") + "\n"
+
+
+def test_the_billion_laughs_file_is_small():
+    assert len(_bomb().encode()) < 1400          # the issue's 1.3 KB file: 10**9 strings expanded
+
+
+_CHILD = r"""
+import resource, sys
+from nodeforge.errors import ConfigError
+from nodeforge.schema import load
+try:
+    doc = load(sys.argv[1])
+    import json; json.dumps(doc.data)
+    print("ACCEPTED")
+except ConfigError as exc:
+    print("REFUSED", exc)
+print("MAXRSS_KB", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+
+
+def test_alias_bomb_is_refused_within_memory_in_a_child_process(tmp_path):
+    path = tmp_path / "inventory.yaml"
+    path.write_text(_bomb())
+    # timeout: a bound so a regression cannot hang the suite (not a timing assertion)
+    proc = subprocess.run([sys.executable, "-c", _CHILD, str(path)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "REFUSED" in proc.stdout and "aliases are expanded" in proc.stdout, proc.stdout
+    assert f"{path}:" in proc.stdout
+    rss_kb = int(proc.stdout.split("MAXRSS_KB")[1])
+    assert rss_kb < 100 * 1024, f"peak RSS {rss_kb} KiB"
+
+
+def test_many_aliases_are_refused_before_composing(tmp_path):
+    text = "base: &b {x: 1}\nitems:\n" + "".join("  - *b\n" for _ in range(1500))
+    with pytest.raises(ConfigError, match=r"f.yaml:\d+: more than 1000 YAML aliases"):
+        load(tmp_path / "f.yaml", text)
+
+
+def test_ordinary_aliases_are_expanded_in_the_plain_data(tmp_path):
+    doc = load(tmp_path / "f.yaml", "defaults: &d {driver: ipmi, port: 623}\nnodes:\n  - *d\n  - <<: *d\n    port: 624\n")
+    assert doc.data["nodes"] == [{"driver": "ipmi", "port": 623}, {"driver": "ipmi", "port": 624}]
+    assert type(doc.data["nodes"][0]) is dict and type(doc.data["nodes"][0]["port"]) is int
+
+
+def test_file_size_is_limited_before_reading(tmp_path):
+    path = tmp_path / "big.yaml"
+    with open(path, "wb") as fh:          # sparse: 300 MB that take no disk
+        fh.truncate(300 << 20)
+    with pytest.raises(ConfigError, match=r"big.yaml: larger than 4 MiB; not read"):
+        load(path)
+    small = tmp_path / "small.yaml"
+    small.write_text("a: " + "x" * 2000 + "\n")
+    with pytest.raises(ConfigError, match="larger than 1000 bytes"):
+        load(small, limits=Limits(max_bytes=1000))
+    assert load(small, limits=Limits(max_bytes=4000)).data["a"] == "x" * 2000
+    with pytest.raises(ConfigError, match="larger than 1000 bytes"):
+        load("given.yaml", "a: " + "x" * 2000, limits=Limits(max_bytes=1000))
+
+
+@pytest.mark.parametrize("data,line,detail", [
+    (b"a: 1\nb: caf\xe9\n", 2, "not UTF-8 text (byte 0xe9"),
+    (b"a: 1\n\nc: \x00\n", 3, "not a text file (NUL byte)"),
+    (b"a: " + b"[" * 20000 + b"]" * 20000 + b"\n", 1, "nested more than 64 levels deep"),
+    (b'{"a": ' + b'{"b": ' * 100 + b"1" + b"}" * 101, 1, "nested more than 64 levels deep"),
+])
+def test_binary_non_utf8_and_deep_files_are_refused_with_their_line(tmp_path, data, line, detail):
+    path = tmp_path / "f.yaml"
+    path.write_bytes(data)
+    with pytest.raises(ConfigError) as info:
+        load(path)
+    assert str(info.value).startswith(f"{path}:{line}: ") and detail in str(info.value)
+    assert info.value.exit_code == 2
+
+
+def test_block_nesting_is_limited_after_composing(tmp_path):
+    text = "".join("  " * i + f"k{i}:\n" for i in range(70)) + "  " * 70 + "x\n"
+    with pytest.raises(ConfigError, match="nested more than 64 levels deep"):
+        load(tmp_path / "f.yaml", text)
+
+
+def test_bom_is_dropped_and_missing_file_or_directory_is_a_config_error(tmp_path):
+    path = tmp_path / "f.yaml"
+    path.write_bytes(b"\xef\xbb\xbfa: 1\n")
+    assert load(path).data == {"a": 1}
+    assert read_text(path) == "a: 1\n"
+    with pytest.raises(ConfigError, match="file not found"):
+        load(tmp_path / "missing.yaml")
+    with pytest.raises(ConfigError, match="is a directory"):
+        load(tmp_path)
+
+
+def test_yaml_key_paths_map_to_lines(tmp_path):
+    doc = load(tmp_path / "inv.yaml", textwrap.dedent("""\
+        nodes:
+          - name: a
+          - name: b
+            driver_info:
+              ipmi_port: 623
+        other: [1, 2]
+        """))
+    assert doc.line(("nodes", 1, "driver_info", "ipmi_port")) == 5
+    assert doc.line(("nodes", 1)) == 3
+    assert doc.line(("nodes", 1, "driver_info", "missing")) == 4     # nearest ancestor
+    assert doc.line(("other", 1)) == 6
+    assert doc.line(()) == 1
+    assert doc.problem(("nodes", 0, "name"), "bad").__str__() == f"{tmp_path / 'inv.yaml'}:2: nodes[0].name: bad"
+
+
+def test_yaml_implicit_types_become_plain_values_and_keep_their_source_text(tmp_path):
+    doc = load(tmp_path / "f.yaml", "v: 1.30\nb: true\ny: yes\nd: 2024-01-01\nh: 0x10\n")
+    assert doc.data["v"] == 1.3 and type(doc.data["v"]) is float
+    assert doc.data["b"] is True and doc.data["y"] == "yes"     # YAML 1.2: yes is a string
+    assert type(doc.data["h"]) is int
+    assert doc.source_text(("v",)) == "1.30"
+
+
+def test_yaml_syntax_and_duplicate_keys_name_the_line(tmp_path):
+    with pytest.raises(ConfigError, match=r"f.yaml:2: invalid YAML"):
+        load(tmp_path / "f.yaml", "a: 1\nb: : [\n")
+    with pytest.raises(ConfigError, match=r"f.yaml:\d+: invalid YAML"):
+        load(tmp_path / "f.yaml", "a: 1\na: 2\n")
+
+
+def test_json_is_strict_and_maps_lines_when_a_problem_needs_them(tmp_path):
+    doc = load(tmp_path / "r.json", '{\n  "a": 1,\n  "b": {\n    "c": [1, 2]\n  }\n}\n')
+    assert doc.data == {"a": 1, "b": {"c": [1, 2]}} and doc.format == "json"
+    assert doc.line(("b", "c")) == 4
+    with pytest.raises(ConfigError, match=r"r.json:2: invalid JSON"):
+        load(tmp_path / "r.json", '{\n  "a": ,\n}')
+    with pytest.raises(ConfigError, match="NaN is not a number JSON allows"):
+        load(tmp_path / "r.json", '{"a": NaN}')
+    with pytest.raises(SchemaError, match=r"r.json: a: duplicate key"):
+        load(tmp_path / "r.json", '{"a": 1, "a": 2}')
+
+
+def test_csv_rows_map_to_lines_and_bad_headers_are_refused(tmp_path):
+    doc = load(tmp_path / "n.csv", "\ufeffname,mac\n\na,aa:bb:cc:dd:ee:ff\n\"b\nc\",x\nd,y\n")
+    assert doc.data[0] == {"name": "a", "mac": "aa:bb:cc:dd:ee:ff"}
+    assert [doc.line((i,)) for i in range(3)] == [3, 4, 6]
+    with pytest.raises(ConfigError, match=r"n.csv:1: duplicate column\(s\) mac"):
+        load(tmp_path / "n.csv", "name,mac,mac\na,b,c\n")
+    with pytest.raises(ConfigError, match="empty CSV file"):
+        load(tmp_path / "n.csv", "")
+    with pytest.raises(ConfigError, match="no data rows"):
+        load(tmp_path / "n.csv", "name,mac\n")
+    with pytest.raises(ConfigError, match=r"n.csv:2: 3 fields, the header has 2"):
+        load(tmp_path / "n.csv", "name,mac\na,b,c\n")
+
+
+def test_schema_error_renders_one_problem_per_line_and_as_json(tmp_path):
+    from nodeforge.schema import Problem
+
+    err = SchemaError("f.yaml", [Problem("f.yaml", 3, ("nodes", 0, "driver_info", "ipmi_port"), "bad port"),
+                                 Problem("f.yaml", None, (), "empty"),
+                                 Problem("f.yaml", 7, ("kubernetes", "1.36", "x y"), "odd")])
+    assert str(err).splitlines() == ["f.yaml:3: nodes[0].driver_info.ipmi_port: bad port",
+                                     "f.yaml: (top level): empty", 'f.yaml:7: kubernetes["1.36"]["x y"]: odd']
+    assert err.exit_code == 2
+    doc = json.loads(json.dumps(err.to_dict()))
+    assert doc["problems"][0] == {"file": "f.yaml", "line": 3, "key": "nodes[0].driver_info.ipmi_port",
+                                  "keypath": ["nodes", 0, "driver_info", "ipmi_port"], "detail": "bad port"}
+    assert err.details["problems"] == doc["problems"]
