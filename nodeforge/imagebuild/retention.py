@@ -1,7 +1,8 @@
 """The approved-image retention policy, ``manifests/image-retention.yaml``.
 
 See the file itself for the meaning of each key; :func:`load` validates the
-whole file and names the key and line of each problem.
+whole file against its declaration (:class:`RetentionDecl`, ``docs/schemas.md``)
+and names the file, line and key of each problem.
 
 Retention never deactivates or deletes an image that Magnum uses: when the
 cloud has a container-infra endpoint, promote reads every cluster template
@@ -14,12 +15,16 @@ Magnum is said so in the log, and retention proceeds as before.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import enum
 import re
 from pathlib import Path
+from typing import Annotated, Literal
 
-from nodeforge.errors import ConfigError
-from nodeforge.imagebuild import yamlfile
+from pydantic import AfterValidator, BeforeValidator, Field
+
+from nodeforge.schema import Declared, Rule, register, validate, vocab
+from nodeforge.schema import load as schema_load
 
 DEFAULT_PATH = Path("manifests/image-retention.yaml")
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
@@ -50,44 +55,57 @@ class RetentionPolicy:
         return d
 
 
+def _provided_until(value):
+    # An unquoted YYYY-MM-DD is a YAML date: the same text, so it is taken as written.
+    if isinstance(value, datetime.date) and not isinstance(value, datetime.datetime):
+        return value.isoformat()
+    return value
+
+
+def _until(value: str) -> str:
+    if value not in ("none", "notice") and not _DATE.match(value):
+        raise ValueError(f"expected none, notice or YYYY-MM-DD, got {value!r}")
+    return value
+
+
+class MetadataDecl(Declared):
+    """Image metadata (SCS image metadata standard) set on every published image."""
+
+    replace_frequency: Literal[REPLACE_FREQUENCIES] = "monthly"
+    provided_until: Annotated[str, BeforeValidator(_provided_until), AfterValidator(_until),
+                              Rule("none, notice or YYYY-MM-DD")] = "notice"
+
+
+class RetentionDecl(Declared):
+    """How many approved images of a group stay listed, stay bootable, and what happens to older ones."""
+
+    visible: Annotated[vocab.PositiveInt, Field(description="listed images per group")] = 1
+    keep: Annotated[vocab.PositiveInt, Rule(">= visible"), Field(description="bootable images per group")] = 3
+    expire: Literal["deactivate", "delete"] = "deactivate"
+    metadata: MetadataDecl = MetadataDecl()
+
+
+KIND = register("retention", RetentionDecl, title="Image retention policy", path="manifests/image-retention.yaml",
+                description="Applied by `image promote` to the older approved images of a group "
+                            "(see the file's comments and docs/publishing.md).")
+
+
+def _checks(document, decl: RetentionDecl):
+    if decl.keep < decl.visible:
+        yield document.problem(("keep",), f"must be >= visible ({decl.visible}), got {decl.keep}")
+
+
 def load(path: Path | str = DEFAULT_PATH) -> RetentionPolicy:
     path = Path(path)
     if not path.exists() and path == DEFAULT_PATH:
         return RetentionPolicy()
-    doc = yamlfile.load(path) or {}
-    problems = []
-
-    def where(node, key) -> str:
-        try:
-            return f"line {node.lc.key(key)[0] + 1}: "
-        except Exception:  # noqa: BLE001 - plain dicts have no line info
-            return ""
-
-    if not isinstance(doc, dict):
-        raise ConfigError(path=str(path), detail="must be a mapping")
-    unknown = set(doc) - {"visible", "keep", "expire", "metadata"}
-    problems += [f"{where(doc, k)}unknown key '{k}'" for k in sorted(unknown)]
-    visible, keep = doc.get("visible", 1), doc.get("keep", 3)
-    for key, value in (("visible", visible), ("keep", keep)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            problems.append(f"{where(doc, key)}'{key}' must be an integer >= 1")
-    if not problems and keep < visible:
-        problems.append(f"{where(doc, 'keep')}'keep' ({keep}) must be >= 'visible' ({visible})")
-    expire = str(doc.get("expire", "deactivate"))
-    if expire not in {e.value for e in Expire}:
-        problems.append(f"{where(doc, 'expire')}'expire' must be deactivate or delete, not '{expire}'")
-    meta = doc.get("metadata") or {}
-    freq = str(meta.get("replace_frequency", "monthly"))
-    if freq not in REPLACE_FREQUENCIES:
-        problems.append(f"{where(meta, 'replace_frequency')}'metadata.replace_frequency' must be one of "
-                        f"{', '.join(REPLACE_FREQUENCIES)}")
-    until = str(meta.get("provided_until", "notice"))
-    if until not in ("none", "notice") and not _DATE.match(until):
-        problems.append(f"{where(meta, 'provided_until')}'metadata.provided_until' must be none, notice or YYYY-MM-DD")
-    if problems:
-        raise ConfigError(path=str(path), detail="; ".join(problems))
-    return RetentionPolicy(visible=visible, keep=keep, expire=Expire(expire), replace_frequency=freq,
-                           provided_until=until)
+    document = schema_load(path, format="yaml", limits=KIND.limits)
+    if document.data is None:
+        document.data = {}
+    decl = validate(document, RetentionDecl, checks=_checks)
+    return RetentionPolicy(visible=decl.visible, keep=decl.keep, expire=Expire(decl.expire),
+                           replace_frequency=decl.metadata.replace_frequency,
+                           provided_until=decl.metadata.provided_until)
 
 
 def magnum_hold(image_id: str, users: dict[str, list[str]] | None) -> str | None:

@@ -75,8 +75,11 @@ def test_retention_file_validated(tmp_path):
     with pytest.raises(ConfigError) as exc:
         retention.load(bad)
     text = str(exc.value)
-    assert "line 2: 'keep' (2) must be >= 'visible' (3)" in text and "line 3: 'expire'" in text
-    assert "replace_frequency" in text
+    assert f"{bad}:3: expire: got the string 'burn', expected 'deactivate' or 'delete'" in text
+    assert f"{bad}:5: metadata.replace_frequency: got the string 'hourly'" in text
+    bad.write_text("visible: 3\nkeep: 2\n")
+    with pytest.raises(ConfigError, match=r"r.yaml:2: keep: must be >= visible \(3\), got 2"):
+        retention.load(bad)
 
 
 # --------------------------------------------------------------------------
