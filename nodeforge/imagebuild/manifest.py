@@ -18,21 +18,16 @@ import datetime
 import json
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from nodeforge.imagebuild.cache import sha256_file
+from pydantic import AfterValidator, ConfigDict, Field
+
 from nodeforge import scope as IC
+from nodeforge.imagebuild.cache import sha256_file
+from nodeforge.schema import Declared, Problem, Rule, SchemaError, register, validate_data, vocab
 
 SCHEMA = "nodeforge-image-manifest/1"
 IN_IMAGE_PATH = "etc/nodeforge/manifest.json"
-
-# Required keys and their types, checked by validate() (tests and `image verify` use it).
-_REQUIRED: dict[str, type | tuple] = {
-    "schema": str, "build_id": str, "build_time": str, "kubernetes": dict, "base_os": dict, "arch": str,
-    "variants": list, "images": dict, "packages": list, "artifacts": list, "lockfile": dict, "element_tree": dict,
-    "hardening": dict, "diskimage_builder": dict, "source": dict,
-}
-
 
 def dpkg_packages(root: Path) -> list[dict]:
     """Installed packages in ``root``'s dpkg database: name, version, arch (sorted)."""
@@ -98,34 +93,99 @@ def dumps(manifest: dict) -> str:
     return json.dumps(manifest, indent=2, sort_keys=True) + "\n"
 
 
+# --- the declaration (validate() checks a manifest against it; docs/schemas.md) --------
+
+def _schema(value: str) -> str:
+    if value != SCHEMA:
+        raise ValueError(f"schema is {value!r}, expected {SCHEMA!r}")
+    return value
+
+
+def _scope(value: str) -> str:
+    why = IC.scope_problem(value)
+    if why is not None:
+        raise ValueError(why)
+    return value
+
+
+class _Open(Declared):
+    """A section whose other keys are kept as they are."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class KubernetesDecl(Declared):
+    minor: vocab.KubeMinor
+    version: str
+    pause_image: str
+
+
+class PackageDecl(Declared):
+    """One dpkg package of the root filesystem."""
+
+    name: str
+    version: str
+    arch: str
+
+
+class ArtifactDecl(_Open):
+    """One non-dpkg artifact (from the lockfile)."""
+
+    component: str
+    version: str
+    sha256: vocab.Sha256
+    arch: str | None = None
+
+
+class DigestDecl(_Open):
+    sha256: vocab.Sha256
+
+
+class DibDecl(_Open):
+    """The diskimage-builder that made the images."""
+
+    version: str
+    args: list[str]
+
+
+class ManifestDecl(Declared):
+    """``manifest.json``: what one build put into its images (written by ``image build``)."""
+
+    schema_: Annotated[str, AfterValidator(_schema), Rule(SCHEMA), Field(alias="schema")]
+    build_id: str
+    build_time: Annotated[str, Rule("UTC, YYYY-MM-DDTHH:MM:SSZ")]
+    kubernetes: KubernetesDecl
+    base_os: dict[str, str]
+    arch: str
+    variants: list[str]
+    images: dict[str, str]
+    packages: list[PackageDecl]
+    artifacts: list[ArtifactDecl]
+    lockfile: dict[str, Any]
+    element_tree: DigestDecl
+    hardening: dict[str, Any]
+    diskimage_builder: DibDecl
+    source: dict[str, Any]
+    package_base: dict[str, Any] | None = None
+    scope: Annotated[str, AfterValidator(_scope), Rule(IC.SCOPE_RULE)] | None = None
+
+
+KIND = register("manifest", ManifestDecl, title="Build manifest", path="<build dir>/manifest.json",
+                formats=("json",), description="Written by `image build`, checked by `image verify` and the tests.")
+
+
+def problems(manifest: Any, file: str = "manifest.json") -> list[Problem]:
+    """Every problem of ``manifest`` (data already parsed) as :class:`~nodeforge.schema.Problem`."""
+    try:
+        validate_data(file, manifest, ManifestDecl)
+    except SchemaError as exc:
+        return exc.problems
+    return []
+
+
 def validate(manifest: Any) -> list[str]:
-    """Problems with a manifest's shape (empty list: valid)."""
-    if not isinstance(manifest, dict):
-        return ["manifest is not a JSON object"]
-    problems = []
-    for key, kind in _REQUIRED.items():
-        if key not in manifest:
-            problems.append(f"missing key '{key}'")
-        elif not isinstance(manifest[key], kind):
-            problems.append(f"'{key}' should be {getattr(kind, '__name__', kind)}")
-    if problems:
-        return problems
-    if manifest["schema"] != SCHEMA:
-        problems.append(f"schema is {manifest['schema']!r}, expected {SCHEMA!r}")
-    for i, pkg in enumerate(manifest["packages"]):
-        if not isinstance(pkg, dict) or set(pkg) != {"name", "version", "arch"}:
-            problems.append(f"packages[{i}] needs exactly name, version, arch")
-    for i, art in enumerate(manifest["artifacts"]):
-        if not isinstance(art, dict) or not {"component", "version", "sha256"} <= set(art):
-            problems.append(f"artifacts[{i}] needs component, version, sha256")
-        elif len(str(art["sha256"])) != 64:
-            problems.append(f"artifacts[{i}].sha256 is not a sha256")
-    for key in ("version", "args"):
-        if key not in manifest["diskimage_builder"]:
-            problems.append(f"diskimage_builder.{key} missing")
-    if "scope" in manifest and (why := IC.scope_problem(manifest["scope"])) is not None:
-        problems.append(f"scope {why}")
-    return problems
+    """Problems with a manifest's shape, as ``key.path: detail`` (empty list: valid)."""
+    return [f"{p.key}: {p.detail}" for p in problems(manifest)]
 
 
 def sbom(manifest: dict) -> str:

@@ -62,7 +62,13 @@ def test_manifest_schema():
     del broken["packages"]
     broken["artifacts"] = [{"component": "kubelet", "version": "1", "sha256": "short"}]
     problems = manifest.validate(broken)
-    assert "missing key 'packages'" in problems
+    assert "packages: missing key 'packages'" in problems
+    assert any(p.startswith("artifacts[0].sha256: expected a sha256 digest") for p in problems)
+    assert manifest.validate([]) == ["(top level): expected a mapping, got a list"]
+    assert manifest.validate(dict(m, extra=1)) == ["extra: unknown key (allowed: schema, build_id, build_time, "
+                                                   "kubernetes, base_os, arch, variants, images, packages, artifacts, "
+                                                   "lockfile, element_tree, hardening, diskimage_builder, source, "
+                                                   "package_base, scope)"]
 
 
 def test_manifest_validate_reports_bad_entries():
@@ -86,4 +92,4 @@ def test_manifest_records_the_lockfiles_scope_when_given():
     assert "scope" not in _manifest()                       # manifests before scopes: no key, still valid
     m = _manifest(scope="team-a")
     assert m["scope"] == "team-a" and manifest.validate(m) == []
-    assert any(p.startswith("scope must be 1-63") for p in manifest.validate(dict(m, scope="Not Valid")))
+    assert any(p.startswith("scope: must be 1-63") for p in manifest.validate(dict(m, scope="Not Valid")))
