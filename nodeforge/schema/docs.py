@@ -23,6 +23,7 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from nodeforge.schema.declare import FileKind, Rule, is_secret, kinds
+from nodeforge.schema.loader import _size
 
 # Modules that register file kinds (a module missing here is not documented;
 # one that registers nothing costs nothing).
@@ -89,15 +90,21 @@ def type_name(annotation) -> str:
 def constraint(field) -> str:
     rules = []
 
-    def collect(annotation):
+    def collect(annotation, label=""):
         annotation, meta = _strip(annotation)
-        rules.extend(m.text for m in meta if isinstance(m, Rule))
+        rules.extend(label + m.text for m in meta if isinstance(m, Rule))
         for m in meta:
-            rules.extend(_bound_text(m))
-        if typing.get_origin(annotation) in (list, tuple, set, frozenset, dict, typing.Union, types.UnionType):
-            for arg in typing.get_args(annotation):
+            rules.extend(label + t for t in _bound_text(m))
+        origin = typing.get_origin(annotation)
+        args = typing.get_args(annotation)
+        if origin is dict and len(args) == 2:
+            collect(args[0], "keys: ")
+            collect(args[1], "values: ")
+        elif origin in (list, tuple, set, frozenset, typing.Union, types.UnionType):
+            for arg in args:
                 if arg is not Ellipsis:
-                    collect(arg)
+                    collect(arg, "items: " if origin is not typing.Union and origin is not types.UnionType
+                            else label)
 
     collect(field.annotation)
     rules.extend(m.text for m in field.metadata if isinstance(m, Rule))
@@ -112,11 +119,11 @@ def constraint(field) -> str:
 
 def _bound_text(meta) -> list[str]:
     out = []
-    for attr, word in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"), ("min_length", "at least"),
-                       ("max_length", "at most")):
+    for attr, word in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"), ("min_length", "length >="),
+                       ("max_length", "length <=")):
         value = getattr(meta, attr, None)
         if value is not None and type(meta).__module__.startswith("annotated_types"):
-            out.append(f"{word} {value}" + (" items/characters" if "length" in attr else ""))
+            out.append(f"{word} {value}")
     return out
 
 
@@ -172,7 +179,7 @@ def render_kind(kind: FileKind) -> str:
     if kind.path:
         facts.append(f"usually `{kind.path}`")
     facts.append("format " + ", ".join(kind.formats))
-    facts.append(f"at most {kind.limits.max_bytes} bytes")
+    facts.append(f"at most {_size(kind.limits.max_bytes)}")
     lines += ["; ".join(facts) + ".", ""]
     if kind.description:
         lines += [kind.description.strip(), ""]
@@ -186,11 +193,12 @@ def render_kind(kind: FileKind) -> str:
                   "|---|---|---|---|---|---|"]
         for name, field in model.model_fields.items():
             key = field.alias or name
-            desc = f" {field.description}" if field.description else ""
+            text = "; ".join(t for t in (constraint(field), field.description or "") if t)
             lines.append(f"| `{key}` | {_cell(type_name(field.annotation))} | "
                          f"{'yes' if field.is_required() else 'no'} | {_cell(default(field))} | "
-                         f"{_cell(constraint(field) + desc)} | {'**secret**' if is_secret(field) else ''} |")
-        lines += ["", "Other keys: " + ("refused (named in the error)." if extra == "forbid" else f"{extra}."), ""]
+                         f"{_cell(text)} | {'**secret**' if is_secret(field) else ''} |")
+        other = {"forbid": "refused (named in the error).", "allow": "kept as they are.", "ignore": "ignored."}
+        lines += ["", "Other keys: " + other.get(extra or "ignore", f"{extra}."), ""]
     return "\n".join(lines)
 
 
@@ -227,8 +235,9 @@ def _anchor(title: str) -> str:
 
 
 def generate() -> str:
+    """The text of ``docs/schemas.md``: every kind registered by a nodeforge module."""
     import_documented()
-    return render()
+    return render([k for k in kinds() if k.model.__module__.startswith("nodeforge.")])
 
 
 def main() -> int:
