@@ -59,6 +59,7 @@ class Progress:
         if text == self._last_text:
             return
         now = self.clock()
+        force = force or text.split(":", 1)[0] != self._last_text.split(":", 1)[0]   # a new phase: shown
         if not force and now - self._last_at < self.every:
             self._pending = text
             return

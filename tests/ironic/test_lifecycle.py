@@ -144,3 +144,100 @@ def test_recovered_node_clears_its_count_and_a_locked_manage_spends_one_recovery
     # one write of the count (1), one removal when available; nothing left behind
     assert [c for c in fake.calls if c[0] == "patch_node"] == [("patch_node", node["uuid"])] * 2
     assert C.EXTRA_RETRIES not in node["extra"]
+
+
+# -- handlers decide, one place writes, all of a round's writes at once ----------------------------
+
+class NoWrites(FakeProvisioner):
+    """A provisioner whose writes fail the test: handlers must only decide."""
+
+    def set_provision_state(self, *a, **kw):
+        raise AssertionError("a handler wrote")
+
+    def patch_node(self, *a, **kw):
+        raise AssertionError("a handler wrote")
+
+    def set_maintenance(self, *a, **kw):
+        raise AssertionError("a handler wrote")
+
+
+@pytest.mark.parametrize("state,kw,issued,extra,expect", [
+    ("enroll", {}, None, {}, [("manage", None)]),
+    ("manageable", {"inspect": True}, None, {}, [("inspect", None)]),
+    # an inspection landed: the checkpoint first, then the next stage's verb, in that order
+    ("manageable", {"inspect": True}, "inspect", {}, [(None, "/extra/nodeforge_stage"), ("provide", None)]),
+    ("manageable", {"cleaning": MANUAL}, None, {}, [("clean", None)]),
+    # recovery: the count written before the manage
+    ("clean failed", {}, None, {}, [(None, "/extra/nodeforge_retries"), ("manage", None)]),
+    # recoveries spent: maintenance (parked) before the manage
+    ("clean failed", {}, None, {C.EXTRA_RETRIES: 1}, [("maintenance", None), ("manage", None)]),
+    ("available", {}, None, {C.EXTRA_RETRIES: 1}, [(None, "/extra/nodeforge_retries")]),
+])
+def test_handlers_return_the_writes_they_want(state, kw, issued, extra, expect):
+    s = spec("d", **kw)
+    w = lc.Work(spec=s, uuid="u-1", node={"uuid": "u-1", "provision_state": state, "extra": dict(extra)})
+    if issued:
+        w.issued, w.issued_at = C.Verb(issued), 0.0
+    ctx = lc.Ctx(NoWrites(), lc.Policy(), {}, 1.0)
+    out = lc.decide(w, ctx)
+    assert isinstance(out, lc.Act), out
+    got = [("maintenance" if x.maintenance else (x.verb.value if x.verb else None),
+            x.patch[0]["path"] if x.patch else None) for x in out.writes]
+    assert got == expect
+    assert w.node["extra"] == extra     # nothing recorded before Ironic accepted it
+
+
+def test_a_full_stage_reserves_no_write():
+    w = lc.Work(spec=spec("full"), uuid="u", node={"uuid": "u", "provision_state": "manageable"})
+    policy = lc.Policy()
+    policy.concurrency[lc.Stage.PROVIDE] = 2
+    ctx = lc.Ctx(NoWrites(), policy, {lc.Stage.PROVIDE: 2}, 0.0)
+    assert lc.decide(w, ctx) == lc.Continue()
+
+
+class Overlap(FakeProvisioner):
+    """Counts verbs in flight at once and lists (a round's verbs must overlap)."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        import threading
+
+        self.inside = self.most = self.listings = 0
+        self._gate = threading.Lock()
+        self._both = threading.Barrier(4, timeout=10)
+
+    def list_nodes(self, fields=None):
+        self.listings += 1
+        return super().list_nodes(fields)
+
+    def set_provision_state(self, ident, verb, **kw):
+        with self._gate:
+            self.inside += 1
+            self.most = max(self.most, self.inside)
+        try:
+            if verb is C.Verb.MANAGE:
+                self._both.wait()       # four manages must be in flight together, or this times out
+            return super().set_provision_state(ident, verb, **kw)
+        finally:
+            with self._gate:
+                self.inside -= 1
+
+
+def test_a_rounds_writes_are_made_concurrently_one_listing_per_round():
+    fake = Overlap()
+    policy = lc.Policy(poll_interval=1)
+    works = drive(fake, [spec(f"c{i}") for i in range(4)], policy)
+    assert all(w.result is lc.NodeState.AVAILABLE for w in works.values())
+    assert fake.most >= 4
+    # manage round, provide round, then the round that sees them available: one listing each
+    assert fake.listings == 3
+
+
+def test_progress_sees_every_round():
+    fake = FakeProvisioner()
+    seen = []
+    n = fake.create_node({"name": "p", "driver": "fake-hardware"})
+    clock = Clock()
+    lc.run(fake, [lc.Work(spec=spec("p"), uuid=n["uuid"])], lc.Policy(), clock=clock, sleep=clock.sleep,
+           progress=lambda ws: seen.append(ws[0].node.get("provision_state")))
+    assert seen == ["enroll", "manageable", "available"]
