@@ -102,6 +102,7 @@ class Plan:
     mirrors: dict[str, str]
     artifacts: list[dict]
     disk_image_create: str
+    os_lock: object | None = None   # nodeforge.oslock.lock.PackageLock, when one is beside the lockfile
 
 
 @dataclasses.dataclass
@@ -217,10 +218,40 @@ def preflight(req: BuildRequest) -> Plan:
     _check_space(out_parent, req.min_free_out, "output directory", "--out")
 
     mirrors = debian_mirrors()
+    os_lock = os_lock_preflight(Path(req.lockfile_path), rd.distro_for(lock).release, req.arch.value, mirrors,
+                                offline=req.offline)
     cache = Cache(req.cache_dir)
     artifacts = _ensure_artifacts(req, lock, cache)
     return Plan(req, lock, out, work_root, Path(req.dib_cache or default_dib_cache()).absolute(), cache, mirrors,
-                artifacts, str(dic))
+                artifacts, str(dic), os_lock)
+
+
+def os_lock_preflight(lockfile_path: Path, codename: str, arch: str, mirrors: dict[str, str], *,
+                      offline: bool = False, keyring: Path | None = None):
+    """The OS package lock beside the lockfile (None if there is none), checked against the build and the
+    mirror: the same release and architecture, and every locked version still served (verified indexes)."""
+    from nodeforge.oslock import lock as ol, watch
+
+    path = Path(lockfile_path).parent / ol.FILENAME
+    if not path.exists():
+        return None
+    plock = ol.load(path)
+    if (plock.release, plock.architecture) != (codename, arch):
+        raise PreflightError(detail=f"the OS package lock {path} is for {plock.release} {plock.architecture}, "
+                                    f"the build is {codename} {arch}",
+                             hint=f"regenerate it: nodeforge release lock-packages --lockfile {lockfile_path}")
+    if offline:
+        return plock
+    try:
+        report = watch.check(plock, watch.config_for(plock, mirrors, keyring))
+    except NodeforgeError as exc:
+        raise PreflightError(detail=f"the OS package lock {path} could not be checked against the Debian "
+                                    f"mirror: {exc}", hint=exc.hint) from None
+    if report.gone:
+        raise PreflightError(detail=f"the Debian mirror no longer serves {len(report.gone)} version(s) locked in "
+                                    f"{path}: {', '.join(report.gone[:8])}" + (" ..." if len(report.gone) > 8 else ""),
+                             hint="refresh the lock: nodeforge release bump --packages (and commit it)")
+    return plock
 
 
 def _existing_parent(path: Path) -> Path:
@@ -366,7 +397,8 @@ def package_base_spec(plan: Plan, rendered: rd.Rendered, base_elements: Path) ->
         components=renv.get("DIB_DEBIAN_COMPONENTS", "main"), arch=plan.request.arch.value,
         mirrors=dict(sorted(plan.mirrors.items())),
         packages=pb.union_packages(rendered.elements, list(rd.NODEFORGE_ELEMENTS)),
-        element_digest=rd.tree_digest(base_elements), dib_version=dib_version(plan.disk_image_create))
+        element_digest=rd.tree_digest(base_elements), dib_version=dib_version(plan.disk_image_create),
+        os_package_lock=plan.os_lock.digest() if plan.os_lock is not None else None)
 
 
 def _package_base(plan: Plan, rendered: rd.Rendered, work: Path, logf: _Log) -> tuple[pb.Entry, bool]:
@@ -374,7 +406,8 @@ def _package_base(plan: Plan, rendered: rd.Rendered, work: Path, logf: _Log) -> 
     req = plan.request
     base_elements = work / "base-elements"
     spec = package_base_spec(plan, rendered, pb.write_element(
-        base_elements, pb.union_packages(rendered.elements, list(rd.NODEFORGE_ELEMENTS)), rendered.elements))
+        base_elements, pb.union_packages(rendered.elements, list(rd.NODEFORGE_ELEMENTS)), rendered.elements,
+        os_lock=plan.os_lock))
     key = spec.key()
     cache = pb.BaseCache(Path(req.package_base_cache) if req.package_base_cache
                          else plan.dib_cache / "package-base")
@@ -402,6 +435,19 @@ def _package_base(plan: Plan, rendered: rd.Rendered, work: Path, logf: _Log) -> 
 
         entry = cache.store(key, produce, inputs=spec.to_dict())
         return entry, False
+
+
+def _check_os_lock(os_lock, rootfs: Path, logf: _Log) -> None:
+    """Remove the build-time pins and apt hook from the tree; its dpkg database must be exactly the lock."""
+    from nodeforge.oslock import pins
+
+    _run_logged(_priv(["rm", "-f", *(str(rootfs / rel) for rel in pins.IN_IMAGE)]), logf, what="rm")
+    problems = pins.compare_installed(os_lock, mf.dpkg_packages(rootfs))
+    if problems:
+        raise BuildError(detail=f"the root filesystem does not match the OS package lock {os_lock.path} "
+                                f"({len(problems)} difference(s)): " + "; ".join(problems[:12]),
+                         hint="refresh the lock (nodeforge release lock-packages) if the elements changed")
+    logf.step(f"root filesystem matches the OS package lock: {len(os_lock.packages)} packages")
 
 
 def _build(plan: Plan, work: Path, stage: Path, logf: _Log, build_time, seconds) -> BuildResult:
@@ -438,6 +484,8 @@ def _build(plan: Plan, work: Path, stage: Path, logf: _Log, build_time, seconds)
     _run_logged(_priv(["tar", "--numeric-owner", "--xattrs", "--xattrs-include=*", "--acls", "-xpf",
                        str(work / "rootfs.tar"), "-C", str(rootfs)]), logf, what="tar")
     (work / "rootfs.tar").unlink()
+    if plan.os_lock is not None:
+        _check_os_lock(plan.os_lock, rootfs, logf)
 
     # -- manifest ----------------------------------------------------------------------
     version = str(entry.version)
@@ -459,6 +507,9 @@ def _build(plan: Plan, work: Path, stage: Path, logf: _Log, build_time, seconds)
         package_base={"key": base.key, "sha256": base.meta["sha256"], "created": base.meta["created"],
                       "recipe": pb.RECIPE},
         scope=lock.scope)
+    if plan.os_lock is not None:
+        manifest["os_package_lock"] = {"path": Path(plan.os_lock.path).name, "digest": plan.os_lock.digest(),
+                                       "packages": len(plan.os_lock.packages)}
     text = mf.dumps(manifest)
     disk.replace_file(rootfs / mf.IN_IMAGE_PATH, text)
     (stage / "manifest.json").write_text(text)

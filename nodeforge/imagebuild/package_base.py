@@ -10,7 +10,8 @@ of every nodeforge element's) and stored as a gzip tarball, content-addressed:
 * :class:`BaseSpec` lists every input that shapes the stage (recipe version,
   distribution element, release, components, architecture, Debian mirrors,
   the package lists, the generated element's digest, diskimage-builder
-  version); :meth:`BaseSpec.key` is the sha256 of its canonical JSON. The
+  version, and the OS package lock's digest when there is one: see
+  docs/os-packages.md); :meth:`BaseSpec.key` is the sha256 of its canonical JSON. The
   Kubernetes version and artifact checksums are not inputs, so a patch bump
   (or another minor) reuses the base;
 * :class:`BaseCache` keeps one directory per key (``<root>/<key>/`` with
@@ -82,8 +83,23 @@ def union_packages(elements_dir: Path, names: list[str]) -> dict:
     return {k: out[k] for k in sorted(out)}
 
 
-def write_element(dest: Path, packages: dict, source_elements: Path) -> Path:
-    """Write the ``nodeforge-package-base`` element under ``dest`` (an ELEMENTS_PATH dir); returns it."""
+OS_LOCK_FILES = "nodeforge-os-lock-files"
+OS_LOCK_ROOT_SCRIPT = """#!/bin/bash
+# nodeforge: pin every package to the OS package lock and check every .deb
+# against it, before the first apt run (debian-minimal's root.d/75 step).
+set -eu
+set -o pipefail
+sudo cp -r "$TMP_HOOKS_PATH/""" + OS_LOCK_FILES + """/." "$TARGET_ROOT/"
+sudo chmod 0755 "$TARGET_ROOT/usr/local/sbin/nodeforge-verify-debs"
+"""
+
+
+def write_element(dest: Path, packages: dict, source_elements: Path, os_lock=None) -> Path:
+    """Write the ``nodeforge-package-base`` element under ``dest`` (an ELEMENTS_PATH dir); returns it.
+
+    With ``os_lock`` (a :class:`nodeforge.oslock.lock.PackageLock`) the element
+    also pins every package to its locked version and installs the apt hook
+    that refuses any ``.deb`` not in the lock (:mod:`nodeforge.oslock.pins`)."""
     elem = Path(dest) / ELEMENT
     elem.mkdir(parents=True, exist_ok=True)
     (elem / "README.rst").write_text(
@@ -95,6 +111,22 @@ def write_element(dest: Path, packages: dict, source_elements: Path) -> Path:
         "# Union of the nodeforge elements' package-installs.yaml (generated).\n"
         + yaml.safe_dump(packages, sort_keys=True, default_flow_style=False))
     shutil.copyfile(Path(source_elements) / BLOCK_DEVICE, elem / "block-device-default.yaml")
+    if os_lock is not None:
+        from nodeforge.oslock import pins
+
+        files = elem / OS_LOCK_FILES
+        for rel, text, mode in ((pins.PREFERENCES, pins.apt_preferences(os_lock), 0o644),
+                                (pins.HOOK_CONF, pins.HOOK_CONF_TEXT, 0o644),
+                                (pins.HOOK, pins.HOOK_TEXT, 0o755),
+                                (pins.SUMS, pins.sha256_list(os_lock), 0o644)):
+            target = files / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text)
+            os.chmod(target, mode)
+        (elem / "root.d").mkdir(exist_ok=True)
+        script = elem / "root.d" / "70-nodeforge-os-lock"
+        script.write_text(OS_LOCK_ROOT_SCRIPT)
+        os.chmod(script, 0o755)
     return Path(dest)
 
 
@@ -109,9 +141,13 @@ class BaseSpec:
     element_digest: str
     dib_version: str
     recipe: str = RECIPE
+    os_package_lock: str | None = None   # the OS package lock's digest, when the build has one
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(self)
+        if out["os_package_lock"] is None:   # keys of builds without a package lock stay as they were
+            del out["os_package_lock"]
+        return out
 
     def key(self) -> str:
         return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":")).encode()).hexdigest()

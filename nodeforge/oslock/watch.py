@@ -17,7 +17,7 @@ from debian.debian_support import Version
 from nodeforge.errors import NodeforgeError
 from nodeforge.oslock import archive, resolve as rs
 from nodeforge.oslock.archive import ArchiveConfig, Indexes, Record
-from nodeforge.oslock.lock import LockedPackage, PackageLock, Resolve
+from nodeforge.oslock.lock import LockedPackage, PackageLock
 
 
 class DebMismatch(NodeforgeError):

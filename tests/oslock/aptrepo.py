@@ -97,7 +97,7 @@ class AptRepo:
             (bindir / "Packages").write_bytes(text)
             (bindir / "Packages.xz").write_bytes(xz)
             now = datetime.datetime.now(datetime.timezone.utc)
-            fields = [f"Origin: nodeforge-tests", f"Label: nodeforge-tests", f"Suite: {suite}", f"Codename: {suite}",
+            fields = ["Origin: nodeforge-tests", "Label: nodeforge-tests", f"Suite: {suite}", f"Codename: {suite}",
                       f"Date: {email.utils.format_datetime(now, usegmt=True)}"]
             if self.valid_until is not None:
                 fields.append(f"Valid-Until: {email.utils.format_datetime(self.valid_until, usegmt=True)}")

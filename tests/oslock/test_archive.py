@@ -7,7 +7,7 @@ import lzma
 
 import pytest
 
-from nodeforge.oslock import archive, lock as ol, watch
+from nodeforge.oslock import archive, watch
 from nodeforge.oslock.archive import ArchiveConfig, ArchiveTrustError
 from tests.oslock.aptrepo import RELEASE
 
