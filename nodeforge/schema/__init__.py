@@ -59,7 +59,7 @@ Vocabulary (:mod:`nodeforge.schema.vocab`): ``Name``, ``Slug``/``ScopeName``,
 (+ ``placement_resource_class()``), ``Trait``, ``CustomTrait``,
 ``MacAddress`` (normalised aa:bb:..), ``IPAddress``, ``Hostname``, ``Host``,
 ``Port`` (1-65535), ``HttpUrl``, ``BaseUrl`` (credentials refused, never
-echoed), ``SemVer``, ``ReleaseVersion``, ``KubeMinor``, ``DottedVersion``,
+echoed), ``SemVer``, ``ReleaseVersion``, ``VersionTag``, ``KubeMinor``, ``DottedVersion``,
 ``Sha256``, ``Sha512``, ``FiniteFloat``, ``bounded(low, high, integer=)``,
 ``PositiveInt``, ``NonNegativeInt``, ``SecretRef`` (env:/file:/fernet:, a
 secret), ``DateString``, ``text(max_length)``; each also as a ``check_*``

@@ -33,8 +33,9 @@ class Declared(BaseModel):
     """Base of every declared file (and section of one): strict types, unknown
     keys refused, immutable instances."""
 
+    # hide_input_in_errors: a pydantic ValidationError printed anyway never shows a value (a secret).
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=True,
-                              arbitrary_types_allowed=False)
+                              arbitrary_types_allowed=False, hide_input_in_errors=True)
 
 
 @dataclasses.dataclass(frozen=True)
