@@ -65,6 +65,8 @@ REQUIRED_CHECKS = ("boot", *(f"artifact-{a.component}" for a in vc.ARTIFACTS),
 MANIFEST_ITEM = f"sha256 {vc.MANIFEST_IN_IMAGE}"
 _HEX = {64: re.compile(r"^[0-9a-f]{64}$"), 128: re.compile(r"^[0-9a-f]{128}$")}
 _FILE_NAME = re.compile(r"^[^/\0]+$")
+# A report is a few KiB; anything this large is not one (and is not parsed).
+MAX_BYTES = 16 << 20
 
 
 class VerifyReportError(NodeforgeError):
@@ -109,10 +111,18 @@ def parse(data: bytes | str, source: str = SOURCE) -> dict:
     def fail(detail: str):
         raise VerifyReportError(source=source, detail=detail)
 
+    if len(data) > MAX_BYTES:
+        fail(f"larger than {MAX_BYTES >> 20} MiB: not a report written by 'nodeforge image verify'")
+    duplicates: list[str] = []
     try:
-        doc = json.loads(data)
+        doc = json.loads(data, object_pairs_hook=lambda pairs: _object(pairs, duplicates),
+                         parse_constant=_no_constant)
+    except RecursionError:
+        fail("nested too deeply: not a report written by 'nodeforge image verify'")
     except (ValueError, UnicodeDecodeError) as exc:
         fail(f"not valid JSON ({exc}); a damaged or truncated report proves nothing")
+    if duplicates:
+        fail(f"{duplicates[0][:60]!r} appears twice in one object: a JSON reader may keep either value")
     if not isinstance(doc, dict):
         fail("not a JSON object")
     if "schema" not in doc:
@@ -133,6 +143,19 @@ def parse(data: bytes | str, source: str = SOURCE) -> dict:
             fail(f"variants.{name} is not a variant ({', '.join(VARIANTS)})")
         _section(doc, name, section, fail)
     return doc
+
+
+def _object(pairs, duplicates: list) -> dict:
+    out = {}
+    for key, value in pairs:
+        if key in out:
+            duplicates.append(key)
+        out[key] = value
+    return out
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a number JSON allows")
 
 
 def _section(doc: dict, variant: str, section, fail) -> None:

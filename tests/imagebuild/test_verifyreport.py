@@ -166,6 +166,15 @@ FORGERIES = {
     "manifest check of another manifest": (_edit(_other_manifest_check),
                                            r"checks\[manifest\] compared the image with another manifest"),
     "other image bytes": (_other_bytes, r"variants\.vm\.image_sha256 is for other image bytes"),
+    # issue 13: strict JSON (no NaN/Infinity, no key twice), bounded size and depth
+    "infinite seconds": (_edit(lambda d, b: _set(d, "variants.vm.seconds.total", float("inf"))),
+                         r"not valid JSON \(Infinity is not a number JSON allows\)"),
+    "NaN seconds": (_edit(lambda d, b: _set(d, "variants.vm.seconds.total", float("nan"))),
+                    r"not valid JSON \(NaN is not a number JSON allows\)"),
+    "a key twice": (lambda b: b.verify_raw.replace(b'"passed": true', b'"passed": false, "passed": true', 1),
+                    r"'passed' appears twice in one object"),
+    "huge": (lambda b: b.verify_raw + b" " * (16 << 20), r"larger than 16 MiB"),
+    "deep": (lambda b: b"[" * 100000 + b"]" * 100000, r"nested too deeply|not a JSON object"),
 }
 
 
