@@ -29,8 +29,10 @@ HOOK_TEXT = f"""#!/bin/sh
 # apt passes the files it is about to install on stdin, one per line.
 sums=/{SUMS}
 status=0
+checked=0
 while read -r deb; do
     case "$deb" in *.deb) ;; *) continue ;; esac
+    checked=$((checked + 1))
     sum=$(sha256sum "$deb" | cut -d' ' -f1)
     if ! grep -q "^$sum " "$sums"; then
         echo "nodeforge: refused $deb: sha256 $sum is not in the OS package lock (os-packages.lock.yaml);" \\
@@ -38,6 +40,7 @@ while read -r deb; do
         status=1
     fi
 done
+[ "$status" = 0 ] && echo "nodeforge: $checked .deb file(s) match the OS package lock" >&2
 exit $status
 """
 

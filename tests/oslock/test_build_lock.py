@@ -100,6 +100,7 @@ def test_the_apt_hook_refuses_a_deb_not_in_the_lock(apt_repo, package_lock, tmp_
     good = apt_repo.deb_path(RELEASE, "nf-lib")
     proc = subprocess.run(["sh", str(hook)], input=f"{good}\n", capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+    assert "nodeforge: 1 .deb file(s) match the OS package lock" in proc.stderr
     evil = tmp_path / "nf-lib_2.0-1_amd64.deb"
     evil.write_bytes(good.read_bytes() + b"\0")
     proc = subprocess.run(["sh", str(hook)], input=f"{good}\n{evil}\n", capture_output=True, text=True)
