@@ -408,7 +408,8 @@ def main() -> int:
                     help="run the runbook's node-by-node loop on K nodes and extrapolate to N (0: all N)")
     ap.add_argument("--bmcs", type=int, default=200, help="emulated Redfish BMCs for pre-flight (0: skip)")
     ap.add_argument("--rounds", type=int, default=2,
-                    help="nodeforge and raw-API measurements each, order alternating per round (default 2)")
+                    help="nodeforge and raw-API measurements each, order alternating per round (default 2; "
+                         "0: only the throttled ones)")
     ap.add_argument("--nf-args", default="", help="extra 'baremetal enroll' options, e.g. '--concurrency 50'")
     ap.add_argument("--no-runbook", action="store_true", help="skip the runbook measurement")
     ap.add_argument("--throttle-slots", type=int, default=4,
@@ -418,8 +419,8 @@ def main() -> int:
     ap.add_argument("--port-offset", type=int, default=OFFSET,
                     help=f"port offset of the private cloud (default {OFFSET}); every port it needs must be free")
     args = ap.parse_args()
-    if args.rounds < 1:
-        ap.error("--rounds must be at least 1")
+    if args.rounds < 0:
+        ap.error("--rounds must be at least 0 (0: only the throttled measurement)")
     busy = busy_ports(args.port_offset, proxy=args.throttle_slots > 0)
     if busy:
         ap.error(f"port offset {args.port_offset}: 127.0.0.1 port(s) {', '.join(map(str, busy))} already in use "
@@ -498,15 +499,16 @@ def main() -> int:
                     say(f"raw API, no waiting (16 threads):  {raw:7.1f} s  {n / raw:6.2f} nodes/s  "
                         f"409: {raw_seen['409']}, 503: {raw_seen['503']} (retried {raw_retried}); {load()}")
             say(f"  round {r + 1} throughput nodeforge / raw API: {raw_runs[-1] / nf_runs[-1]:6.2f}x")
-        nf = statistics.median(nf_runs)
-        ratio = statistics.median(r / f for r, f in zip(raw_runs, nf_runs))
-        say(f"nodeforge: min {min(nf_runs):.1f} s, median {nf:.1f} s; raw API: min {min(raw_runs):.1f} s, "
-            f"median {statistics.median(raw_runs):.1f} s ({args.rounds} each)")
-        worst_rerun = max(rerun_pct)
-        say(f"no-change re-run, worst of {len(rerun_pct)}: {worst_rerun:.1f}% of its first run "
-            f"(goal < 10%: {goal(worst_rerun < 10, f'no-change re-run {worst_rerun:.1f}% >= 10%')})")
-        say(f"throughput nodeforge / raw API:    {ratio:6.2f}x median of per-round ratios "
-            f"(goal >= 0.9x: {goal(ratio >= 0.9, f'nodeforge/raw API {ratio:.2f}x < 0.9x')})")
+        if nf_runs:
+            nf = statistics.median(nf_runs)
+            ratio = statistics.median(r / f for r, f in zip(raw_runs, nf_runs))
+            say(f"nodeforge: min {min(nf_runs):.1f} s, median {nf:.1f} s; raw API: min {min(raw_runs):.1f} s, "
+                f"median {statistics.median(raw_runs):.1f} s ({args.rounds} each)")
+            worst_rerun = max(rerun_pct)
+            say(f"no-change re-run, worst of {len(rerun_pct)}: {worst_rerun:.1f}% of its first run "
+                f"(goal < 10%: {goal(worst_rerun < 10, f'no-change re-run {worst_rerun:.1f}% >= 10%')})")
+            say(f"throughput nodeforge / raw API:    {ratio:6.2f}x median of per-round ratios "
+                f"(goal >= 0.9x: {goal(ratio >= 0.9, f'nodeforge/raw API {ratio:.2f}x < 0.9x')})")
 
         # 2b. both sides again against a throttled Ironic (fresh database each).
         if args.throttle_slots > 0:
@@ -542,8 +544,8 @@ def main() -> int:
                 proxy.close()
 
         # 3. the runbook.
-        if args.no_runbook:
-            say("runbook: skipped (--no-runbook)")
+        if args.no_runbook or not nf_runs:
+            say("runbook: skipped (--no-runbook or --rounds 0)")
         else:
             bench.fresh_ironic()
             mark = bench.log_mark()

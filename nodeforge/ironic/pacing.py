@@ -7,8 +7,8 @@ bounds of :class:`Bounds`:
 
 * **calls in flight** (:attr:`Pacer.limit`), AIMD-like: +1 per window of
   calls answered without trouble (one window = as many calls as the limit),
-  halved on a 409 NodeLocked, a 503 or a network error (at most once per
-  round trip, so one burst of refusals halves once), cut by 10% per round
+  cut by 30% (``backoff``) on a 409 NodeLocked, a 503 or a network error (at
+  most once per round trip, so one burst of refusals cuts once), by 10% per round
   trip while the smoothed latency of writes stays above ``latency_high``
   (Ironic answering that slowly is struggling even without refusing).
   :meth:`slot` blocks a caller until a call may start. (Measured on the
@@ -19,7 +19,7 @@ bounds of :class:`Bounds`:
 * **poll interval** (:meth:`Pacer.poll_interval`): at least ``min_poll`` and at
   least ``poll_cost`` times the last listing's latency (a listing of many
   nodes is not repeated faster than Ironic can serve it while also working);
-  doubled for every round trip with a 409/503, and stretched by 25% per
+  doubled after a poll round with a 409/503 (halved back per round without), and stretched by 25% per
   round in which nothing moved (long cleanings are not polled every half
   second), back to the base as soon as something changes; never above
   ``max_poll``.
@@ -49,6 +49,7 @@ class Bounds:
     max_poll: float = 10.0
     poll_cost: float = 2.0           # poll interval >= poll_cost x the last listing's latency
     latency_high: float = 2.0        # smoothed write latency above this (s): Ironic is struggling
+    backoff: float = 0.7             # the limit's factor on a 409/503 (once per round trip)
 
     def __post_init__(self):
         if not 1 <= self.min_inflight <= self.start_inflight <= self.max_inflight:
@@ -83,7 +84,8 @@ class Pacer:
         self._last_cut = float("-inf")           # when the limit was last decreased
         self._good_in_window = 0
         self._list_latency = 0.0
-        self._poll_backoff = 1.0                 # x2 per congested round trip, back to 1 when clean
+        self._poll_backoff = 1.0                 # x2 per round with a 409/503, /2 per round without
+        self._congested_round = False            # a 409/503 since the last round_done()
         self._idle_stretch = 1.0                 # x1.25 per round where nothing moved
         self.stats = Stats(max_limit=b.start_inflight, min_limit=b.start_inflight)
 
@@ -136,8 +138,8 @@ class Pacer:
             if status in CONGESTION:
                 self.stats.congested[status] = self.stats.congested.get(status, 0) + 1
                 if now - self._last_cut >= self._window():
-                    self._cut(0.5, now)
-                    self._poll_backoff = min(self._poll_backoff * 2, b.max_poll / b.min_poll)
+                    self._cut(b.backoff, now)
+                self._congested_round = True
                 return
             if listing:
                 self._list_latency = latency
@@ -157,7 +159,7 @@ class Pacer:
 
     def _cut(self, factor: float, now: float) -> None:
         b = self.bounds
-        new = max(float(b.min_inflight), int(self._limit * factor))
+        new = max(float(b.min_inflight), self._limit * factor)
         if new < self._limit:
             self._limit = new
             self.stats.decreases += 1
@@ -171,8 +173,11 @@ class Pacer:
         b = self.bounds
         with self._cond:
             self._idle_stretch = 1.0 if moved else min(self._idle_stretch * 1.25, b.max_poll / b.min_poll)
-            if not congested:
+            if congested or self._congested_round:
+                self._poll_backoff = min(self._poll_backoff * 2, b.max_poll / b.min_poll)
+            else:
                 self._poll_backoff = max(1.0, self._poll_backoff / 2)
+            self._congested_round = False
 
     def poll_interval(self) -> float:
         b = self.bounds

@@ -41,8 +41,8 @@ def test_additive_increase_one_per_window_up_to_the_bound():
 
 
 @pytest.mark.parametrize("status", [409, 503, None])
-def test_congestion_halves_once_per_round_trip(status):
-    p, clock = pacer(start_inflight=16, max_inflight=32)
+def test_congestion_cuts_once_per_round_trip(status):
+    p, clock = pacer(start_inflight=16, max_inflight=32, backoff=0.5)
     good(p, clock, 5, latency=0.5)      # smoothed latency ~0.5 s: one round trip
     p.record(status, 0.5)
     assert p.limit == 8
@@ -56,6 +56,12 @@ def test_congestion_halves_once_per_round_trip(status):
     assert p.limit == 4
     key = "network" if status is None else str(status)
     assert p.stats.congested == {key: 7} and p.stats.decreases == 2
+
+
+def test_default_backoff_cuts_by_30_percent():
+    p, clock = pacer(start_inflight=10)
+    p.record(503, 0.1)
+    assert p.limit == 7
 
 
 def test_never_below_the_minimum_and_recovers():
@@ -89,11 +95,17 @@ def test_listings_set_the_poll_interval_not_the_limit():
 
 def test_poll_interval_backs_off_on_congestion_and_idles_out():
     p, clock = pacer(min_poll=0.5, max_poll=8)
-    p.record(503, 0.1)
+    for _ in range(20):
+        clock.t += 1
+        p.record(503, 0.1)              # many refusals within one round: doubled once
+    assert p.poll_interval() == 0.5
+    p.round_done(moved=True)
     assert p.poll_interval() == 1.0
     p.round_done(moved=True, congested=True)
-    assert p.poll_interval() == 1.0
+    assert p.poll_interval() == 2.0
     p.round_done(moved=True, congested=False)
+    assert p.poll_interval() == 1.0
+    p.round_done(moved=True)
     assert p.poll_interval() == 0.5
     # nothing moving (a long cleaning): stretched by 25% a round, up to the bound
     seen = []
