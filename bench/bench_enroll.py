@@ -305,9 +305,10 @@ class Bench:
         def call(method: str, url: str, body=None):
             while True:
                 # status_code_retries=0: keystoneauth's own retries of 409/503 (backoff up to 8 s)
-                # off; the peer retries them itself, after 0.5 s, as documented above.
+                # off; the peer retries them itself, after 0.5 s, as documented above. A connection
+                # reset (Ironic closing an idle kept-alive connection) is retried twice, as nodeforge does.
                 resp = bm.request(url, method, json=body, microversion=API, raise_exc=False,
-                                  status_code_retries=0)
+                                  status_code_retries=0, connect_retries=2)
                 if resp.status_code in (409, 503) and "already exists" not in resp.text:
                     with lock:
                         retried[str(resp.status_code)] += 1

@@ -169,3 +169,12 @@ def test_an_unscoped_node_is_taken_into_the_scope_of_the_inventory_listing_it(tm
     [node] = fake.nodes.values()
     assert node["extra"] == {"team": "x", C.EXTRA_SCOPE: i.scope}
     assert enroll.plan(i, fake).counts()["no-op"] == 1
+
+
+def test_apply_reports_progress_per_node_and_keeps_inventory_order(inventory):
+    fake = FakeProvisioner()
+    seen = []
+    results = enroll.apply(enroll.plan(inventory, fake), fake, jobs=3, progress=lambda d, t: seen.append((d, t)))
+    assert [r.name for r in results] == [n.name for n in inventory.nodes]
+    assert seen == [(i, len(inventory.nodes)) for i in range(1, len(inventory.nodes) + 1)]
+    assert enroll.DEFAULT_JOBS == 16
