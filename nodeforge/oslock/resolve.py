@@ -105,14 +105,21 @@ class _AptRoot:
         for s in self.indexes.suites:
             for para, rec in zip(s.stanzas, s.records):
                 stanzas.setdefault((rec.name, rec.arch, rec.version), para)
+        drop = ("Filename", "Size", "MD5sum", "SHA256", "Description-md5")
         chunks = []
         for r in records:
-            para = stanzas[(r.name, r.arch, r.version)]
-            keep = {k: v for k, v in para.items() if k not in ("Filename", "Size", "MD5sum", "SHA256",
-                                                                 "Description-md5")}
-            text = "".join(f"{k}: {v}\n" for k, v in keep.items() if k != "Package")
-            chunks.append(f"Package: {r.name}\nStatus: install ok installed\n{text}")
-        self.status.write_text("\n".join(chunks) + ("\n" if chunks else ""))
+            out, skipping = [], False
+            for line in stanzas[(r.name, r.arch, r.version)].splitlines():
+                if line and line[0].isspace():      # continuation of the field before
+                    if not skipping:
+                        out.append(line)
+                    continue
+                key = line.partition(":")[0].strip()
+                skipping = key in drop or key == "Package"
+                if not skipping:
+                    out.append(line)
+            chunks.append(f"Package: {r.name}\nStatus: install ok installed\n" + "\n".join(out) + "\n")
+        self.status.write_text("\n".join(chunks))
 
 
 def required_names(indexes: Indexes, release: str, priorities: Iterable[str]) -> list[str]:

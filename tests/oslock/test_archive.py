@@ -103,3 +103,17 @@ def test_host_mirrors_from_deb822_and_one_line_sources(tmp_path):
         "http://env.invalid/d"
     with pytest.raises(archive.ArchiveError, match="no Debian security mirror"):
         archive.host_mirrors({}, (tmp_path / "sources.list",))
+
+
+def test_the_lean_index_reader_agrees_with_python_debian(apt_repo):
+    from debian import deb822
+
+    apt_repo.add(RELEASE, "nf-multi", "3.0-1", depends="nf-lib, nf-base (>= 1.0)")
+    apt_repo.publish()
+    idx = archive.fetch(_config(apt_repo))
+    text = lzma.decompress(apt_repo.packages_xz(RELEASE).read_bytes()).decode()
+    ref = [(p["Package"], p["Version"], p["Architecture"], p["SHA256"], p["Filename"], int(p["Size"]),
+            p.get("Priority", "")) for p in deb822.Packages.iter_paragraphs(text.splitlines(True), use_apt_pkg=False)]
+    got = [(r.name, r.version, r.arch, r.sha256, r.filename, r.size, r.priority) for r in idx.suites[0].records]
+    assert got == ref and len(got) == 5
+    assert "Depends: nf-lib, nf-base (>= 1.0)" in idx.suites[0].stanzas[-1]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
@@ -51,3 +52,17 @@ def test_real_inrelease_verifies_with_the_archive_keyring_and_a_small_lock_resol
     report = watch.check(committed, config, indexes=indexes)
     assert report.packages == len(committed.packages) > 200
     assert all(u.suite in committed.suites for u in report.updates)
+
+
+def test_lock_packages_dry_run_resolves_the_image_set_and_writes_nothing(real_config, tmp_path, capsys):
+    from nodeforge import cli
+
+    target = tmp_path / "manifests" / ol.FILENAME
+    code = cli.main(["-o", "json", "release", "lock-packages", "--dry-run", "--package-lock", str(target),
+                     "--lockfile", str(REPO / "manifests" / "versions.yaml")])
+    assert code in (0, None)
+    report = json.loads(capsys.readouterr().out)
+    assert report["written"] is False and not target.exists()
+    names = {c["name"] for c in report["changes"]}    # against no lock: every package is a change
+    assert report["packages"] == len(names) > 250
+    assert {"openssh-server", "cloud-init", "linux-image-amd64", "systemd-sysv", "apt"} <= names
