@@ -165,9 +165,30 @@ def load(path: Path) -> PackageLock:
     return loads(text, path)
 
 
+MAX_DEPTH = 16   # the lock nests 3 deep; anything much deeper is not a lock (and would exhaust the stack)
+
+
+def _too_deep(text: str) -> int | None:
+    """The line where nesting first exceeds MAX_DEPTH (the event stream is read iteratively)."""
+    depth = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            depth += 1
+            if depth > MAX_DEPTH:
+                return event.start_mark.line + 1
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            depth -= 1
+    return None
+
+
 def loads(text: str, path: Path) -> PackageLock:
     try:
+        deep = _too_deep(text)
+        if deep is not None:
+            raise ConfigError(path=f"{path}:{deep}", detail=f"nested deeper than {MAX_DEPTH} levels; not a package lock")
         data = yaml.load(text, Loader=_LineLoader)  # noqa: S506 (a SafeLoader subclass)
+    except RecursionError:
+        raise ConfigError(path=str(path), detail="nested too deeply; not a package lock") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark else str(path)
