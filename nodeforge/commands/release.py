@@ -69,7 +69,7 @@ def _setup(lockfile_path: Path, sources_file: Path | None, cache_dir: Path | Non
 
 @click.group()
 def release():
-    """Kubernetes patch-release watch: check upstream, bump the lockfile, prefetch artifacts."""
+    """Release watch: Kubernetes patch releases and Debian package updates; bump the locks, prefetch artifacts."""
 
 
 @release.command()
