@@ -38,10 +38,13 @@ import enum
 import logging
 import re
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal, Optional, Union
 
+from pydantic import AfterValidator, Field, ValidationError, WrapValidator
+
+from nodeforge import schema
 from nodeforge.errors import ConfigError, NodeforgeError
-from nodeforge.imagebuild import yamlfile
+from nodeforge.schema import Declared, Rule, register, vocab
 from nodeforge.ironic import constants as IC
 from nodeforge.ironic import profiles as hw
 
@@ -133,109 +136,170 @@ class FlavorFile:
         return {f.name: f for f in self.flavors}
 
 
-_TOP_KEYS = {"version", "scope", "profiles", "defaults", "flavors"}
-_FLAVOR_KEYS = {"name", "id", "profile", "resource_class", "required_traits", "vcpus", "ram_mb", "disk_gb",
-                "access", "description", "extra_specs"}
+# ----------------------------------------------------------------------------- the file's declaration
+
+# Nova's own bounds: vcpus, ram and disk are 32-bit integers; names, extra
+# spec keys and values at most 255 characters; descriptions 65535.
+_INT32 = 2 ** 31 - 1
+_SPEC_VALUE = Annotated[str, Field(max_length=255), Rule("at most 255 characters")]
+
+
+def _spec_key(value: str) -> str:
+    if value.startswith(RESERVED_PREFIX):
+        raise ValueError(f"'{value}': keys starting '{RESERVED_PREFIX}' are nodeforge's ownership mark (set "
+                         "'scope:' at the top of the file)")
+    if _RC_SPEC.match(value) or value in {f"resources:{r}" for r in ZERO_RESOURCES}:
+        raise ValueError(f"'{value}' is set by nodeforge (use resource_class / profile)")
+    return value
+
+
+SpecKey = Annotated[str, Field(min_length=1, max_length=255), AfterValidator(_spec_key),
+                    Rule(f"an extra spec key (1-255 characters); not resources:CUSTOM_*, resources:VCPU/MEMORY_MB/"
+                         f"DISK_GB or {RESERVED_PREFIX}*, which nodeforge sets")]
+
+
+class ProjectAccess(Declared):
+    """A private flavor: the projects (Keystone names or IDs) that may use it."""
+
+    projects: Annotated[list[Annotated[str, Field(min_length=1, max_length=255)]], Field(min_length=1)]
+
+
+def one_of(rule: str):
+    """A union's several member errors as one problem saying what is expected."""
+    def check(value, handler):
+        try:
+            return handler(value)
+        except ValidationError:
+            raise ValueError(f"must be {rule}, got {schema.kind_of(value)}") from None
+    return WrapValidator(check)
+
+
+ACCESS_RULE = "'public' or {projects: [name-or-id, ...]} (at least one project)"
+SPEC_VALUE_RULE = ("a string of at most 255 characters (quoted: unquoted, YAML reads 1.30 as a number) "
+                   "or an integer")
+
+
+class _FlavorFields(Declared):
+    """Fields a flavor entry and ``defaults:`` share."""
+
+    profile: Optional[vocab.Slug] = Field(None, description="a profile of the hardware profiles file: "
+                                                            "resource class and traits come from it")
+    resource_class: Optional[vocab.ResourceClass] = Field(None, description="Ironic resource class "
+                                                                            "(else the profile's)")
+    required_traits: Optional[list[vocab.Trait]] = Field(None, description="traits the node must have (else the "
+                                                                           "profile's)")
+    vcpus: vocab.bounded(1, _INT32, integer=True) = Field(1, description="what Nova shows; Placement asks for none")
+    ram_mb: vocab.bounded(1, _INT32, integer=True) = Field(1024, description="MiB")
+    disk_gb: vocab.bounded(0, _INT32, integer=True) = Field(0, description="GiB; 0: Magnum needs a boot volume")
+    access: Annotated[Union[Literal["public"], ProjectAccess], one_of(ACCESS_RULE), Rule(ACCESS_RULE)] = "public"
+    description: Optional[vocab.text(65535)] = None
+    extra_specs: Optional[dict[SpecKey, Annotated[Union[_SPEC_VALUE, int], one_of(SPEC_VALUE_RULE),
+                                                  Rule(SPEC_VALUE_RULE)]]] = Field(
+        None, description="more extra specs (Nova validates them, microversion 2.86); values are strings "
+                          "(quoted: an unquoted yes or 1.30 is a boolean or a number) or integers")
+
+
+class FlavorDefaults(_FlavorFields):
+    """Values every flavor entry gets unless it sets its own."""
+
+
+class FlavorEntry(_FlavorFields):
+    """One bare-metal flavor."""
+
+    name: vocab.DisplayName
+    id: Optional[Union[Annotated[str, Field(min_length=1, max_length=255)], int]] = Field(
+        None, description="Nova flavor ID (kept on a re-create); default: Nova's")
+
+
+class FlavorsFile(Declared):
+    """``manifests/flavors.yaml``: one Nova flavor per Ironic resource class."""
+
+    version: Literal[1]
+    scope: Optional[vocab.ScopeName] = Field(None, description="ownership scope (default: derived from the path)")
+    profiles: Optional[Annotated[str, Field(min_length=1, max_length=4096)]] = Field(
+        None, description="hardware profiles file, relative to this file")
+    defaults: Optional[FlavorDefaults] = None
+    flavors: list[FlavorEntry]
+
+
+KIND = register("flavors", FlavorsFile, title="Bare-metal flavors", path=str(DEFAULT_PATH),
+                description="Nova flavors, one per Ironic resource class (docs/flavors-and-templates.md).")
 
 
 def load(path: Path | str = DEFAULT_PATH, profiles_path: Path | str | None = None) -> FlavorFile:
-    """Read and validate ``flavors.yaml``; every problem at once. ``profiles:``
-    in the file (relative to it) or ``profiles_path`` names the profiles file.
-    ``scope:`` names the file's ownership scope; without it the scope is
-    derived from the file's path (:func:`constants.derive_scope`)."""
+    """Read and validate ``flavors.yaml``; every problem at once, each as
+    ``file:line: key.path: detail`` (:class:`~nodeforge.schema.SchemaError`).
+    ``profiles:`` in the file (relative to it) or ``profiles_path`` names the
+    profiles file. ``scope:`` names the file's ownership scope; without it the
+    scope is derived from the file's path (:func:`constants.derive_scope`)."""
     path = Path(path)
-    doc = yamlfile.load(path)
-    problems: list[str] = []
-    if not isinstance(doc, dict) or not isinstance(doc.get("flavors"), list):
-        raise ConfigError(path=str(path), detail="must be a mapping with 'version: 1' and a 'flavors:' list")
-    if doc.get("version") != 1:
-        problems.append("version: must be 1")
-    for key in doc:
-        if key not in _TOP_KEYS:
-            line = yamlfile.line_of(doc, key)
-            problems.append((f"line {line}: " if line else "") + f"{key}: unknown top-level key "
-                            f"({', '.join(sorted(_TOP_KEYS))})")
-    if "scope" in doc:
-        scope, scope_source = doc["scope"], "file"
-        if (why := IC.scope_problem(scope)) is not None:
-            line = yamlfile.line_of(doc, "scope")
-            problems.append((f"line {line}: " if line else "") + f"scope: {why}")
-            scope = None
+    document = schema.load(path, limits=KIND.limits)
+    data = document.data
+    if not isinstance(data, dict) or not isinstance(data.get("flavors"), list):
+        raise schema.SchemaError(str(path), [document.problem((), "must be a mapping with 'version: 1' and a "
+                                                                  "'flavors:' list")])
+    problems: list[schema.Problem] = []
+    declared = None
+    try:
+        declared = FlavorsFile.model_validate(data)
+    except ValidationError as exc:
+        problems += schema.problems_of(exc, document, FlavorsFile)
+    raw_scope = data.get("scope")
+    if "scope" in data:
+        scope, scope_source = (raw_scope if isinstance(raw_scope, str) and IC.scope_problem(raw_scope) is None
+                               else None), "file"
     else:
         scope, scope_source = IC.derive_scope(path), "derived"
     profiles = None
-    ppath = profiles_path or (path.parent / doc["profiles"] if doc.get("profiles") else None)
+    ppath = profiles_path
+    if ppath is None and isinstance(data.get("profiles"), str) and data["profiles"]:
+        ppath = path.parent / data["profiles"]
     if ppath is not None:
         profiles = hw.load(ppath)
-    defaults = doc.get("defaults") or {}
-    out, names = [], set()
-    for i, raw in enumerate(doc["flavors"]):
-        line = yamlfile.line_of(doc["flavors"], i)
-        where = (f"line {line}: " if line else "") + f"flavors[{i}]"
+    defaults = data.get("defaults") if isinstance(data.get("defaults"), dict) else {}
+    names: set[str] = set()
+    for i, raw in enumerate(data["flavors"]):
         if not isinstance(raw, dict):
-            problems.append(f"{where}: must be a mapping")
-            continue
+            continue          # reported by the declaration
         raw = {**defaults, **raw}
         name = raw.get("name")
-        where += f" ({name})" if name else ""
-        for key in sorted(set(raw) - _FLAVOR_KEYS):
-            problems.append(f"{where}: unknown key '{key}'")
-        if not isinstance(name, str) or not _NAME.match(name):
-            problems.append(f"{where}.name: required, 1-255 characters (letters, digits, '.', '_', '-', ' ')")
-        elif name in names:
-            problems.append(f"{where}.name: duplicate flavor '{name}'")
-        names.add(str(name))
-        rc, traits, profile = raw.get("resource_class"), raw.get("required_traits"), raw.get("profile")
-        if profile is not None:
+        if isinstance(name, str):
+            if name in names:
+                problems.append(document.problem(("flavors", i, "name"), f"duplicate flavor '{name}'"))
+            names.add(name)
+        rc, profile = raw.get("resource_class"), raw.get("profile")
+        if isinstance(profile, str):
             if profiles is None:
-                problems.append(f"{where}.profile: no profiles file (set 'profiles:' or --profiles)")
+                problems.append(document.problem(("flavors", i, "profile"),
+                                                 "no profiles file (set 'profiles:' or --profiles)"))
             elif profile not in profiles.by_name():
-                problems.append(f"{where}.profile: '{profile}' is not in {profiles.path} "
-                                f"({', '.join(profiles.by_name())})")
+                problems.append(document.problem(("flavors", i, "profile"), f"'{profile}' is not in "
+                                                 f"{profiles.path} ({', '.join(profiles.by_name())})"))
             else:
-                p = profiles.by_name()[profile]
-                rc = rc or p.resource_class
-                traits = p.traits if traits is None else traits
-        if not isinstance(rc, str) or not rc:
-            problems.append(f"{where}: needs resource_class or profile")
-            rc = "?"
-        traits = list(traits or [])
-        for t in traits:
-            if not isinstance(t, str) or not re.fullmatch(r"[A-Z0-9_]{1,255}", t):
-                problems.append(f"{where}.required_traits: invalid trait {t!r}")
-        nums = {}
-        for key, field, default in (("vcpus", "vcpus", 1), ("ram_mb", "ram", 1024), ("disk_gb", "disk", 0)):
-            v = raw.get(key, default)
-            if not isinstance(v, int) or isinstance(v, bool) or v < (1 if key != "disk_gb" else 0):
-                problems.append(f"{where}.{key}: must be an integer >= {1 if key != 'disk_gb' else 0}")
-                v = default
-            nums[field] = v
-        access = raw.get("access", "public")
-        is_public, projects = True, ()
-        if access == "public":
-            pass
-        elif isinstance(access, dict) and set(access) == {"projects"} and isinstance(access["projects"], list) \
-                and access["projects"]:
-            is_public, projects = False, tuple(str(p) for p in access["projects"])
-        else:
-            problems.append(f"{where}.access: 'public' or {{projects: [name-or-id, ...]}}")
-        extra = raw.get("extra_specs") or {}
-        if not isinstance(extra, dict):
-            problems.append(f"{where}.extra_specs: must be a mapping")
-            extra = {}
-        for k in extra:
-            if str(k).startswith(RESERVED_PREFIX):
-                problems.append(f"{where}.extra_specs: '{k}': keys starting '{RESERVED_PREFIX}' are nodeforge's "
-                                "ownership mark (set 'scope:' at the top of the file)")
-            elif _RC_SPEC.match(str(k)) or str(k) in {f"resources:{r}" for r in ZERO_RESOURCES}:
-                problems.append(f"{where}.extra_specs: '{k}' is set by nodeforge (use resource_class / profile)")
-        out.append(FlavorSpec(name=str(name), resource_class=str(rc), required_traits=tuple(sorted(set(traits))),
-                              is_public=is_public, projects=projects, description=raw.get("description"),
-                              extra=tuple(sorted((str(k), str(v)) for k, v in extra.items())),
-                              id=str(raw["id"]) if raw.get("id") is not None else None, profile=profile,
-                              scope=scope, **nums))
-    if problems:
-        raise ConfigError(path=str(path), detail=f"{len(problems)} problem(s):\n  " + "\n  ".join(problems))
+                rc = rc or profiles.by_name()[profile].resource_class
+        if not rc and profile is None:
+            problems.append(document.problem(("flavors", i), f"flavor '{name}' needs resource_class or profile"))
+    if problems or declared is None:
+        raise schema.SchemaError(str(path), sorted(problems, key=lambda p: p.line or 0))
+    out = []
+    base = declared.defaults.model_dump(exclude_unset=True) if declared.defaults else {}
+    for entry in declared.flavors:
+        f = {**base, **entry.model_dump(exclude_unset=True)}
+        get = lambda k: f.get(k, FlavorEntry.model_fields[k].default)  # noqa: E731
+        rc, traits, profile = f.get("resource_class"), f.get("required_traits"), f.get("profile")
+        if profile is not None:
+            p = profiles.by_name()[profile]
+            rc = rc or p.resource_class
+            traits = list(p.traits) if traits is None else traits
+        access = get("access")
+        is_public = access == "public"
+        projects = () if is_public else tuple(access["projects"])
+        extra = f.get("extra_specs") or {}
+        out.append(FlavorSpec(name=entry.name, resource_class=rc, required_traits=tuple(sorted(set(traits or []))),
+                              vcpus=get("vcpus"), ram=get("ram_mb"), disk=get("disk_gb"), is_public=is_public,
+                              projects=projects, description=f.get("description"),
+                              extra=tuple(sorted((k, str(v)) for k, v in extra.items())),
+                              id=str(entry.id) if entry.id is not None else None, profile=profile, scope=scope))
     return FlavorFile(str(path), tuple(out), scope, scope_source)
 
 

@@ -31,15 +31,16 @@ import dataclasses
 import enum
 import re
 from pathlib import Path
-from typing import Any
+import math
+from typing import Annotated, Any, Literal, Optional
 
-from nodeforge.errors import ConfigError
-from nodeforge.imagebuild import yamlfile
+from pydantic import Field, ValidationError
+
+from nodeforge import schema
+from nodeforge.schema import Declared, Rule, register, vocab
+from nodeforge.schema.loader import plain
 
 DEFAULT_PATH = Path("manifests/hardware-profiles.yaml")
-_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
-_RESOURCE_CLASS = re.compile(r"^[A-Za-z0-9._-]{1,80}$")
-_CUSTOM_TRAIT = re.compile(r"^CUSTOM_[A-Z0-9_]{1,248}$")
 GB = 1000 ** 3
 
 # PCI class codes (first two hex digits) of display controllers, and vendors.
@@ -54,11 +55,9 @@ class Source(str, enum.Enum):
     FILE = "file"               # a facts file (tests, offline planning)
 
 
-def placement_resource_class(resource_class: str) -> str:
-    """The Placement resource class Nova's Ironic driver reports for an Ironic
-    resource class: upper case, every non-alphanumeric character ``_``,
-    prefixed ``CUSTOM_`` (``baremetal-compute`` -> ``CUSTOM_BAREMETAL_COMPUTE``)."""
-    return "CUSTOM_" + re.sub(r"[^A-Z0-9]", "_", resource_class.upper())
+# The Placement resource class Nova's Ironic driver reports for an Ironic
+# resource class (``baremetal-compute`` -> ``CUSTOM_BAREMETAL_COMPUTE``): the shared vocabulary's.
+placement_resource_class = vocab.placement_resource_class
 
 
 # ----------------------------------------------------------------------------- facts
@@ -247,25 +246,41 @@ class Condition:
 
     @classmethod
     def parse(cls, raw, where: str, problems: list[str]) -> "Condition":
+        """``raw`` as a condition; each problem appended to ``problems`` as ``where.op: detail``."""
+        return cls.read(raw, lambda key, detail: problems.append(
+            f"{where}{''.join('.' + k for k in key)}: {detail}"))
+
+    @classmethod
+    def read(cls, raw, add) -> "Condition":
+        """``raw`` as a condition; each problem reported as ``add(key_suffix, detail)``
+        (``key_suffix``: the operator's key, or ``()``)."""
         if not isinstance(raw, dict):
             raw = {"equals": raw}
         ops = []
         for op, value in raw.items():
             if op not in _OPS:
-                problems.append(f"{where}: unknown operator '{op}' (one of {', '.join(_OPS)})")
+                add((str(op),), f"unknown operator (one of {', '.join(_OPS)})")
                 continue
-            if op in ("min", "max") and (not isinstance(value, (int, float)) or isinstance(value, bool)):
-                problems.append(f"{where}.{op}: must be a number")
-                continue
-            if op == "in" and not isinstance(value, list):
-                problems.append(f"{where}.in: must be a list")
+            if op in ("min", "max"):
+                if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+                    add((op,), f"must be a finite number, got {schema.kind_of(value)}")
+                    continue
+            elif op == "in":
+                if not isinstance(value, list) or not all(_is_scalar(v) for v in value):
+                    add((op,), "must be a list of values (text, numbers, true/false)")
+                    continue
+            elif not _is_scalar(value):
+                add((op,), f"must be a single value (text, a number, true/false), got {schema.kind_of(value)}")
                 continue
             if op == "regex":
                 try:
                     re.compile(str(value))
-                except re.error as exc:
-                    problems.append(f"{where}.regex: {exc}")
+                except (re.error, RecursionError, OverflowError) as exc:
+                    add((op,), f"not a regular expression: {exc}")
                     continue
+            if isinstance(value, float) and not math.isfinite(value):
+                add((op,), f"must be a finite number, got {schema.kind_of(value)}")
+                continue
             ops.append((op, list(value) if isinstance(value, list) else value))
         return cls(tuple(ops))
 
@@ -296,6 +311,10 @@ class Condition:
 
     def to_data(self):
         return {op: v for op, v in self.ops}
+
+
+def _is_scalar(v) -> bool:
+    return isinstance(v, (str, int, float, bool)) and not (isinstance(v, float) and not math.isfinite(v))
 
 
 def _eq(a, b) -> bool:
@@ -407,98 +426,118 @@ def evaluate(profiles: ProfileSet, facts: Facts) -> list[Evaluation]:
 
 # ----------------------------------------------------------------------------- loading
 
-_PROFILE_KEYS = {"name", "resource_class", "traits", "match", "description"}
 _LIST_KEYS = {"count", "where"}
+FACTS_RULE = (f"a mapping of fact to condition; facts: {', '.join(SCALAR_FACTS + tuple(LIST_FACTS))}; a condition "
+              f"is a value (equals) or a mapping of {', '.join(_OPS)}; list facts take {{count: COND, where: "
+              "{field: COND}}} or a list of those")
+
+
+class ProfileDecl(Declared):
+    """One hardware profile: the resource class and traits of the nodes it matches."""
+
+    name: vocab.Slug
+    description: Optional[vocab.text(1000)] = None
+    resource_class: vocab.ResourceClass = Field(description="Ironic resource class; Nova sees CUSTOM_<upper case>")
+    traits: list[vocab.CustomTrait] = Field(default_factory=list, description="traits a matching node gets")
+    match: Annotated[dict[str, Any], Field(min_length=1), Rule(FACTS_RULE)]
+
+
+class ProfilesFile(Declared):
+    """``manifests/hardware-profiles.yaml``: rules over a node's hardware facts."""
+
+    version: Literal[1]
+    profiles: Annotated[list[ProfileDecl], Field(min_length=1)]
+
+
+KIND = register("hardware-profiles", ProfilesFile, title="Hardware profiles", path=str(DEFAULT_PATH),
+                description="Which resource class and CUSTOM_ traits a bare-metal node gets from its hardware "
+                            "facts (docs/flavors-and-templates.md).")
 
 
 def load(path: Path | str = DEFAULT_PATH) -> ProfileSet:
     """Read and validate the whole file; every problem is reported at once
-    (``ConfigError`` naming file, line and key)."""
-    path = Path(path)
-    doc = yamlfile.load(path)
-    return parse(doc, str(path))
+    (:class:`~nodeforge.schema.SchemaError`: ``file:line: key.path: detail``)."""
+    document = schema.load(Path(path), limits=KIND.limits)
+    return _parse(document)
 
 
 def parse(doc, label: str = "<profiles>") -> ProfileSet:
-    problems: list[str] = []
-    if not isinstance(doc, dict):
-        raise ConfigError(path=label, detail="must be a mapping with 'version: 1' and 'profiles:'")
-    if doc.get("version") != 1:
-        problems.append("version: must be 1")
-    raw_profiles = doc.get("profiles")
-    if not isinstance(raw_profiles, list) or not raw_profiles:
-        raise ConfigError(path=label, detail="profiles: must be a non-empty list")
+    """Validate a parsed document (a round-trip tree keeps its lines; plain data has none)."""
+    return _parse(schema.Document(label, "yaml", doc, plain(doc)))
+
+
+def _parse(document: schema.Document) -> ProfileSet:
+    label, data = document.path, document.data
+    if not isinstance(data, dict):
+        raise schema.SchemaError(label, [document.problem((), "must be a mapping with 'version: 1' and 'profiles:'")])
+    problems: list[schema.Problem] = []
+    try:
+        ProfilesFile.model_validate(data)
+    except ValidationError as exc:
+        problems += schema.problems_of(exc, document, ProfilesFile)
+    raw_profiles = data.get("profiles")
+    if not isinstance(raw_profiles, list):
+        raw_profiles = []
     out: list[Profile] = []
     names: set[str] = set()
     classes: dict[str, str] = {}
     for i, raw in enumerate(raw_profiles):
-        line = yamlfile.line_of(raw_profiles, i)
-        at = f"line {line}: " if line else ""
         if not isinstance(raw, dict):
-            problems.append(f"{at}profiles[{i}]: must be a mapping")
-            continue
+            continue                                  # reported by the declaration
+        at = ("profiles", i)
         name = raw.get("name")
-        where = f"{at}profiles[{i}]" + (f" ({name})" if name else "")
-        for key in sorted(set(raw) - _PROFILE_KEYS):
-            problems.append(f"{where}: unknown key '{key}'")
-        if not isinstance(name, str) or not _NAME.match(name):
-            problems.append(f"{where}.name: required; lower case letters, digits, '.', '_', '-'")
-        elif name in names:
-            problems.append(f"{where}.name: duplicate profile '{name}'")
-        names.add(str(name))
+        if isinstance(name, str):
+            if name in names:
+                problems.append(document.problem((*at, "name"), f"duplicate profile '{name}'"))
+            names.add(name)
         rc = raw.get("resource_class")
-        if not isinstance(rc, str) or not _RESOURCE_CLASS.match(rc):
-            problems.append(f"{where}.resource_class: required; 1-80 characters of A-Z a-z 0-9 . _ -")
-            rc = "?"
-        elif placement_resource_class(rc) in classes and classes[placement_resource_class(rc)] != rc:
-            problems.append(f"{where}.resource_class: '{rc}' and '{classes[placement_resource_class(rc)]}' "
-                            f"are the same Placement class {placement_resource_class(rc)}")
-        classes.setdefault(placement_resource_class(rc), rc)
-        traits = raw.get("traits") or []
-        if not isinstance(traits, list):
-            problems.append(f"{where}.traits: must be a list")
-            traits = []
-        for t in traits:
-            if not isinstance(t, str) or not _CUSTOM_TRAIT.match(t):
-                problems.append(f"{where}.traits: {t!r} is not a custom trait (CUSTOM_ + A-Z 0-9 _)")
-        match = raw.get("match")
-        if not isinstance(match, dict) or not match:
-            problems.append(f"{where}.match: required, a mapping of fact to condition "
-                            f"(facts: {', '.join(SCALAR_FACTS + tuple(LIST_FACTS))})")
-            match = {}
+        if isinstance(rc, str) and rc:
+            pc = placement_resource_class(rc)
+            if pc in classes and classes[pc] != rc:
+                problems.append(document.problem((*at, "resource_class"), f"'{rc}' and '{classes[pc]}' are the "
+                                                                          f"same Placement class {pc}"))
+            classes.setdefault(pc, rc)
+        match = raw.get("match") if isinstance(raw.get("match"), dict) else {}
         scalars, lists = [], []
         for fact, cond in match.items():
-            fwhere = f"{where}.match.{fact}"
+            fkey = (*at, "match", fact)
             if fact in SCALAR_FACTS:
-                scalars.append((fact, Condition.parse(cond, fwhere, problems)))
+                scalars.append((fact, _condition(document, fkey, cond, problems)))
             elif fact in LIST_FACTS:
                 rules = cond if isinstance(cond, list) else [cond]
                 for j, rule in enumerate(rules):
-                    rwhere = fwhere + (f"[{j}]" if isinstance(cond, list) else "")
+                    rkey = (*fkey, j) if isinstance(cond, list) else fkey
                     if not isinstance(rule, dict):
-                        problems.append(f"{rwhere}: must be a mapping with count and/or where")
+                        problems.append(document.problem(rkey, "must be a mapping with count and/or where"))
                         continue
-                    for key in sorted(set(rule) - _LIST_KEYS):
-                        problems.append(f"{rwhere}: unknown key '{key}' (count, where)")
+                    for key in sorted(set(map(str, rule)) - _LIST_KEYS):
+                        problems.append(document.problem((*rkey, key), "unknown key (allowed: count, where)"))
                     item_fields = {f.name for f in dataclasses.fields(LIST_FACTS[fact])}
                     wh = rule.get("where") or {}
                     if not isinstance(wh, dict):
-                        problems.append(f"{rwhere}.where: must be a mapping")
+                        problems.append(document.problem((*rkey, "where"), "must be a mapping"))
                         wh = {}
                     conds = []
                     for k, c in wh.items():
                         if k not in item_fields:
-                            problems.append(f"{rwhere}.where.{k}: unknown {fact} field "
-                                            f"(one of {', '.join(sorted(item_fields))})")
+                            problems.append(document.problem((*rkey, "where", k), f"unknown {fact} field "
+                                                             f"(one of {', '.join(sorted(item_fields))})"))
                             continue
-                        conds.append((k, Condition.parse(c, f"{rwhere}.where.{k}", problems)))
-                    count = Condition.parse(rule.get("count", {"min": 1}), f"{rwhere}.count", problems)
+                        conds.append((k, _condition(document, (*rkey, "where", k), c, problems)))
+                    count = _condition(document, (*rkey, "count"), rule.get("count", {"min": 1}), problems)
                     lists.append(ListRule(fact, count, tuple(conds)))
             else:
-                problems.append(f"{fwhere}: unknown fact (one of {', '.join(SCALAR_FACTS + tuple(LIST_FACTS))})")
-        out.append(Profile(name=str(name), resource_class=str(rc), traits=tuple(sorted(set(map(str, traits)))),
+                problems.append(document.problem(fkey, "unknown fact (one of "
+                                                       f"{', '.join(SCALAR_FACTS + tuple(LIST_FACTS))})"))
+        out.append(Profile(name=str(name), resource_class=str(rc),
+                           traits=tuple(sorted(set(map(str, raw.get("traits") or [])))) if isinstance(
+                               raw.get("traits"), list) else (),
                            scalars=tuple(scalars), lists=tuple(lists), description=raw.get("description"),
-                           line=line))
+                           line=document.line(at)))
     if problems:
-        raise ConfigError(path=label, detail=f"{len(problems)} problem(s):\n  " + "\n  ".join(problems))
+        raise schema.SchemaError(label, sorted(problems, key=lambda p: p.line or 0))
     return ProfileSet(label, tuple(out))
+
+
+def _condition(document, keypath: tuple, raw, problems: list) -> Condition:
+    return Condition.read(raw, lambda key, detail: problems.append(document.problem((*keypath, *key), detail)))

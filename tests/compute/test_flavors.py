@@ -47,10 +47,48 @@ def test_invalid_file_lists_every_problem(tmp_path):
     with pytest.raises(ConfigError) as exc:
         F.load(f)
     text = str(exc.value)
-    for expected in ("'nope' is not in", "flavors[1] (b): needs resource_class or profile", "vcpus: must be",
-                     "access: 'public' or", "duplicate flavor 'a'", "'resources:VCPU' is set by nodeforge",
-                     "unknown key 'colour'"):
+    for expected in (f"{f}:4: flavors[0].profile: 'nope' is not in",
+                     f"{f}:5: flavors[1]: flavor 'b' needs resource_class or profile",
+                     f"{f}:5: flavors[1].vcpus: ",
+                     f"{f}:5: flavors[1].access: must be 'public' or {{projects: [name-or-id, ...]}}",
+                     f"{f}:6: flavors[2].name: duplicate flavor 'a'",
+                     f"{f}:6: flavors[2].extra_specs.resources:VCPU: key 'resources:VCPU' is set by nodeforge",
+                     f"{f}:6: flavors[2].colour: unknown key (allowed: profile, resource_class,"):
         assert expected in text, (expected, text)
+    # One problem per line, each file:line: key.path: detail; the same as objects for --output json.
+    assert len(text.splitlines()) == len(exc.value.details["problems"]) == 7, text
+
+
+@pytest.mark.parametrize("entry,key,detail", [
+    ("vcpus: 1e400", "vcpus", "got the number inf"),
+    ("ram_mb: .nan", "ram_mb", "got the number nan"),
+    ("vcpus: 2147483648", "vcpus", "2147483647"),
+    ("disk_gb: -1", "disk_gb", "an integer >= 0"),
+    ("disk_gb: '5'", "disk_gb", "got the string '5'"),
+    ("extra_specs: {'hw:x': 1.30}", "extra_specs.hw:x", "must be a string of at most 255 characters (quoted: "
+                                                        "unquoted, YAML reads 1.30 as a number) or an integer"),
+    ("required_traits: [lower]", "required_traits[0]", "1-255 characters of A-Z 0-9 _"),
+    ("resource_class: 'a b'", "resource_class", "1-80 characters of A-Z a-z 0-9 . _ -"),
+])
+def test_numbers_are_finite_and_in_nova_range_and_types_are_not_coerced(tmp_path, entry, key, detail):
+    """Nova's 32-bit bounds, no NaN/inf, no silent str() of YAML's implicit types (each failed before)."""
+    f = tmp_path / "flavors.yaml"
+    rc = "" if entry.startswith("resource_class") else "    resource_class: x\n"
+    f.write_text(f"version: 1\nflavors:\n  - name: a\n{rc}    {entry}\n")
+    line = 4 if rc == "" else 5
+    with pytest.raises(ConfigError) as exc:
+        F.load(f)
+    assert str(exc.value).startswith(f"{f}:{line}: flavors[0].{key}: ") and detail in str(exc.value), str(exc.value)
+
+
+@pytest.mark.parametrize("profiles", ["7", "[a]", "{a: 1}", "''"])
+def test_profiles_that_is_not_a_path_is_a_problem_not_a_traceback(tmp_path, profiles):
+    """``profiles: 7`` raised TypeError (PosixPath / int) before (found by tests/hostile)."""
+    f = tmp_path / "flavors.yaml"
+    f.write_text(f"version: 1\nprofiles: {profiles}\nflavors:\n  - {{name: a, resource_class: x}}\n")
+    with pytest.raises(ConfigError) as exc:
+        F.load(f)
+    assert str(exc.value).startswith(f"{f}:2: profiles: "), str(exc.value)
 
 
 def test_plan_create_noop_update_drift_replace():
@@ -131,14 +169,17 @@ def test_scope_is_validated_with_its_line(tmp_path):
         f.write_text(f"version: 1\nflavors:\n  - {{name: a, resource_class: x}}\nscope: {bad}\n")
         with pytest.raises(ConfigError) as exc:
             F.load(f)
-        assert f"{f}: 1 problem(s):\n  line 4: scope: must be 1-63 characters of a-z 0-9" in str(exc.value), bad
+        detail = ("expected a string, got the number 5; quote it" if bad == "5" else
+                  "expected a string, got a list" if bad == "[a]" else "1-63 characters of a-z 0-9 . _ -")
+        assert str(exc.value).startswith(f"{f}:4: scope: ") and detail in str(exc.value), (bad, str(exc.value))
     f.write_text("version: 1\nscope: team-a\nscopes: x\nflavors:\n"
                  "  - {name: a, resource_class: x, extra_specs: {'nodeforge:scope': team-b}}\n")
     with pytest.raises(ConfigError) as exc:
         F.load(f)
     text = str(exc.value)
-    assert "line 3: scopes: unknown top-level key" in text, text
-    assert "flavors[0] (a).extra_specs: 'nodeforge:scope': keys starting 'nodeforge:' are nodeforge's" in text
+    assert f"{f}:3: scopes: unknown key (allowed: version, scope, profiles, defaults, flavors)" in text, text
+    assert f"{f}:5: flavors[0].extra_specs.nodeforge:scope: key 'nodeforge:scope': keys starting 'nodeforge:' " \
+           "are nodeforge's ownership mark" in text, text
 
 
 def test_default_scope_is_derived_from_the_path_and_stable(tmp_path, monkeypatch):

@@ -84,15 +84,38 @@ def test_conditions(cond, value, ok):
 
 
 def test_invalid_file_reports_every_problem_with_lines():
+    path = DATA / "profiles" / "invalid.yaml"
     with pytest.raises(ConfigError) as exc:
-        P.load(DATA / "profiles" / "invalid.yaml")
+        P.load(path)
     text = str(exc.value)
-    for expected in ("line 3: profiles[0] (Compute).name", "resource_class: required",
-                     "'LOCAL_NVME' is not a custom trait", "unknown key 'colour'",
-                     "match.memory: unknown fact", "unknown operator 'atleast'", "where.speed: unknown disks field",
-                     "duplicate profile 'dup'", "'a-b' and 'a.b' are the same Placement class CUSTOM_A_B",
-                     "regex:"):
-        assert expected in text, (expected, text)
+    for expected in (":3: profiles[0].name: ", ":4: profiles[0].resource_class: ", "got 'bad class!'",
+                     ":5: profiles[0].traits[0]: ", "got 'LOCAL_NVME'", ":6: profiles[0].colour: unknown key",
+                     ":8: profiles[0].match.memory: unknown fact", ":9: profiles[0].match.cpu_count.atleast: unknown "
+                     "operator", ":10: profiles[0].match.disks.where.speed: unknown disks field",
+                     ":14: profiles[2].name: duplicate profile 'dup'",
+                     ":15: profiles[2].resource_class: 'a-b' and 'a.b' are the same Placement class CUSTOM_A_B",
+                     ":16: profiles[2].match.cpu_model.regex: not a regular expression"):
+        assert f"{path}{expected}" in text if expected.startswith(":") else expected in text, (expected, text)
+    assert all(line.startswith(f"{path}:") for line in text.splitlines()), text
+    assert len(exc.value.details["problems"]) == len(text.splitlines()) == 10
+
+
+@pytest.mark.parametrize("cond,detail", [
+    ("{min: .nan}", "match.cpu_count.min: must be a finite number, got the number nan"),
+    ("{max: .inf}", "match.cpu_count.max: must be a finite number, got the number inf"),
+    ("{min: 1e400}", "match.cpu_count.min: must be a finite number, got the number inf"),
+    ("{in: [[1]]}", "match.cpu_count.in: must be a list of values"),
+    ("{equals: {a: 1}}", "match.cpu_count.equals: must be a single value"),
+    ("[1, 2]", "match.cpu_count.equals: must be a single value"),
+])
+def test_condition_values_are_finite_scalars(tmp_path, cond, detail):
+    """NaN/inf bounds matched nothing (or everything) silently before; a nested value as a condition too."""
+    path = tmp_path / "p.yaml"
+    path.write_text(f"version: 1\nprofiles:\n  - name: a\n    resource_class: x\n    match:\n"
+                    f"      cpu_count: {cond}\n")
+    with pytest.raises(ConfigError) as exc:
+        P.load(path)
+    assert str(exc.value).startswith(f"{path}:6: profiles[0].{detail}"), str(exc.value)
 
 
 def test_placement_resource_class():
