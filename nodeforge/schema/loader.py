@@ -288,8 +288,26 @@ def _load_yaml(path: str, text: str, limits: Limits) -> Document:
         raise ConfigError(path=str(path), detail=f"invalid YAML: {exc}") from None
     except RecursionError:
         raise _depth_error(path, None) from None
+    except TypeError:
+        # ruamel hashing a complex key (``? {a: [1]}``) that holds a mapping or list
+        raise ConfigError(path=str(path), detail=_COMPLEX_KEY) from None
+    except (ValueError, OverflowError) as exc:
+        # a scalar ruamel cannot construct: a date 2024-13-45, '!!int x'
+        raise ConfigError(path=str(path), detail=f"invalid YAML: a value cannot be read ({exc}); "
+                                                 "quote it if it is text") from None
     check_tree(path, doc, limits)
     return Document(path, "yaml", doc, plain(doc), text)
+
+
+_COMPLEX_KEY = "a mapping key must be a plain value (text or a number), not a list or mapping ('? ...' key)"
+_KEY_TYPES = (str, int, float, bool, type(None), datetime.date)
+_TAGGED = ("a YAML tag (!!binary, !!set, !name, ...) is not supported in nodeforge files; "
+           "write a plain value (quote it if it is text)")
+
+
+def _tagged(node) -> bool:
+    tag = getattr(node, "tag", None)
+    return getattr(tag, "value", None) is not None
 
 
 def _check_alias_count(path: str, text: str, limits: Limits) -> None:
@@ -324,6 +342,17 @@ def check_tree(path: str, doc, limits: Limits = DEFAULT_LIMITS) -> None:
         seen[id(node)] = depth
         if depth >= limits.max_depth:
             raise _depth_error(path, line_of(node))
+        if _tagged(node):
+            line = line_of(node)
+            raise ConfigError(path=f"{path}:{line}" if line else path, detail=_TAGGED)
+        items = node.items() if isinstance(node, dict) else enumerate(node)
+        for key, child in items:
+            if isinstance(node, dict) and not isinstance(key, _KEY_TYPES):
+                line = line_of(node, key) or line_of(node)
+                raise ConfigError(path=f"{path}:{line}" if line else path, detail=_COMPLEX_KEY)
+            if not isinstance(child, (dict, list, *_KEY_TYPES)):
+                line = line_of(node, key) or line_of(node)
+                raise ConfigError(path=f"{path}:{line}" if line else path, detail=_TAGGED)
         children = node.values() if isinstance(node, dict) else node
         stack.extend((child, depth + 1) for child in children)
     # Expanded size: post-order over distinct nodes, memoised by id.

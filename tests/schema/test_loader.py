@@ -181,3 +181,30 @@ def test_schema_error_renders_one_problem_per_line_and_as_json(tmp_path):
     assert doc["problems"][0] == {"file": "f.yaml", "line": 3, "key": "nodes[0].driver_info.ipmi_port",
                                   "keypath": ["nodes", 0, "driver_info", "ipmi_port"], "detail": "bad port"}
     assert err.details["problems"] == doc["problems"]
+
+
+@pytest.mark.parametrize("text,line", [("? complex: {}\n", None), ("? [a, b]\n: 1\n", 1),
+                                       ("? {a: [1]}\n: 2\n", None), ("mirrors:\n  ? [x]\n  : 1\n", 2)])
+def test_complex_mapping_keys_are_refused_not_a_traceback(tmp_path, text, line):
+    with pytest.raises(ConfigError) as info:
+        load(tmp_path / "f.yaml", text)
+    assert "a mapping key must be a plain value" in str(info.value)
+    if line:
+        assert str(info.value).startswith(f"{tmp_path / 'f.yaml'}:{line}: ")
+
+
+@pytest.mark.parametrize("text,line,detail", [
+    ("a: 1\nb: 2024-13-45\n", None, "a value cannot be read"),
+    ("a: !!int x\n", None, "a value cannot be read"),
+    ("a: 1\nb: !!binary aGVsbG8=\n", 2, "a YAML tag"),
+    ("a: !!set {x, y}\n", 1, "a YAML tag"),
+    ("a: !custom 3\n", 1, "a YAML tag"),
+    ("x: 1\na: !!python/object:os.system {}\n", 2, "a YAML tag"),
+    ("- !foo [1]\n", 1, "a YAML tag"),
+])
+def test_unreadable_scalars_and_tags_are_refused_not_a_traceback(tmp_path, text, line, detail):
+    with pytest.raises(ConfigError) as info:
+        load(tmp_path / "f.yaml", text)
+    assert detail in str(info.value)
+    if line:
+        assert str(info.value).startswith(f"{tmp_path / 'f.yaml'}:{line}: ")
