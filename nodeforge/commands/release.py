@@ -50,7 +50,7 @@ def _package_lock(lockfile_path: Path, package_lock: Path | None, *, must_exist:
 def _archive_config(plock, keyring):
     from nodeforge.oslock import archive, watch
 
-    return watch.config_for(plock, archive.host_mirrors(), keyring)
+    return watch.config_for(plock, archive.host_mirrors(release=plock.release), keyring)
 
 
 def _minors(ctx, param, value):
@@ -196,7 +196,8 @@ def lock_packages(app, arch, package_lock, keyring, dry_run, lockfile_path):
     path = package_lock or release_mod.package_lock_path(lockfile_path)
     from nodeforge.oslock import archive
 
-    report = release_mod.lock_packages(lock, path, archive.host_mirrors(), keyring=keyring, arch=arch,
+    report = release_mod.lock_packages(lock, path, archive.host_mirrors(release=release_mod.package_lock_template(
+        lock, arch=arch).release), keyring=keyring, arch=arch,
                                        dry_run=dry_run)
     if app.output == "table":
         from nodeforge.oslock import watch

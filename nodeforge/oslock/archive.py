@@ -147,14 +147,19 @@ def default_keyring(env=None) -> Path:
 
 # --- the host's apt sources ------------------------------------------------------------
 
-def host_mirrors(env=None, sources: tuple[Path, ...] = APT_SOURCES) -> dict[str, str]:
+def host_mirrors(env=None, sources: tuple[Path, ...] = APT_SOURCES, *, release: str | None = None) -> dict[str, str]:
     """``{"main": url, "security": url}``: from the environment, else the host's apt sources
-    (the first http(s) source serving a ``*-security`` suite is the security mirror)."""
+    (the first http(s) source serving a ``*-security`` suite is the security mirror). With
+    ``release``, sources naming that release's suites are preferred over others (a
+    Debian mirror base serves every release, so another release's source still serves)."""
     env = os.environ if env is None else env
     found = {"main": env.get(ENV_MIRROR) or None, "security": env.get(ENV_SECURITY_MIRROR) or None}
-    for uri, suites in apt_source_entries(sources):
+    entries = [(uri, suites) for uri, suites in apt_source_entries(sources) if uri.startswith(("http://", "https://"))]
+    if release:
+        entries.sort(key=lambda e: not any(s == release or s.startswith(f"{release}-") for s in e[1]))
+    for uri, suites in entries:
         kind = "security" if any(s.endswith("-security") for s in suites) else "main"
-        if found[kind] is None and uri.startswith(("http://", "https://")):
+        if found[kind] is None:
             found[kind] = uri.rstrip("/")
     for kind, var in (("main", ENV_MIRROR), ("security", ENV_SECURITY_MIRROR)):
         if not found[kind]:
@@ -282,7 +287,13 @@ def _sha256_entries(release: deb822.Release) -> dict[str, tuple[str, int]]:
 def fetch_suite(suite: Suite, config: ArchiveConfig) -> SuiteIndex:
     """Download and verify one suite's ``InRelease`` and ``Packages`` indexes."""
     url = suite.url(f"dists/{suite.name}/InRelease")
-    raw = http_get(url, what="InRelease")
+    try:
+        raw = http_get(url, what="InRelease")
+    except NotFound as exc:
+        raise NotFound(what="InRelease", url=url, code=exc.kwargs.get("code"),
+                       hint=f"is {suite.base_url} a Debian {suite.archive} mirror serving {suite.name}? "
+                            f"set {ENV_SECURITY_MIRROR if suite.archive == 'security' else ENV_MIRROR} "
+                            "(default: the host's apt sources)") from None
     text = verify_signed(raw, config.keyring, url=url)
     release = deb822.Release(text.decode("utf-8", errors="replace"))
     check_release(release, suite, url=url)

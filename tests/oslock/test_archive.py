@@ -117,3 +117,19 @@ def test_the_lean_index_reader_agrees_with_python_debian(apt_repo):
     got = [(r.name, r.version, r.arch, r.sha256, r.filename, r.size, r.priority) for r in idx.suites[0].records]
     assert got == ref and len(got) == 5
     assert "Depends: nf-lib, nf-base (>= 1.0)" in idx.suites[0].stanzas[-1]
+
+
+def test_host_mirrors_prefer_the_release_asked_for(tmp_path):
+    (tmp_path / "a.list").write_text("deb http://other.invalid/ubuntu noble main\n"
+                                     "deb http://deb.invalid/debian bookworm main\n"
+                                     "deb http://deb.invalid/debian-security bookworm-security main\n")
+    assert archive.host_mirrors({}, (tmp_path / "a.list",), release="bookworm")["main"] == "http://deb.invalid/debian"
+    assert archive.host_mirrors({}, (tmp_path / "a.list",))["main"] == "http://other.invalid/ubuntu"
+
+
+def test_a_mirror_without_the_suite_says_which_setting_to_change(apt_repo):
+    config = ArchiveConfig.for_release("nosuch", apt_repo.mirrors(), keyring=apt_repo.key.keyring)
+    with pytest.raises(archive.NotFound) as exc:
+        archive.fetch(config)
+    assert "dists/nosuch/InRelease: HTTP 404" in str(exc.value)
+    assert "NODEFORGE_DEBIAN_MIRROR" in exc.value.hint
