@@ -13,7 +13,13 @@ nodeforge reads too) to ``available``:
 2. raw API, no waiting (what the one Ironic process can do): every node and
    port POSTed, ``manage`` fired for all, one listing per 0.5 s until all are
    ``manageable``, ``provide`` fired for all, polled until all ``available``
-   (16 threads; 409/503 retried after 0.5 s). Goal: nodeforge >= 0.8x.
+   (16 threads; 409/503 retried after 0.5 s). Goal: nodeforge >= 0.9x.
+2b. both again against a deliberately throttled Ironic (:class:`ThrottledIronic`:
+   a proxy letting ``--throttle-slots`` (4) requests in at once, answering the
+   rest 503 "No free conductor workers available" as a busy conductor does,
+   and adding ``--throttle-latency`` (0.1 s) to each admitted one). Goals:
+   nodeforge >= 0.8x, and no more failed calls (409 + 503: Ironic's log plus
+   the proxy's refusals) than the raw API.
 3. the runbook: ``baremetal create FILE`` (python-ironicclient), then node by
    node ``baremetal node manage --wait NODE`` and ``baremetal node provide
    --wait NODE``. Goal: nodeforge >= 5x faster. Each command is a process
@@ -44,7 +50,10 @@ every ``baremetal`` command would re-parse its imports (~4.5 s instead of
 ~2.5 s), which would flatter nodeforge.
 
 Run: .venv/bin/python bench/bench_enroll.py [--nodes 500] [--rounds 2] [--runbook-sample 0] [--bmcs 200]
-     [--nf-args "--concurrency 50"] [--port-offset 17700]
+     [--nf-args "--concurrency 50"] [--port-offset 17700] [--no-runbook] [--throttle-slots 4]
+     [--throttle-latency 0.1]
+
+Every measurement line ends with the machine's load average (os.getloadavg()).
 
 The ports the private cloud needs at ``--port-offset`` are checked first: one
 in use (another local cloud) stops the bench at once, naming the ports.
@@ -485,7 +494,8 @@ def main() -> int:
                     say(f"nodeforge baremetal enroll {' '.join(nf_args) or '(defaults)'}: {nf:7.1f} s  "
                         f"{n / nf:6.2f} nodes/s  writes {data['writes']}, Ironic answered 409: {nf_seen['409']}, "
                         f"503: {nf_seen['503']}; nodeforge retried {data.get('retried') or {}}; "
-                        f"pacing {pacing_summary(data)}; {load()}")
+                        f"pacing {pacing_summary(data)}; {data['seconds']:.1f} s after start-up and sign-in; "
+                        f"{load()}")
                     mark = bench.log_mark()
                     again, data2 = bench.nodeforge_enroll(inv, nf_args)
                     assert data2["writes"] == 0, data2["writes"]

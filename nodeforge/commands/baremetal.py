@@ -93,11 +93,13 @@ def enroll(app, file, fmt, allow_plaintext_secrets, key_file, dry_run, jobs, no_
 
     A second run of the same file makes no write call. Exit: 0 all nodes good,
     3 some failed, 1 none succeeded."""
-    from nodeforge.ironic.pacing import Pacer
+    from nodeforge.ironic.pacing import Bounds, Pacer
     from nodeforge.ironic.provisioner import SdkProvisioner
 
     inv = _load(app, file, fmt, allow_plaintext_secrets, key_file)
-    prov = SdkProvisioner(app.connect(), pacer=Pacer())
+    # One pacer for the whole run (creates, ports, verbs, polls); --jobs above its
+    # default ceiling raises the ceiling.
+    prov = SdkProvisioner(app.connect(), pacer=Pacer(Bounds(max_inflight=max(Bounds.max_inflight, jobs))))
     start = time.monotonic()
     plan = enroll_mod.plan(inv, prov, discover=enroll_mod.redfish_macs if macs_from_bmc else None)
     if dry_run:

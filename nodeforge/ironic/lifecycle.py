@@ -29,7 +29,7 @@ import dataclasses
 import enum
 import logging
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait as wait_futures
 from typing import Callable
 
 from nodeforge.ironic import constants as C
@@ -471,6 +471,7 @@ POLL_FIELDS = ["uuid", "name", "provision_state", "target_provision_state", "las
                "maintenance", "maintenance_reason"]
 
 _TRANSIENT = (NodeState.VERIFYING, NodeState.INSPECTING, NodeState.CLEANING)
+ROUND_WAIT = 4    # poll intervals a round waits for its writes' answers before the next listing
 
 
 def run(provisioner: Provisioner, works: list[Work], policy: Policy | None = None, *,
@@ -481,29 +482,56 @@ def run(provisioner: Provisioner, works: list[Work], policy: Policy | None = Non
     Each round: one node listing; every node's handler decides (serially, no
     API call); the writes decided are made concurrently (``policy.workers``
     threads; the provisioner's :class:`~nodeforge.ironic.pacing.Pacer` keeps
-    as many in flight as Ironic answers well), each node's in order; then the
-    outcomes are applied. The pause before the next listing is the pacer's
-    poll interval (at least ``policy.poll_interval``)."""
+    as many in flight as Ironic answers well), each node's in order, and
+    their outcomes applied as they are answered. The next listing comes a
+    poll interval (the pacer's, at least ``policy.poll_interval``) after the
+    round's writes were all answered, or after :data:`ROUND_WAIT` poll
+    intervals of waiting for them: a few slow answers do not hold back the
+    nodes whose writes were answered (a node with a write still in flight is
+    not decided on)."""
     policy = policy or Policy()
     pacer = pacer or getattr(provisioner, "pacer", None) or Pacer(clock=clock)
     start = clock()
     by_uuid = {w.uuid: w for w in works}
     seen: dict[str, tuple] = {}
+    inflight: dict[str, tuple[Work, Act, Future]] = {}
+
+    def harvest(only_done: bool = True) -> bool:
+        """Settle the answered Acts; True when one was refused as 'busy' (409/503)."""
+        refused = False
+        ctx = Ctx(provisioner, policy, {}, clock())
+        for uuid, (w, act, fut) in list(inflight.items()):
+            if only_done and not fut.done():
+                continue
+            del inflight[uuid]
+            done = fut.result()
+            refused = refused or (done.error is not None and done.error.kind.retriable)
+            conclude(w, ctx, settle(w, ctx, done))
+        return refused
+
     with ThreadPoolExecutor(max_workers=max(1, policy.workers), thread_name_prefix="lifecycle") as pool:
         while True:
+            refused = harvest()
             pending = [w for w in works if not w.done]
             if not pending:
                 break
             now = clock()
             if now - start > policy.overall_timeout:
-                for w in pending:
-                    w.error_type, w.error = "timeout", f"run timed out at stage {w.stage.value}"
+                harvest(only_done=False)
+                for w in works:
+                    if not w.done:
+                        w.error_type, w.error = "timeout", f"run timed out at stage {w.stage.value}"
                 break
             refused_before = sum(getattr(provisioner, "retried", {}).values())
             nodes = {n["uuid"]: n for n in provisioner.list_nodes(fields=POLL_FIELDS) if n["uuid"] in by_uuid}
             busy: dict[Stage, int] = {}
             moved = False
-            for w in pending:
+            for _, act, _ in inflight.values():
+                for write in act.writes:
+                    if write.stage:
+                        busy[write.stage] = busy.get(write.stage, 0) + 1
+            deciding = [w for w in pending if w.uuid not in inflight]
+            for w in deciding:
                 w.node = nodes.get(w.uuid, {"provision_state": None})
                 st = node_state(w.node)
                 key = (w.node.get("provision_state"), w.node.get("target_provision_state"))
@@ -514,28 +542,27 @@ def run(provisioner: Provisioner, works: list[Work], policy: Policy | None = Non
                 if st in _TRANSIENT:
                     busy[w.stage] = busy.get(w.stage, 0) + 1
             ctx = Ctx(provisioner, policy, busy, now)
-            acts: list[tuple[Work, Act]] = []
-            for w in pending:
+            for w in deciding:
                 if w.uuid not in nodes:
                     w.error_type, w.error = "deleted", "node disappeared from Ironic"
                     continue
                 outcome = decide(w, ctx)
                 if isinstance(outcome, Act):
-                    acts.append((w, outcome))
+                    inflight[w.uuid] = (w, outcome, pool.submit(perform, provisioner, w.uuid, outcome))
+                    moved = True
                 else:
                     conclude(w, ctx, outcome)
-            refused = False
-            if acts:
-                moved = True
-                futures = [(w, pool.submit(perform, provisioner, w.uuid, act)) for w, act in acts]
-                for w, fut in futures:
-                    done = fut.result()
-                    refused = refused or (done.error is not None and done.error.kind.retriable)
-                    conclude(w, ctx, settle(w, ctx, done))
+            interval = max(policy.poll_interval, pacer.poll_interval())
+            answered = True
+            if inflight:
+                # Wait for this round's answers, at most a few poll intervals (real time).
+                answered = not wait_futures([f for _, _, f in inflight.values()],
+                                            timeout=ROUND_WAIT * interval).not_done
+                refused = harvest() or refused
             refused = refused or sum(getattr(provisioner, "retried", {}).values()) > refused_before
             if progress:
                 progress(works)
             pacer.round_done(moved=moved, congested=refused)
-            if any(not w.done for w in works):
+            if answered and any(not w.done for w in works):
                 sleep(max(policy.poll_interval, pacer.poll_interval()))
     return works

@@ -17,8 +17,8 @@ bounds of :class:`Bounds`:
   latency varied from 0.03 to over 1 s at any concurrency, so latency
   relative to the best seen is no signal, only a sustained high one is.)
 * **poll interval** (:meth:`Pacer.poll_interval`): at least ``min_poll`` and at
-  least ``poll_cost`` times the last listing's latency (a listing of many
-  nodes is not repeated faster than Ironic can serve it while also working);
+  least ``poll_cost`` times the last listing's latency (listings take at most
+  a fifth of Ironic's time: the API and the conductor share one process);
   doubled after a poll round with a 409/503 (halved back per round without), and stretched by 25% per
   round in which nothing moved (long cleanings are not polled every half
   second), back to the base as soon as something changes; never above
@@ -47,7 +47,7 @@ class Bounds:
     start_inflight: int = 8
     min_poll: float = 0.5            # the API shares its process with the conductor
     max_poll: float = 10.0
-    poll_cost: float = 2.0           # poll interval >= poll_cost x the last listing's latency
+    poll_cost: float = 4.0           # poll interval >= poll_cost x the last listing's latency
     latency_high: float = 2.0        # smoothed write latency above this (s): Ironic is struggling
     backoff: float = 0.7             # the limit's factor on a 409/503 (once per round trip)
 

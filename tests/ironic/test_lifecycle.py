@@ -241,3 +241,41 @@ def test_progress_sees_every_round():
     lc.run(fake, [lc.Work(spec=spec("p"), uuid=n["uuid"])], lc.Policy(), clock=clock, sleep=clock.sleep,
            progress=lambda ws: seen.append(ws[0].node.get("provision_state")))
     assert seen == ["enroll", "manageable", "available"]
+
+
+class SlowManage(FakeProvisioner):
+    """The 'slow' node's manage is answered only once the 'fast' node is available."""
+
+    def __init__(self):
+        super().__init__()
+        import threading
+
+        self.fast_available = threading.Event()
+
+    def list_nodes(self, fields=None):
+        nodes = super().list_nodes(fields)
+        if any(n["name"] == "fast" and n["provision_state"] == "available" for n in nodes):
+            self.fast_available.set()
+        return nodes
+
+    def set_provision_state(self, ident, verb, **kw):
+        if self._node(ident)["name"] == "slow" and verb is C.Verb.MANAGE:
+            assert self.fast_available.wait(60), "the slow answer held back the other node"
+        return super().set_provision_state(ident, verb, **kw)
+
+
+def test_a_slow_answer_does_not_hold_back_the_other_nodes():
+    from nodeforge.ironic.pacing import Bounds, Pacer
+
+    fake = SlowManage()
+    works = []
+    for name in ("slow", "fast"):
+        n = fake.create_node({"name": name, "driver": "fake-hardware", "automated_clean": True})
+        works.append(lc.Work(spec=spec(name), uuid=n["uuid"]))
+    clock = Clock()
+    lc.run(fake, works, lc.Policy(poll_interval=0.01), clock=clock, sleep=clock.sleep,
+           pacer=Pacer(Bounds(min_poll=0.01, max_poll=0.05)))
+    assert [w.result for w in works] == [lc.NodeState.AVAILABLE] * 2
+    # the fast node was provided while the slow one's manage was still unanswered
+    provide_fast = fake.calls.index(("provision:provide", "fast"))
+    assert ("provision:manage", "slow") not in fake.calls[:provide_fast]
