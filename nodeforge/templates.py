@@ -39,14 +39,20 @@ import re
 import shlex
 from pathlib import Path
 
+from typing import Annotated, Literal, Optional, Union
+
+from pydantic import AfterValidator, Field, ValidationError
+
+from nodeforge import schema
 from nodeforge.compute import flavors as F
 from nodeforge.errors import ConfigError, NodeforgeError
-from nodeforge.imagebuild import glance as g, yamlfile
+from nodeforge.imagebuild import glance as g
+from nodeforge.schema import Declared, Rule, register, vocab
+from nodeforge.schema.loader import plain
 from nodeforge.magnum import drivers as D
 from nodeforge import scope as IC
 
 DEFAULT_DIR = Path("manifests/templates")
-_MINOR = re.compile(r"^1\.\d+$")
 _VERSION = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?")
 VARIANTS = ("vm", "baremetal")
 ROLES = ("master", "worker")
@@ -55,12 +61,9 @@ MAGNUM_FIELDS = {"keypair_id", "external_network_id", "fixed_network", "fixed_su
                  "volume_driver", "dns_nameserver", "docker_volume_size", "docker_storage_driver", "http_proxy",
                  "https_proxy", "no_proxy", "public", "hidden", "master_lb_enabled", "floating_ip_enabled",
                  "tls_disabled", "registry_enabled", "insecure_registry", "apiserver_port"}
-_KEYS = {"name", "description", "kubernetes", "coe", "image", "node_groups", "labels", "magnum", "scope", "driver", "project"}
 SERVER_TYPE = "vm"                         # the only server_type any maintained driver serves
 LABEL_PREFIX = "nodeforge_"                # labels nodeforge sets (ownership, version, digest)
 NETWORK_FIELDS = ("external_network_id", "fixed_network", "fixed_subnet")
-_GROUP_KEYS = {"name", "role", "variant", "flavor", "count"}
-_SELECTOR_KEYS = {"k8s", "os_distro", "os_version"}
 
 
 class TemplateBroken(NodeforgeError):
@@ -129,111 +132,172 @@ class Template:
         return master, worker
 
 
+# ----------------------------------------------------------------------------- the file's declaration
+
+TEMPLATE_NAME_RULE = "1-255 characters of A-Z a-z 0-9 . _ -, starting with a letter or digit"
+TemplateName = Annotated[str, AfterValidator(lambda v: _matches(v, r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}",
+                                                                TEMPLATE_NAME_RULE)), Rule(TEMPLATE_NAME_RULE)]
+_Text255 = Annotated[str, Field(min_length=1, max_length=255), Rule("1-255 characters")]
+
+
+def _matches(value: str, pattern: str, rule: str) -> str:
+    if not re.fullmatch(pattern, value):
+        raise ValueError(f"must be {rule}, got {value!r}")
+    return value
+
+
+def _label_key(key: str) -> str:
+    if key.startswith(LABEL_PREFIX):
+        raise ValueError(f"'{key}': labels starting '{LABEL_PREFIX}' are set by nodeforge (ownership scope, version, "
+                         "digest)")
+    return key
+
+
+def _project(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must be a Keystone project name or ID")
+    return value
+
+
+def _driver(value: str) -> str:
+    if D.get(value) is None and value not in D.PACKAGES:
+        raise ValueError(f"unknown Magnum driver {value!r} (one of {', '.join(D.DRIVERS)}, or a driver package: "
+                         f"{', '.join(D.PACKAGES)})")
+    return value
+
+
+LABEL_VALUE_RULE = ('a string of at most 4096 characters, or an integer (quoted: "true", "1.30"; unquoted, YAML '
+                    'reads a boolean or a number)')
+LabelKey = Annotated[str, Field(min_length=1, max_length=255), AfterValidator(_label_key),
+                     Rule(f"a Magnum label name; not starting '{LABEL_PREFIX}' (nodeforge's)")]
+
+
+class ImageSelector(Declared):
+    """Which approved image: chosen by selector, never by ID."""
+
+    k8s: Optional[_Text255] = None
+    os_distro: Optional[_Text255] = Field(None, description="the image's os_distro (debian, ubuntu)")
+    os_version: Optional[_Text255] = Field(None, description='quoted: "12", "24.04"')
+
+
+class NodeGroupDecl(Declared):
+    """One node group: its role, image variant, flavor and node count."""
+
+    name: Optional[vocab.Name] = Field(None, description="default: default-<role>")
+    role: Literal["master", "worker"] = "worker"
+    variant: Literal["vm", "baremetal"]
+    flavor: _Text255 = Field(description="a Nova flavor name or ID")
+    count: vocab.bounded(0, 10000, integer=True) = Field(1, description="nodes (a master group: at least 1)")
+
+
+class MagnumFields(Declared):
+    """Magnum cluster-template fields passed through as they are."""
+
+    keypair_id: Optional[_Text255] = None
+    external_network_id: Optional[_Text255] = Field(None, description="Neutron external network, name or ID")
+    fixed_network: Optional[_Text255] = Field(None, description="Neutron network, name or ID")
+    fixed_subnet: Optional[_Text255] = Field(None, description="Neutron subnet, name or ID")
+    network_driver: Optional[_Text255] = None
+    volume_driver: Optional[_Text255] = None
+    dns_nameserver: Optional[vocab.IPAddress] = None
+    docker_volume_size: Optional[vocab.PositiveInt] = None
+    docker_storage_driver: Optional[_Text255] = None
+    http_proxy: Optional[vocab.HttpUrl] = None
+    https_proxy: Optional[vocab.HttpUrl] = None
+    no_proxy: Optional[_Text255] = None
+    public: Optional[bool] = None
+    hidden: Optional[bool] = None
+    master_lb_enabled: Optional[bool] = None
+    floating_ip_enabled: Optional[bool] = None
+    tls_disabled: Optional[bool] = None
+    registry_enabled: Optional[bool] = None
+    insecure_registry: Optional[_Text255] = None
+    apiserver_port: Optional[vocab.Port] = None
+
+
+assert set(MagnumFields.model_fields) == MAGNUM_FIELDS
+
+
+class TemplateFile(Declared):
+    """``manifests/templates/NAME.yaml``: one Magnum cluster template."""
+
+    name: TemplateName
+    description: Optional[vocab.text(1000)] = None
+    kubernetes: vocab.KubeMinor
+    coe: Literal["kubernetes"] = "kubernetes"
+    image: ImageSelector = Field(default_factory=ImageSelector)
+    node_groups: Annotated[list[NodeGroupDecl], Field(min_length=1)]
+    labels: dict[LabelKey, Annotated[Union[Annotated[str, Field(max_length=4096)], int], F.one_of(LABEL_VALUE_RULE),
+                                     Rule(LABEL_VALUE_RULE)]] = Field(default_factory=dict)
+    magnum: MagnumFields = Field(default_factory=MagnumFields)
+    scope: Optional[vocab.ScopeName] = Field(None, description="only images of this ownership scope")
+    driver: Optional[Annotated[str, AfterValidator(_driver), Rule("a Magnum driver entry point or package")]] = None
+    project: Optional[Annotated[str, Field(max_length=255), AfterValidator(_project),
+                                Rule("a Keystone project name or ID")]] = None
+
+
+KIND = register("template", TemplateFile, title="Cluster templates", path=str(DEFAULT_DIR / "NAME.yaml"),
+                description="Magnum cluster templates from declarations (docs/flavors-and-templates.md).")
+
+_NOTES = {"image": "images are chosen by selector, never by ID",
+          "magnum": "not a cluster-template field nodeforge passes through"}
+
+
 def parse(doc, label: str) -> Template:
-    problems: list[str] = []
-    if not isinstance(doc, dict):
-        raise ConfigError(path=label, detail="must be a mapping (name, kubernetes, image, node_groups, labels)")
-    for key in sorted(set(doc) - _KEYS):
-        problems.append(f"unknown key '{key}' (one of {', '.join(sorted(_KEYS))})")
-    name = doc.get("name")
-    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}", name):
-        problems.append("name: required (letters, digits, '.', '_', '-')")
-    minor = str(doc.get("kubernetes") or "")
-    if not _MINOR.match(minor):
-        problems.append("kubernetes: required, a minor such as \"1.36\" (quote it)")
-    selector = doc.get("image") or {}
-    if not isinstance(selector, dict):
-        problems.append("image: must be a selector mapping (k8s, os_distro, os_version), never an ID")
-        selector = {}
-    for key in sorted(set(selector) - _SELECTOR_KEYS):
-        problems.append(f"image.{key}: unknown selector key (one of {', '.join(sorted(_SELECTOR_KEYS))}); "
-                        "images are chosen by selector, never by ID")
-    selector = {k: str(v) for k, v in selector.items() if k in _SELECTOR_KEYS}
-    groups = []
-    raw_groups = doc.get("node_groups")
-    if not isinstance(raw_groups, list) or not raw_groups:
-        problems.append("node_groups: required, a list of {name, role, variant, flavor, count}")
-        raw_groups = []
-    for i, gr in enumerate(raw_groups):
-        line = yamlfile.line_of(raw_groups, i)
-        where = (f"line {line}: " if line else "") + f"node_groups[{i}]"
-        if not isinstance(gr, dict):
-            problems.append(f"{where}: must be a mapping")
-            continue
-        for key in sorted(set(gr) - _GROUP_KEYS):
-            problems.append(f"{where}: unknown key '{key}'")
-        role = gr.get("role", "worker")
-        if role not in ROLES:
-            problems.append(f"{where}.role: one of {', '.join(ROLES)}")
-        variant = gr.get("variant")
-        if variant not in VARIANTS:
-            problems.append(f"{where}.variant: required, one of {', '.join(VARIANTS)}")
-        if not isinstance(gr.get("flavor"), str) or not gr.get("flavor"):
-            problems.append(f"{where}.flavor: required (a Nova flavor name)")
-        count = gr.get("count", 1)
-        if not isinstance(count, int) or isinstance(count, bool) or count < (1 if role == "master" else 0):
-            problems.append(f"{where}.count: an integer >= {1 if role == 'master' else 0}")
-            count = 1
-        groups.append(NodeGroup(str(gr.get("name") or f"default-{role}"), str(role), str(variant),
-                                str(gr.get("flavor")), count))
-    roles = [gr.role for gr in groups]
+    """Validate a parsed template (a round-trip tree keeps its lines; plain data has none);
+    every problem at once in a :class:`~nodeforge.schema.SchemaError`."""
+    return _parse(schema.Document(str(label), "yaml", doc, plain(doc)))
+
+
+def _parse(document: schema.Document) -> Template:
+    label, data = document.path, document.data
+    if not isinstance(data, dict):
+        raise schema.SchemaError(label, [document.problem((), "must be a mapping (name, kubernetes, image, "
+                                                              "node_groups, labels)")])
+    problems: list[schema.Problem] = []
+    declared = None
+    try:
+        declared = TemplateFile.model_validate(data)
+    except ValidationError as exc:
+        for p in schema.problems_of(exc, document, TemplateFile):
+            note = _NOTES.get(p.keypath[0]) if len(p.keypath) == 2 and p.detail.startswith("unknown key") else None
+            problems.append(dataclasses.replace(p, detail=f"{p.detail}; {note}") if note else p)
+    raw_groups = data.get("node_groups") if isinstance(data.get("node_groups"), list) else []
+    groups = [gr for gr in raw_groups if isinstance(gr, dict)]
+    roles = [gr.get("role", "worker") for gr in groups]
     if groups and (roles.count("master") != 1 or "worker" not in roles):
-        problems.append("node_groups: exactly one master group and at least one worker group")
+        problems.append(document.problem(("node_groups",), "exactly one master group and at least one worker group"))
     elif groups:
-        master = next(gr for gr in groups if gr.role == "master")
-        worker = next(gr for gr in groups if gr.role == "worker")
-        if master.variant != worker.variant:
-            problems.append(f"node_groups: the master group and the first worker group share the template's one "
-                            f"image in Magnum; their variants differ ({master.variant}, {worker.variant}). Put "
-                            "the other variant in an additional worker group")
-    if len({gr.name for gr in groups}) != len(groups):
-        problems.append("node_groups: names must be unique")
-    labels = doc.get("labels") or {}
-    if not isinstance(labels, dict):
-        problems.append("labels: must be a mapping")
-        labels = {}
-    magnum = doc.get("magnum") or {}
-    if not isinstance(magnum, dict):
-        problems.append("magnum: must be a mapping")
-        magnum = {}
-    for key in sorted(set(magnum) - MAGNUM_FIELDS):
-        problems.append(f"magnum.{key}: not a cluster-template field nodeforge passes through "
-                        f"({', '.join(sorted(MAGNUM_FIELDS))})")
-    scope = doc.get("scope")
-    if scope is not None and (why := IC.scope_problem(scope)) is not None:
-        line = yamlfile.line_of(doc, "scope")
-        problems.append((f"line {line}: " if line else "") + f"scope: {why}")
-    driver = doc.get("driver")
-    if driver is not None and (not isinstance(driver, str) or (D.get(driver) is None and driver not in D.PACKAGES)):
-        line = yamlfile.line_of(doc, "driver")
-        problems.append((f"line {line}: " if line else "") + f"driver: unknown Magnum driver {driver!r} (one of "
-                        f"{', '.join(D.DRIVERS)}, or a driver package: {', '.join(D.PACKAGES)})")
-    for key in labels:
-        if str(key).startswith(LABEL_PREFIX):
-            line = yamlfile.line_of(labels, key)
-            problems.append((f"line {line}: " if line else "") + f"labels.{key}: labels starting "
-                            f"'{LABEL_PREFIX}' are set by nodeforge (ownership scope, version, digest)")
-    project = doc.get("project")
-    if project is not None and (not isinstance(project, str) or not project.strip()):
-        line = yamlfile.line_of(doc, "project")
-        problems.append((f"line {line}: " if line else "") + "project: a Keystone project name or ID")
-    for key in ("public", "hidden"):
-        if key in magnum and not isinstance(magnum[key], bool):
-            line = yamlfile.line_of(magnum, key)
-            problems.append((f"line {line}: " if line else "") + f"magnum.{key}: must be true or false")
-    if problems:
-        raise ConfigError(path=label, detail=f"{len(problems)} problem(s):\n  " + "\n  ".join(problems))
-    lines = {k: yamlfile.line_of(doc, k) for k in doc}
-    lines.update({f"labels.{k}": yamlfile.line_of(labels, k) for k in labels})
-    lines.update({f"magnum.{k}": yamlfile.line_of(magnum, k) for k in magnum})
+        master = next(gr for gr in groups if gr.get("role", "worker") == "master")
+        worker = next(gr for gr in groups if gr.get("role", "worker") == "worker")
+        if master.get("variant") != worker.get("variant"):
+            problems.append(document.problem(("node_groups",), "the master group and the first worker group share "
+                                             "the template's one image in Magnum; their variants differ "
+                                             f"({master.get('variant')}, {worker.get('variant')}). Put the other "
+                                             "variant in an additional worker group"))
     for i, gr in enumerate(raw_groups):
-        lines[f"node_groups[{i}]"] = yamlfile.line_of(raw_groups, i)
+        if isinstance(gr, dict) and gr.get("role") == "master" and gr.get("count") == 0:
+            problems.append(document.problem(("node_groups", i, "count"), "a master group needs count >= 1"))
+    names = [str(gr.get("name") or f"default-{gr.get('role', 'worker')}") for gr in groups]
+    if len(set(names)) != len(names):
+        problems.append(document.problem(("node_groups",), "names must be unique"))
+    if problems or declared is None:
+        raise schema.SchemaError(label, sorted(problems, key=lambda p: p.line or 0))
+    t = declared
+    groups = tuple(NodeGroup(gr.name or f"default-{gr.role}", gr.role, gr.variant, gr.flavor, gr.count)
+                   for gr in t.node_groups)
+    selector = {k: v for k, v in t.image.model_dump(exclude_none=True).items()}
+    magnum = t.magnum.model_dump(exclude_unset=True)
+    lines = {k: document.line((k,)) for k in data}
+    lines.update({f"labels.{k}": document.line(("labels", k)) for k in t.labels})
+    lines.update({f"magnum.{k}": document.line(("magnum", k)) for k in magnum})
+    for i, gr in enumerate(raw_groups):
+        lines[f"node_groups[{i}]"] = document.line(("node_groups", i))
         for k in gr:
-            lines[f"node_groups[{i}].{k}"] = yamlfile.line_of(gr, k) or lines[f"node_groups[{i}]"]
-    return Template(name=name, path=label, kubernetes=minor, selector=selector, groups=tuple(groups),
-                    labels={str(k): str(v) for k, v in labels.items()}, magnum=dict(magnum),
-                    coe=str(doc.get("coe") or "kubernetes"), description=doc.get("description"), scope=scope,
-                    driver=driver, project=project, lines={k: v for k, v in lines.items() if v is not None})
+            lines[f"node_groups[{i}].{k}"] = document.line(("node_groups", i, k)) or lines[f"node_groups[{i}]"]
+    return Template(name=t.name, path=label, kubernetes=t.kubernetes, selector=selector, groups=groups,
+                    labels={k: str(v) for k, v in t.labels.items()}, magnum=magnum, coe=t.coe, description=t.description, scope=t.scope,
+                    driver=t.driver, project=t.project, lines={k: v for k, v in lines.items() if v is not None})
 
 
 def load_all(directory: Path | str = DEFAULT_DIR) -> dict[str, Template]:
@@ -243,7 +307,7 @@ def load_all(directory: Path | str = DEFAULT_DIR) -> dict[str, Template]:
         raise ConfigError(path=str(directory), detail="no template files (*.yaml)")
     out: dict[str, Template] = {}
     for f in files:
-        t = parse(yamlfile.load(f), str(f))
+        t = _parse(schema.load(f, limits=KIND.limits))
         if t.name in out:
             raise ConfigError(path=str(f), detail=f"template name '{t.name}' also in {out[t.name].path}")
         out[t.name] = t

@@ -144,9 +144,36 @@ def test_invalid_template_reports_every_problem():
     with pytest.raises(ConfigError) as exc:
         T.parse(yamlfile.load(DATA / "invalid.yaml"), "invalid.yaml")
     text = str(exc.value)
-    for expected in ("kubernetes: required", "image.id: unknown selector key", "never by ID",
-                     "variant: required", "exactly one master group", "magnum.image_id: not a cluster-template"):
+    for expected in ('invalid.yaml:2: kubernetes: expected a Kubernetes minor like "1.36"',
+                     "invalid.yaml:3: image.id: unknown key (allowed: k8s, os_distro, os_version); images are "
+                     "chosen by selector, never by ID",
+                     "invalid.yaml:4: node_groups: exactly one master group and at least one worker group",
+                     "invalid.yaml:5: node_groups[0].variant: got the string 'metal', expected 'vm' or 'baremetal'",
+                     "invalid.yaml:6: magnum.image_id: unknown key (allowed: keypair_id,",
+                     "not a cluster-template field nodeforge passes through"):
         assert expected in text, (expected, text)
+    assert len(text.splitlines()) == len(exc.value.details["problems"]) == 5, text
+
+
+@pytest.mark.parametrize("change,key,detail", [
+    ({"kubernetes": 1.3}, "kubernetes", "expected a string, got the number 1.3"),      # unquoted 1.30
+    ({"labels": {"auto_healing_enabled": True}}, "labels.auto_healing_enabled", "got the boolean true"),
+    ({"labels": {"x": 1.5}}, "labels.x", "got the number 1.5"),
+    ({"image": {"os_distro": "debian", "os_version": 12.10}}, "image.os_version", "got the number 12.1"),
+    ({"magnum": {"apiserver_port": 0}}, "magnum.apiserver_port", "1-65535"),
+    ({"magnum": {"http_proxy": "http://u:pw@proxy:3128"}}, "magnum.http_proxy", "credentials"),
+    ({"magnum": {"docker_volume_size": float("inf")}}, "magnum.docker_volume_size", "inf"),
+    ({"node_groups": [{"role": "master", "variant": "vm", "flavor": "f", "count": 0},
+                      {"variant": "vm", "flavor": "f"}]}, "node_groups[0].count", "a master group needs count >= 1"),
+])
+def test_implicit_typing_and_ranges_never_change_a_value_silently(change, key, detail):
+    """Before, an unquoted 1.30 became the minor "1.3", a label true became "True", os_version 12.10 "12.1",
+    a port 0 and a proxy URL with its password went through (each accepted before)."""
+    doc = {**shipped_doc(), **change}
+    with pytest.raises(ConfigError) as exc:
+        T.parse(doc, "t.yaml")
+    assert any(f": {key}: " in line and detail in line for line in str(exc.value).splitlines()), str(exc.value)
+    assert "pw@" not in str(exc.value)
 
 
 def test_scope_restricts_the_image_choice_and_the_chosen_scope_is_said(template, state):
@@ -175,7 +202,7 @@ def test_scope_restricts_the_image_choice_and_the_chosen_scope_is_said(template,
     assert "no approved image for Kubernetes 1.36, variant baremetal, os debian 12, scope team-c: the catalog " \
            "has none" in issue and "approved ones of other scopes: platform, team-b" in issue
     doc["scope"] = "Not Valid"
-    with pytest.raises(ConfigError, match="scope: must be 1-63 characters"):
+    with pytest.raises(ConfigError, match="scope: .*1-63 characters of a-z 0-9"):
         T.parse(doc, "t")
 
 
