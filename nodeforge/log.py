@@ -8,7 +8,10 @@ import logging
 import sys
 import time
 
-from nodeforge.redact import ScrubFilter
+from nodeforge.redact import ScrubFilter, scrub
+
+# The stderr format chosen by the last setup() (--log-format).
+_format = "text"
 
 
 class JsonFormatter(logging.Formatter):
@@ -32,7 +35,24 @@ def error_line(message: str, *, hint: str | None = None, exit_code: int | None =
     return json.dumps(data)
 
 
+def say(message: str, *, level: str = "warning", prefix: bool = True, stream=None) -> None:
+    """A line for the person running the command, on stderr: ``warning: ...``
+    (or the bare ``message`` without ``prefix``), or with ``--log-format json``
+    one JSON line shaped like the log records; registered secrets masked."""
+    text = scrub(message)
+    stream = stream or sys.stderr
+    if _format == "json":
+        line = json.dumps({"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "level": level,
+                           "logger": "nodeforge", "message": text})
+    else:
+        line = f"{level}: {text}" if prefix else text
+    stream.write(line + "\n")
+    stream.flush()
+
+
 def setup(verbose: int = 0, fmt: str = "text", stream=None) -> None:
+    global _format
+    _format = fmt
     level = logging.WARNING if verbose <= 0 else logging.INFO if verbose == 1 else logging.DEBUG
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.addFilter(ScrubFilter())

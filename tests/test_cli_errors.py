@@ -103,3 +103,15 @@ def test_json_error_output_masks_registered_secrets(run, tmp_path, monkeypatch):
     code, out, err = run("baremetal", "validate", inv, "-o", "json", "--log-format", "json")
     assert code == 2 and "sekrit-in-error-9f" not in out + err
     assert json.loads(out)["error"].endswith("***.yaml: file not found")
+
+
+def test_log_format_json_makes_every_stderr_line_json_warnings_too(run, no_cloud, tmp_path):
+    """The 'no scope:' warning of flavor sync was a plain 'warning:' line among the JSON lines before."""
+    f = tmp_path / "flavors.yaml"
+    f.write_text("version: 1\nflavors:\n  - {name: a, resource_class: x}\n")
+    code, out, err = run("--log-format", "json", "flavor", "sync", "--flavors", f, "--dry-run")
+    lines = [json.loads(line) for line in err.splitlines()]          # every line is JSON
+    assert code == 2 and [x["level"] for x in lines] == ["warning", "error"], err
+    assert "has no 'scope:'" in lines[0]["message"] and "no cloud selected" in lines[1]["message"]
+    code, _, err = run("flavor", "sync", "--flavors", f, "--dry-run")
+    assert code == 2 and err.startswith(f"warning: {f} has no 'scope:'"), err

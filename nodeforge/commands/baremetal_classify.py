@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from nodeforge import options, output
+from nodeforge import log, options, output
 from nodeforge.errors import ExitCode
 from nodeforge.ironic import classify as classify_mod
 from nodeforge.ironic import profiles as profiles_mod
@@ -74,9 +74,9 @@ def classify(app, profiles_path, nodes, inventory_path, scope, dry_run):
                 columns=["node", "state", "outcome", "profile", "changes", "detail", "why not"], title=title)
     if app.output == "table":
         for name in plan.unused_profiles():
-            click.echo(f"warning: profile '{name}' matches none of the {len(plan.nodes)} nodes", err=True)
+            log.say(f"profile '{name}' matches none of the {len(plan.nodes)} nodes")
         for o in plan.overlaps():
-            click.echo(f"warning: profiles {', '.join(o['profiles'])} overlap on {', '.join(o['nodes'])}", err=True)
+            log.say(f"profiles {', '.join(o['profiles'])} overlap on {', '.join(o['nodes'])}")
     code = ExitCode.PARTIAL if plan.flagged else ExitCode.OK
     if not dry_run and any(not r["ok"] and r["outcome"] == "update" for r in data["results"]):
         code = ExitCode.PARTIAL

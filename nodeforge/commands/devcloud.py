@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from nodeforge import options, output
+from nodeforge import log, options, output
 from nodeforge.devcloud import install as install_mod
 from nodeforge.devcloud.paths import Paths
 
@@ -42,10 +42,11 @@ def _only(value):
 def up(app, only):
     """Start the local cloud (or a subset) and wait until it is healthy."""
     cloud = _cloud()
-    results = cloud.up(_only(only), progress=lambda msg: click.echo(msg, err=True))
+    results = cloud.up(_only(only), progress=lambda msg: log.say(msg, level="info", prefix=False))
     output.emit(results, app.output, columns=["service", "action", "seconds"])
     if app.output == "table":
-        click.echo(f"clouds.yaml: {cloud.paths.clouds_yaml}  (eval \"$(nodeforge devcloud env)\")", err=True)
+        log.say(f"clouds.yaml: {cloud.paths.clouds_yaml}  (eval \"$(nodeforge devcloud env)\")", level="info",
+                prefix=False)
 
 
 @devcloud.command()
@@ -54,7 +55,7 @@ def down(app):
     """Stop every local-cloud process this state directory started."""
     results = _cloud().down()
     if app.output == "table" and not results:
-        click.echo("nothing running", err=True)
+        log.say("nothing running", level="info", prefix=False)
         return
     output.emit(results, app.output, columns=["service", "action"])
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from nodeforge import options, output
+from nodeforge import log, options, output
 from nodeforge.cloud import connect
 from nodeforge.compute import flavors as flavors_mod
 from nodeforge.errors import ExitCode
@@ -53,8 +53,8 @@ def sync(app, flavors_path, profiles_path, replace, prune, adopt_legacy, dry_run
     or a write failed; 1: a scope conflict."""
     spec = flavors_mod.load(flavors_path, profiles_path)
     if spec.scope_source == "derived":
-        click.echo(f"warning: {flavors_path} has no 'scope:'; using the scope derived from its path, "
-                   f"'{spec.scope}' (set 'scope:' explicitly, see docs/flavors-and-templates.md)", err=True)
+        log.say(f"{flavors_path} has no 'scope:'; using the scope derived from its path, "
+                f"'{spec.scope}' (set 'scope:' explicitly, see docs/flavors-and-templates.md)")
     conn = app.connect()
     plan = flavors_mod.plan(conn, spec, replace=replace, prune=prune, adopt_legacy=adopt_legacy)
     rows = [{"flavor": p.name, "action": p.action.value, "id": p.flavor_id,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from nodeforge import options, output
+from nodeforge import log, options, output
 from nodeforge.imagebuild import build as build_mod, lockfile, render as render_mod
 from nodeforge.imagebuild.lockfile import Arch
 
@@ -83,7 +83,7 @@ def build(app, minor, variants, out, cache_dir, dib_cache, work_dir, sources_fil
     req = build_mod.BuildRequest(
         minor=minor, lockfile_path=lockfile_path, sources_file=sources_file, variants=variants, out=out,
         cache_dir=cache_dir, dib_cache=dib_cache, work_dir=work_dir, offline=offline, keep_work=keep_work,
-        rebuild_package_base=rebuild_package_base, stream=(lambda line: click.echo(line, err=True)))
+        rebuild_package_base=rebuild_package_base, stream=(lambda line: log.say(line, level="info", prefix=False)))
     result = build_mod.build(req)
     output.emit(result.to_dict(), app.output, columns=["out", "kubernetes", "images", "packages", "package_base", "seconds"])
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from nodeforge import options, output
+from nodeforge import log, options, output
 from nodeforge.imagebuild import boottest, builddir
 
 
@@ -39,7 +39,7 @@ def verify(app, build_dir, variants, timeout, accel, cache_dir, work_dir, keep_w
     req = boottest.VerifyRequest(build_dir=build_dir, variants=tuple(variants), timeout=timeout, accel=accel,
                                  cache_dir=cache_dir, work_dir=work_dir, keep_work=keep_work,
                                  parallel=parallel,
-                                 stream=lambda line: click.echo(line, err=True))
+                                 stream=lambda line: log.say(line, level="info", prefix=False))
     try:
         results = boottest.verify(req)
     except boottest.BootError:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from nodeforge import options, output
+from nodeforge import log, options, output
 from nodeforge.imagebuild import boottest, lockfile, retention
 from nodeforge.pipeline import runrecord as rr
 from nodeforge.pipeline.run import DEFAULT_RUNS_DIR, Pipeline
@@ -35,7 +35,7 @@ def emit_run(app, doc: dict) -> None:
     if app.output != "table":
         return
     if doc.get("message"):
-        click.echo(doc["message"], err=True)
+        log.say(doc["message"], level="info", prefix=False)
     for minor, variants in (doc.get("approved") or {}).items():
         for variant, image_id in variants.items():
             click.echo(f"approved: Kubernetes {minor} {variant}: {image_id}")
@@ -97,7 +97,7 @@ def run(app, minors, resume_id, runs_dir, lockfile_path, sources_file, cache_dir
     config = PipelineConfig(lockfile=lockfile_path, sources_file=sources_file, cache_dir=cache_dir,
                             os_cloud=app.os_cloud, retention=retention_path, work_dir=work_dir,
                             dib_cache=dib_cache, verify_timeout=verify_timeout, fixture=fixture_label, scope=scope)
-    pipe = Pipeline(config, runs_dir=runs_dir, say=lambda line: click.echo(line, err=True))
+    pipe = Pipeline(config, runs_dir=runs_dir, say=lambda line: log.say(line, level="info", prefix=False))
     if dry_run:
         plan = pipe.plan(list(minors))
         output.emit(plan.to_dict(), app.output, rows=plan.stages, columns=["stage", "minor", "action"],
