@@ -515,10 +515,12 @@ def lock_packages(lock: Lockfile, path: Path, mirrors: dict[str, str], *, keyrin
     """Resolve the image's package set afresh (inputs from the elements) and write the package lock."""
     from nodeforge.oslock import lock as ol, watch
 
-    template = dataclasses.replace(package_lock_template(lock, arch=arch), path=Path(path))
-    config = watch.config_for(template, mirrors, keyring)
+    old = ol.load(path) if Path(path).exists() else None
+    template = dataclasses.replace(package_lock_template(lock, arch=arch), path=Path(path),
+                                   index_dates=dict(old.index_dates) if old else {})
+    config = watch.config_for(template, mirrors, keyring)   # never from an index older than the lock's
     new, _ = watch.resolve_lock(template, config)
-    old = ol.load(path) if Path(path).exists() else dataclasses.replace(template, packages=())
+    old = old or dataclasses.replace(template, packages=())
     changes = watch.diff(old, new, {s.name for s in config.suites if s.security})
     written = (not Path(path).exists() or old.dumps() != new.dumps()) and not dry_run
     if written:

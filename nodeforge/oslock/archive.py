@@ -120,6 +120,8 @@ class ArchiveConfig:
     suites: list[Suite]
     arch: str = "amd64"
     keyring: Path = DEFAULT_KEYRING
+    # suite -> the InRelease Date a lock was made from: an older index is refused (rollback)
+    not_before: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def for_release(cls, release: str, mirrors: dict[str, str], *, arch: str = "amd64",
@@ -263,8 +265,9 @@ def _parse_date(text: str) -> datetime.datetime | None:
 
 
 def check_release(release: deb822.Release, suite: Suite, *, url: str,
-                  now: datetime.datetime | None = None) -> None:
-    """The verified ``InRelease`` must be the suite asked for and not past ``Valid-Until``."""
+                  now: datetime.datetime | None = None, not_before: str | None = None) -> None:
+    """The verified ``InRelease`` must be the suite asked for, not past ``Valid-Until``, and not
+    older than ``not_before`` (the Date of the index a lock was made from)."""
     names = {release.get("Suite", ""), release.get("Codename", "")}
     if suite.name not in names:
         raise ArchiveTrustError(what="InRelease", url=url,
@@ -276,6 +279,12 @@ def check_release(release: deb822.Release, suite: Suite, *, url: str,
         if until is None or until < now:
             raise ArchiveTrustError(what="InRelease", url=url,
                                     detail=f"expired (Valid-Until: {release['Valid-Until']}); the mirror is stale")
+    if not_before:
+        date, floor = _parse_date(release.get("Date", "")), _parse_date(not_before)
+        if floor is not None and (date is None or date < floor):
+            raise ArchiveTrustError(what="InRelease", url=url,
+                                    detail=f"it is older (Date: {release.get('Date') or 'none'}) than the index the "
+                                           f"lock was made from ({not_before}): a stale or rolled-back mirror")
 
 
 # --- indexes ---------------------------------------------------------------------------
@@ -296,7 +305,7 @@ def fetch_suite(suite: Suite, config: ArchiveConfig) -> SuiteIndex:
                             "(default: the host's apt sources)") from None
     text = verify_signed(raw, config.keyring, url=url)
     release = deb822.Release(text.decode("utf-8", errors="replace"))
-    check_release(release, suite, url=url)
+    check_release(release, suite, url=url, not_before=config.not_before.get(suite.name))
     hashes = _sha256_entries(release)
     by_hash = release.get("Acquire-By-Hash", "").lower() == "yes"
     stanzas: list[str] = []

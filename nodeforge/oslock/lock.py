@@ -97,6 +97,7 @@ class PackageLock:
     components: tuple[str, ...] = ("main",)
     distribution: str = "debian"
     path: Path | None = None
+    index_dates: dict[str, str] = dataclasses.field(default_factory=dict)   # suite -> InRelease Date
 
     def by_key(self) -> dict[tuple[str, str], LockedPackage]:
         return {p.key: p for p in self.packages}
@@ -109,6 +110,10 @@ class PackageLock:
                  "# suite: the configured mirror serving it (main or security)",
                  "suites:"]
         lines += [f"  {s}: {a}" for s, a in self.suites.items()]
+        if self.index_dates:
+            lines += ["# Date of each suite's verified InRelease the packages come from; an older index is refused",
+                      "index_dates:"]
+            lines += [f"  {s}: {json.dumps(d)}" for s, d in self.index_dates.items()]
         lines += ["resolve:",
                   f"  priorities: {_flow(list(self.resolve.priorities))}",
                   f"  base: {_flow(list(self.resolve.base))}",
@@ -226,6 +231,10 @@ def loads(text: str, path: Path) -> PackageLock:
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise bad(res["__line__"], f"resolve.{field}", "expected a list of names")
         lists[field] = tuple(value)
+    dates = data.get("index_dates") or {}
+    if not isinstance(dates, dict) or not all(isinstance(v, str) for k, v in dates.items() if k != "__line__"):
+        raise bad(top, "index_dates", "expected a mapping of suite -> date")
+    dates = {str(k): v for k, v in dates.items() if k != "__line__"}
     comps = data.get("components", ["main"])
     if not isinstance(comps, list) or not all(isinstance(c, str) for c in comps):
         raise bad(top, "components", "expected a list of component names")
@@ -265,4 +274,4 @@ def loads(text: str, path: Path) -> PackageLock:
         out.append(pkg)
     return PackageLock(release=data["release"], architecture=data["architecture"], suites=suite_map,
                        resolve=Resolve(**lists), packages=tuple(out), components=tuple(comps),
-                       distribution=str(data.get("distribution", "debian")), path=path)
+                       distribution=str(data.get("distribution", "debian")), path=path, index_dates=dates)

@@ -29,8 +29,10 @@ class LockedVersionGone(NodeforgeError):
 
 
 def config_for(lock: PackageLock, mirrors: dict[str, str], keyring: Path | None = None) -> ArchiveConfig:
-    return ArchiveConfig.for_release(lock.release, mirrors, arch=lock.architecture, keyring=keyring,
-                                     components=lock.components, suites=list(lock.suites.items()))
+    config = ArchiveConfig.for_release(lock.release, mirrors, arch=lock.architecture, keyring=keyring,
+                                       components=lock.components, suites=list(lock.suites.items()))
+    config.not_before = dict(lock.index_dates)
+    return config
 
 
 def locked(record: Record) -> LockedPackage:
@@ -45,7 +47,9 @@ def resolve_lock(template: PackageLock, config: ArchiveConfig, *, indexes: Index
     r = template.resolve
     records = rs.resolve(indexes, release=template.release, priorities=r.priorities, base=r.base,
                          recommends=r.recommends, install=r.install, workdir=workdir)
-    return template.with_packages([locked(x) for x in records]), indexes
+    dates = {s.suite.name: s.release.get("Date", "") for s in indexes.suites if s.release.get("Date")}
+    new = dataclasses.replace(template.with_packages([locked(x) for x in records]), index_dates=dates)
+    return new, indexes
 
 
 # --- check ----------------------------------------------------------------------------

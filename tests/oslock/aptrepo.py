@@ -57,6 +57,7 @@ class AptRepo:
                          f"{release}-security": "debian-security"}
         self.suites: dict[str, list[dict]] = {s: [] for s in self.archives}
         self.valid_until: datetime.datetime | None = None
+        self.date: datetime.datetime | None = None   # the InRelease Date (default: now)
         self.server: http.server.ThreadingHTTPServer | None = None
 
     # -- content -------------------------------------------------------------------------
@@ -96,7 +97,7 @@ class AptRepo:
             xz = lzma.compress(text)
             (bindir / "Packages").write_bytes(text)
             (bindir / "Packages.xz").write_bytes(xz)
-            now = datetime.datetime.now(datetime.timezone.utc)
+            now = self.date or datetime.datetime.now(datetime.timezone.utc)
             fields = ["Origin: nodeforge-tests", "Label: nodeforge-tests", f"Suite: {suite}", f"Codename: {suite}",
                       f"Date: {email.utils.format_datetime(now, usegmt=True)}"]
             if self.valid_until is not None:

@@ -109,3 +109,17 @@ def test_a_damaged_lock_names_file_line_and_field(package_lock, edit, where):
     if where.startswith("packages[0]"):
         line = next(i for i, t in enumerate(text.splitlines(), 1) if t.startswith("  - "))
         assert f"{package_lock.path}:{line}:" in str(exc.value)
+
+
+def test_an_index_older_than_the_one_the_lock_was_made_from_is_refused(apt_repo, package_lock):
+    import datetime
+
+    assert set(package_lock.index_dates) == {RELEASE, f"{RELEASE}-updates", SEC}
+    assert ol.load(package_lock.path).index_dates == package_lock.index_dates
+    # a mirror rolled back to yesterday's (validly signed) security index: it would hide updates
+    apt_repo.date = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(days=1)
+    apt_repo.publish()
+    with pytest.raises(watch.archive.ArchiveTrustError) as exc:
+        watch.check(package_lock, _config(apt_repo, package_lock))
+    assert "older (Date:" in str(exc.value) and "rolled-back mirror" in str(exc.value)
+    assert f"dists/{RELEASE}/InRelease" in str(exc.value)

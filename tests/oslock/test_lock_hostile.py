@@ -17,7 +17,9 @@ VALID = ol.PackageLock(
     packages=(ol.LockedPackage("openssh-server", "1:9.2p1-2+deb12u5", "amd64", "bookworm-security", 1000,
                                "a" * 64, "pool/updates/main/o/openssh/openssh-server_9.2p1-2+deb12u5_amd64.deb"),
               ol.LockedPackage("adduser", "3.134", "all", "bookworm", 10, "b" * 64,
-                               "pool/main/a/adduser/adduser_3.134_all.deb"))).dumps()
+                               "pool/main/a/adduser/adduser_3.134_all.deb")),
+    index_dates={"bookworm": "Sat, 11 Jul 2026 10:16:37 UTC", "bookworm-security": "Mon, 30 Nov 2026 00:22:33 UTC"},
+).dumps()
 
 
 def _load(text: str):
