@@ -14,9 +14,9 @@ Every limit is enforced before or while parsing, never after the damage:
 * **aliases**: YAML anchors/aliases are kept shared by the parser (cheap), but
   anything that walks the tree (validation, ``json.dumps``, a copy) expands
   them; the expanded size of the document is computed in linear time over the
-  distinct nodes, and more than :attr:`Limits.max_nodes` expanded nodes, or
-  more than :attr:`Limits.max_aliases` aliases, is refused: the 1.3 KB
-  "billion laughs" is refused in milliseconds.
+  distinct nodes, and more than :attr:`Limits.max_nodes` values added by the
+  expansion, or more than :attr:`Limits.max_aliases` aliases, is refused: the
+  1.3 KB "billion laughs" is refused in milliseconds.
 
 :func:`load` returns a :class:`Document`: the round-trip tree (``doc``, for
 edits that keep comments), the plain data (``data``: dict/list/str/int/float/
@@ -49,6 +49,8 @@ MAX_DEPTH = 64
 DEFAULT_MAX_BYTES = 4 << 20
 DEFAULT_MAX_NODES = 200_000
 DEFAULT_MAX_ALIASES = 1_000
+# A JSON file's problems get lines (a second, positional parse) up to this size.
+JSON_LINES_MAX = 1 << 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,7 +59,9 @@ class Limits:
 
     max_bytes: int = DEFAULT_MAX_BYTES
     max_depth: int = MAX_DEPTH
-    max_nodes: int = DEFAULT_MAX_NODES       # mappings + lists + scalars, aliases expanded
+    # Values (mappings, lists, scalars) that expanding YAML aliases may add to the
+    # document; a file without aliases is bounded by max_bytes alone.
+    max_nodes: int = DEFAULT_MAX_NODES
     max_aliases: int = DEFAULT_MAX_ALIASES
 
 
@@ -151,10 +155,12 @@ class Document:
         tree = self.doc
         if self.format == "json":
             if self._json_tree is None:
-                try:   # JSON is YAML: positions from ruamel, only when a problem needs one
-                    self._json_tree = _yaml().load(self.text)
-                except Exception:  # noqa: BLE001 - no line then
-                    self._json_tree = False
+                self._json_tree = False
+                if len(self.text) <= JSON_LINES_MAX:
+                    try:   # JSON is YAML: positions from ruamel, only when a problem needs one
+                        self._json_tree = _yaml().load(self.text)
+                    except Exception:  # noqa: BLE001 - no line then
+                        pass
             tree = self._json_tree or None
         return tree_line(tree, keypath)
 
@@ -254,7 +260,7 @@ def load(path, text: str | None = None, *, format: str | None = None,
     if text is None:
         text = read_text(path, limits)
     else:
-        if len(text.encode("utf-8", errors="surrogatepass")) > limits.max_bytes:
+        if len(text) > limits.max_bytes or len(text.encode("utf-8", errors="surrogatepass")) > limits.max_bytes:
             raise _too_big(path_s, limits.max_bytes)
         text = text.removeprefix("\ufeff")
     if format == "yaml":
@@ -355,8 +361,10 @@ def check_tree(path: str, doc, limits: Limits = DEFAULT_LIMITS) -> None:
                 raise ConfigError(path=f"{path}:{line}" if line else path, detail=_TAGGED)
         children = node.values() if isinstance(node, dict) else node
         stack.extend((child, depth + 1) for child in children)
-    # Expanded size: post-order over distinct nodes, memoised by id.
+    # Expanded size: post-order over distinct nodes, memoised by id (aliases make a DAG;
+    # the sizes are plain integers, so a bomb costs no more to count than its text).
     size: dict[int, int] = {}
+    distinct = 0
     order = [(doc, False)]
     while order:
         node, done = order.pop()
@@ -367,13 +375,29 @@ def check_tree(path: str, doc, limits: Limits = DEFAULT_LIMITS) -> None:
             order.append((node, True))
             order.extend((c, False) for c in children if isinstance(c, (dict, list)) and id(c) not in size)
             continue
-        total = 1 + sum(size.get(id(c), 1) if isinstance(c, (dict, list)) else 1 for c in children)
-        size[id(node)] = total
-        if total > limits.max_nodes:
-            line = line_of(node)
-            raise ConfigError(path=f"{path}:{line}" if line else path,
-                              detail=f"more than {limits.max_nodes} values once YAML aliases are expanded "
-                                     "(an alias bomb?); not read")
+        size[id(node)] = 1 + sum(size.get(id(c), 1) if isinstance(c, (dict, list)) else 1 for c in children)
+        distinct += 1 + sum(1 for c in children if not isinstance(c, (dict, list)))
+    added = (size.get(id(doc), 1) if isinstance(doc, (dict, list)) else 1) - max(distinct, 1)
+    if added > limits.max_nodes:
+        # Name the anchor whose expansion is the largest (the bomb's top).
+        worst = max((n for n in _containers(doc)), key=lambda n: size.get(id(n), 0), default=doc)
+        line = line_of(worst)
+        raise ConfigError(path=f"{path}:{line}" if line else path,
+                          detail=f"more than {limits.max_nodes} values added once YAML aliases are expanded "
+                                 "(an alias bomb?); not read")
+
+
+def _containers(doc):
+    """The distinct mappings and lists of ``doc`` except ``doc`` itself, each once."""
+    seen: set[int] = {id(doc)}
+    stack = [doc]
+    while stack:
+        node = stack.pop()
+        for child in (node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()):
+            if isinstance(child, (dict, list)) and id(child) not in seen:
+                seen.add(id(child))
+                yield child
+                stack.append(child)
 
 
 def plain(node):
