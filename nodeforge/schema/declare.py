@@ -256,6 +256,30 @@ def _allowed_keys(model, keypath: tuple, data) -> list[str] | None:
     return [f.alias or n for n, f in fields.items()] if fields else None
 
 
+def _field_at(model, keypath: tuple):
+    """The FieldInfo declaring the value at ``keypath`` (None when unknown)."""
+    current, field = model, None
+    for part in keypath:
+        if isinstance(current, _Container):
+            current = current.inner
+            continue
+        fields = getattr(current, "model_fields", None)
+        if not fields or isinstance(part, int):
+            return None
+        field = next((f for n, f in fields.items() if (f.alias or n) == part), None)
+        if field is None:
+            return None
+        current = _step(field.annotation)
+    return field
+
+
+def _secret_at(model, keypath: tuple) -> bool:
+    """True when the value at ``keypath`` (or a section above it) is declared secret."""
+    if model is None:
+        return False
+    return any((f := _field_at(model, keypath[:i])) is not None and is_secret(f) for i in range(1, len(keypath) + 1))
+
+
 @dataclasses.dataclass
 class _Container:
     inner: Any
@@ -279,10 +303,23 @@ def _step(annotation):
     return None
 
 
+class _Hidden:
+    """Stands for a secret field's value in a message."""
+
+
 def _detail(err: dict, document: Document, keypath: tuple, model, on_key: bool) -> str:
     kind = err["type"]
     value = err.get("input")
     prefix = "key " if on_key else ""
+    if not on_key and _secret_at(model, keypath) and kind not in ("missing", "extra_forbidden"):
+        # A secret field: say what is wrong, never what the value is.
+        want = _TYPE_WORDS.get(kind)
+        if want:
+            return f"expected {want}; the value is not shown (a secret field)"
+        msg = err.get("msg", "invalid")
+        if kind in ("value_error", "assertion_error") and "not shown" in msg:
+            return msg.split(", ", 1)[1] if msg.startswith(("Value error, ", "Assertion failed, ")) else msg
+        return "invalid; the value is not shown (a secret field)"
     if kind == "missing":
         return f"missing key '{keypath[-1]}'" if keypath else "missing"
     if kind == "extra_forbidden":

@@ -195,3 +195,20 @@ def test_a_schema_error_through_the_cli_is_exit_2_with_problems_in_json(tmp_path
     by_key = {p["key"]: p for p in doc["problems"]}
     assert by_key["base_os.release"]["line"] == 3 and "quote it" in by_key["base_os.release"]["detail"]
     assert by_key["hardening"]["detail"] == "missing key 'hardening'"
+
+
+@pytest.mark.parametrize("value", ["12345678901", "[k1, k2]", "true", "a-Secret-kg-key-0x"])
+def test_a_bad_value_of_a_secret_field_is_never_echoed(tmp_path, value):
+    class Strict(Declared):
+        kg_key: Annotated[vocab.Sha256 | None, SECRET] = None
+        password: vocab.SecretRef | None = None
+
+    path = tmp_path / "s.yaml"
+    path.write_text(f"kg_key: {value}\npassword: {value}\n")
+    with pytest.raises(SchemaError) as info:
+        load_file(path, Strict)
+    text = str(info.value) + repr(info.value.to_dict())
+    for shown in (value, value.strip("[]"), "12345678901"):
+        assert shown not in text, text
+    assert [p.key for p in info.value.problems] == ["kg_key", "password"]
+    assert all("not shown" in p.detail for p in info.value.problems)
