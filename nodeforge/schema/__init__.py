@@ -10,15 +10,20 @@ Loading (:mod:`nodeforge.schema.loader`)
         YAML (ruamel round-trip, positions kept), JSON or CSV (``format``
         "yaml"/"json"/"csv", default from the suffix). Limits enforced before
         or while parsing: ``Limits(max_bytes=4 MiB, max_depth=64,
-        max_nodes=200_000 (aliases expanded), max_aliases=1000)``; non-UTF-8
-        or binary text refused with its line. A refusal is a ``ConfigError``
-        (exit 2) naming ``file:line``.
+        max_nodes=200_000 (values added by expanding aliases),
+        max_aliases=1000)``; non-UTF-8 or binary text, complex keys
+        (``? [a]``), YAML tags (``!!binary``, ``!name``) and unconstructible
+        scalars refused; JSON: duplicate keys and NaN/Infinity refused; CSV:
+        empty, duplicate headers, rows longer than the header refused. A
+        refusal is a ``ConfigError`` (exit 2) naming ``file:line``.
     ``Document``: ``.path``, ``.format``, ``.doc`` (round-trip tree, for
         edits), ``.data`` (plain dict/list/str/int/float/bool/None, what is
         validated), ``.line(keypath) -> int | None`` (a missing key: its
         nearest ancestor's line), ``.problem(keypath, detail) -> Problem``,
-        ``.source_text(keypath)`` (a scalar as written: ``1.30``).
+        ``.source_text(keypath, key=False)`` (a scalar, or with ``key`` the
+        last key, as written: ``1.30``).
         CSV: ``.data`` is a list of row dicts; ``.line((i,))`` is row i's line.
+    ``plain(tree)`` (round-trip tree -> plain data), ``check_tree``,
     ``read_text(path, limits)``, ``read_bytes``, ``decode(path, data)``,
     ``dumps(tree)``, ``atomic_write(path, text)``, ``line_of(node, key)``,
     ``tree_line(tree, keypath)``, ``MAX_DEPTH``.
@@ -38,9 +43,15 @@ Declarations (:mod:`nodeforge.schema.declare`, pydantic v2)
         the allowed ones), ``strict=True`` (no coercion: an unquoted ``1.30``
         or ``yes`` or a port written as a string is an error that says what
         to write), frozen.
-    ``validate(document, Model, *, context=None, hint=None) -> instance``:
-        every pydantic error as a Problem with its line, all in one
-        SchemaError. ``validate_data(label, data, Model)`` for data that is
+    ``validate(document, Model, *, context=None, hint=None, checks=None)
+        -> instance``: every pydantic error as a Problem with its line, all
+        in one SchemaError; ``checks(document, instance)`` yields Problems
+        for rules across entries (uniqueness, a value against its key), run
+        once the declaration holds. ``context`` reaches validators
+        (``ValidationInfo.context``). A bad value of a secret field is never
+        echoed. ``problems_of(ValidationError, document, Model)`` for callers
+        that merge their own problems; ``kind_of(value)`` describes a value
+        as errors do ("the number 1.3"). ``validate_data(label, data, Model)`` for data that is
         not a file (environment). ``load_file(path, Model, text=None) ->
         (document, instance)`` (limits of the registered kind).
     A field is a secret when its type carries ``SECRET`` (``Annotated[str,
@@ -69,11 +80,11 @@ function raising ``ValueError``.
 from nodeforge.schema.declare import (SECRET, Declared, FileKind, Rule, is_secret, kind, kind_of, kinds,
                                       load_file, problems_of, register, secret_field, secret_fields, validate,
                                       validate_data)
-from nodeforge.schema.loader import (DEFAULT_LIMITS, MAX_DEPTH, Document, Limits, atomic_write, decode, dumps,
-                                     line_of, load, read_bytes, read_text, tree_line)
+from nodeforge.schema.loader import (DEFAULT_LIMITS, MAX_DEPTH, Document, Limits, atomic_write, check_tree, decode,
+                                     dumps, line_of, load, plain, read_bytes, read_text, tree_line)
 from nodeforge.schema.problems import Problem, SchemaError, keypath_str
 
 __all__ = ["SECRET", "Declared", "FileKind", "Rule", "is_secret", "kind", "kind_of", "kinds", "load_file",
            "problems_of", "register", "secret_field", "secret_fields", "validate", "validate_data",
-           "DEFAULT_LIMITS", "MAX_DEPTH", "Document", "Limits", "atomic_write", "decode", "dumps", "line_of",
-           "load", "read_bytes", "read_text", "tree_line", "Problem", "SchemaError", "keypath_str"]
+           "DEFAULT_LIMITS", "MAX_DEPTH", "Document", "Limits", "atomic_write", "check_tree", "decode", "dumps",
+           "line_of", "load", "plain", "read_bytes", "read_text", "tree_line", "Problem", "SchemaError", "keypath_str"]
