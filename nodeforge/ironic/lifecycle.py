@@ -496,22 +496,18 @@ def run(provisioner: Provisioner, works: list[Work], policy: Policy | None = Non
     seen: dict[str, tuple] = {}
     inflight: dict[str, tuple[Work, Act, Future]] = {}
 
-    def harvest(only_done: bool = True) -> bool:
-        """Settle the answered Acts; True when one was refused as 'busy' (409/503)."""
-        refused = False
+    def harvest(only_done: bool = True) -> None:
+        """Settle the answered Acts."""
         ctx = Ctx(provisioner, policy, {}, clock())
         for uuid, (w, act, fut) in list(inflight.items()):
             if only_done and not fut.done():
                 continue
             del inflight[uuid]
-            done = fut.result()
-            refused = refused or (done.error is not None and done.error.kind.retriable)
-            conclude(w, ctx, settle(w, ctx, done))
-        return refused
+            conclude(w, ctx, settle(w, ctx, fut.result()))
 
     with ThreadPoolExecutor(max_workers=max(1, policy.workers), thread_name_prefix="lifecycle") as pool:
         while True:
-            refused = harvest()
+            harvest()
             pending = [w for w in works if not w.done]
             if not pending:
                 break
@@ -522,7 +518,6 @@ def run(provisioner: Provisioner, works: list[Work], policy: Policy | None = Non
                     if not w.done:
                         w.error_type, w.error = "timeout", f"run timed out at stage {w.stage.value}"
                 break
-            refused_before = sum(getattr(provisioner, "retried", {}).values())
             nodes = {n["uuid"]: n for n in provisioner.list_nodes(fields=POLL_FIELDS) if n["uuid"] in by_uuid}
             busy: dict[Stage, int] = {}
             moved = False
@@ -558,11 +553,10 @@ def run(provisioner: Provisioner, works: list[Work], policy: Policy | None = Non
                 # Wait for this round's answers, at most a few poll intervals (real time).
                 answered = not wait_futures([f for _, _, f in inflight.values()],
                                             timeout=ROUND_WAIT * interval).not_done
-                refused = harvest() or refused
-            refused = refused or sum(getattr(provisioner, "retried", {}).values()) > refused_before
+                harvest()
             if progress:
                 progress(works)
-            pacer.round_done(moved=moved, congested=refused)
+            pacer.round_done(moved=moved)
             if answered and any(not w.done for w in works):
                 sleep(max(policy.poll_interval, pacer.poll_interval()))
     return works

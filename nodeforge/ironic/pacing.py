@@ -19,7 +19,8 @@ bounds of :class:`Bounds`:
 * **poll interval** (:meth:`Pacer.poll_interval`): at least ``min_poll`` and at
   least ``poll_cost`` times the last listing's latency (listings take at most
   a fifth of Ironic's time: the API and the conductor share one process);
-  doubled after a poll round with a 409/503 (halved back per round without), and stretched by 25% per
+  doubled after a round whose listing Ironic refused (409/503; halved back
+  per round without: refused writes are the in-flight limit's business), and stretched by 25% per
   round in which nothing moved (long cleanings are not polled every half
   second), back to the base as soon as something changes; never above
   ``max_poll``.
@@ -85,7 +86,7 @@ class Pacer:
         self._good_in_window = 0
         self._list_latency = 0.0
         self._poll_backoff = 1.0                 # x2 per round with a 409/503, /2 per round without
-        self._congested_round = False            # a 409/503 since the last round_done()
+        self._congested_round = False            # a listing refused (409/503) since the last round_done()
         self._idle_stretch = 1.0                 # x1.25 per round where nothing moved
         self.stats = Stats(max_limit=b.start_inflight, min_limit=b.start_inflight)
 
@@ -137,9 +138,10 @@ class Pacer:
             self.stats.calls += 1
             if status in CONGESTION:
                 self.stats.congested[status] = self.stats.congested.get(status, 0) + 1
-                if now - self._last_cut >= self._window():
-                    self._cut(b.backoff, now)
-                self._congested_round = True
+                if listing:
+                    self._congested_round = True     # the poll itself refused: poll less often
+                elif now - self._last_cut >= self._window():
+                    self._cut(b.backoff, now)        # a write refused: fewer writes in flight
                 return
             if listing:
                 self._list_latency = latency
@@ -169,7 +171,9 @@ class Pacer:
 
     # -- polling -------------------------------------------------------------
     def round_done(self, *, moved: bool, congested: bool = False) -> None:
-        """End of a poll round: did any node change state or get a verb? Did Ironic push back?"""
+        """End of a poll round: did any node change state or get a verb? Was a listing refused
+        (``congested``, or a 409/503 answer to a listing recorded since the last round)?
+        Refused writes do not stretch the polls: the limit on writes in flight answers them."""
         b = self.bounds
         with self._cond:
             self._idle_stretch = 1.0 if moved else min(self._idle_stretch * 1.25, b.max_poll / b.min_poll)

@@ -95,12 +95,15 @@ def test_listings_set_the_poll_interval_not_the_limit():
 
 def test_poll_interval_backs_off_on_congestion_and_idles_out():
     p, clock = pacer(min_poll=0.5, max_poll=8)
+    p.record(503, 0.1)                  # a refused write: the in-flight limit's business
+    p.round_done(moved=True)
+    assert p.poll_interval() == 0.5 and p.limit < 8
     for _ in range(20):
         clock.t += 1
-        p.record(503, 0.1)              # many refusals within one round: doubled once
+        p.record(503, 0.1, listing=True)   # listings refused within one round: doubled once
     assert p.poll_interval() == 0.5
     p.round_done(moved=True)
-    assert p.poll_interval() == 1.0
+    assert p.poll_interval() == 1.0 and p.stats.decreases == 1
     p.round_done(moved=True, congested=True)
     assert p.poll_interval() == 2.0
     p.round_done(moved=True, congested=False)
