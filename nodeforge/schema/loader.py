@@ -2,6 +2,8 @@
 
 Every limit is enforced before or while parsing, never after the damage:
 
+* **kind**: only a regular file is read (a FIFO would hang the open, a
+  device never ends);
 * **size**: the file is stat'ed and read with a cap (:attr:`Limits.max_bytes`,
   default 4 MiB, per kind overridable): a 200 MB file is refused after
   reading at most the cap plus one byte;
@@ -33,6 +35,7 @@ import datetime
 import io
 import json
 import os
+import stat
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -107,6 +110,10 @@ def read_bytes(path, limits: Limits = DEFAULT_LIMITS) -> bytes:
     while reading); missing, a directory, unreadable or too large is a ConfigError."""
     path = Path(path)
     try:
+        # A FIFO would block the open (a hang), a device never ends: only regular files are read.
+        if not stat.S_ISREG(os.stat(path).st_mode) and not stat.S_ISDIR(os.stat(path).st_mode):
+            raise ConfigError(path=str(path), detail="not a regular file (a pipe, socket or device); "
+                                                     "save the content to a file")
         with open(path, "rb") as fh:
             st = os.fstat(fh.fileno())
             if st.st_size > limits.max_bytes:

@@ -223,3 +223,13 @@ def test_aliases_may_repeat_a_section_within_the_limit(tmp_path):
     assert len(load(tmp_path / "f.yaml", text).data["nodes"]) == 900     # 900 x 201 values added: < 200,000
     with pytest.raises(ConfigError, match="values added once YAML aliases are expanded"):
         load(tmp_path / "f.yaml", text, limits=Limits(max_nodes=100_000))
+
+
+def test_a_fifo_or_device_is_refused_without_hanging(tmp_path):
+    import os
+
+    fifo = tmp_path / "pipe.yaml"
+    os.mkfifo(fifo)
+    for path in (fifo, "/dev/zero"):
+        with pytest.raises(ConfigError, match="not a regular file"):
+            load(path)
