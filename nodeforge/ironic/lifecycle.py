@@ -518,7 +518,17 @@ def run(provisioner: Provisioner, works: list[Work], policy: Policy | None = Non
                     if not w.done:
                         w.error_type, w.error = "timeout", f"run timed out at stage {w.stage.value}"
                 break
-            nodes = {n["uuid"]: n for n in provisioner.list_nodes(fields=POLL_FIELDS) if n["uuid"] in by_uuid}
+            try:
+                listed = provisioner.list_nodes(fields=POLL_FIELDS)
+            except IronicError as exc:
+                if not exc.kind.retriable:
+                    raise
+                # Ironic too busy to list (its retries spent): this round is skipped, polls spaced out.
+                log.info("node listing refused (%s); polling later", exc.kind.value)
+                pacer.round_done(moved=False, congested=True)
+                sleep(max(policy.poll_interval, pacer.poll_interval()))
+                continue
+            nodes = {n["uuid"]: n for n in listed if n["uuid"] in by_uuid}
             busy: dict[Stage, int] = {}
             moved = False
             for _, act, _ in inflight.values():

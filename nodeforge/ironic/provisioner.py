@@ -137,7 +137,7 @@ class SdkProvisioner:
         self.retries = 0
         self.retried: dict[str, int] = {}
         self._lock = threading.Lock()
-        # Adaptive pacing (nodeforge/ironic/pacing.py): every write waits for a slot;
+        # Adaptive pacing (nodeforge/ironic/pacing.py): every request waits for a slot;
         # every answer (latency, status) is reported to it. None: unpaced.
         self.pacer = pacer
 
@@ -152,7 +152,7 @@ class SdkProvisioner:
                 with self._lock:
                     self.writes += 1
             pacer = self.pacer
-            if pacer is not None and write:
+            if pacer is not None:
                 pacer.acquire()
             started, status = time.monotonic(), None
             try:
@@ -164,8 +164,7 @@ class SdkProvisioner:
                 status = resp.status_code
             finally:
                 if pacer is not None:
-                    if write:
-                        pacer.release()
+                    pacer.release()
                     pacer.record(status, time.monotonic() - started, listing=not write)
             if status is not None:
                 if status < 400:

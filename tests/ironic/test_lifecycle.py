@@ -7,7 +7,7 @@ import pytest
 from nodeforge.ironic import constants as C
 from nodeforge.ironic import lifecycle as lc
 from nodeforge.ironic.inventory import Bmc, BmcKind, Cleaning, CleanMode, CleanStep, Location, NodeSpec
-from nodeforge.ironic.provisioner import FakeProvisioner
+from nodeforge.ironic.provisioner import ErrorKind, FakeProvisioner, IronicError
 
 
 def spec(name, *, inspect=False, cleaning=Cleaning()):
@@ -279,3 +279,42 @@ def test_a_slow_answer_does_not_hold_back_the_other_nodes():
     # the fast node was provided while the slow one's manage was still unanswered
     provide_fast = fake.calls.index(("provision:provide", "fast"))
     assert ("provision:manage", "slow") not in fake.calls[:provide_fast]
+
+
+class BusyListing(FakeProvisioner):
+    """Ironic refuses the first two listings with 503 (its retries spent)."""
+
+    def __init__(self):
+        super().__init__()
+        self.refusals = 2
+
+    def list_nodes(self, fields=None):
+        if self.refusals:
+            self.refusals -= 1
+            raise IronicError(operation="list nodes", status=503, kind=ErrorKind.UNAVAILABLE,
+                              detail="No free conductor workers available")
+        return super().list_nodes(fields)
+
+
+def test_a_refused_listing_skips_the_round_and_spaces_the_polls():
+    from nodeforge.ironic.pacing import Pacer
+
+    fake = BusyListing()
+    pacer = Pacer()
+    w = drive_with(fake, "busy", pacer)
+    assert w.result is lc.NodeState.AVAILABLE and fake.refusals == 0
+    assert _verbs(fake) == ["manage", "provide"]
+
+
+def drive_with(fake, name, pacer):
+    n = fake.create_node({"name": name, "driver": "fake-hardware", "automated_clean": True})
+    clock = Clock()
+    slept = []
+
+    def sleep(s):
+        slept.append(s)
+        clock.sleep(s)
+    w = lc.run(fake, [lc.Work(spec=spec(name), uuid=n["uuid"])], lc.Policy(), clock=clock, sleep=sleep,
+               pacer=pacer)[0]
+    assert slept[0] < slept[1]          # the second refusal waited longer than the first
+    return w
