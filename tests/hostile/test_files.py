@@ -55,10 +55,14 @@ def _seed(name: str, **subst: str) -> str:
 # ----------------------------------------------------------------------------- kinds
 
 def _inventory_seed(name, fernet_key, secret_dir: Path) -> str:
+    """The inventory seed ``name`` with its secrets in place: ``secrets/bmc.pw`` beside it (where
+    tests/ironic/data/nodeforge.yaml points) and, for the corpus file, a session-wide file (its path
+    is in the text, so it must not change between examples)."""
     (secret_dir / "secrets").mkdir(exist_ok=True)
-    pw = secret_dir / "secrets" / "bmc.pw"          # also where tests/ironic/data/nodeforge.yaml points
-    pw.write_text(SECRETS["bmc_file"] + "\n")
-    return _seed(name, FERNET=fernet_key[1], SECRETFILE=str(pw))
+    (secret_dir / "secrets" / "bmc.pw").write_text(SECRETS["bmc_file"] + "\n")
+    shared = fernet_key[0].parent / "bmc.pw"
+    shared.write_text(SECRETS["bmc_file"] + "\n")
+    return _seed(name, FERNET=fernet_key[1], SECRETFILE=str(shared))
 
 
 INVENTORIES = [("inventory.yaml", "yaml", None), ("docs/examples/inventory-ironicclient.yaml", "yaml", None),
@@ -171,7 +175,7 @@ test_hostile_profiles = _file_property("profiles")
 test_hostile_flavors = _file_property("flavors")
 test_hostile_template_baremetal = _file_property("template-baremetal")
 test_hostile_template_vm = _file_property("template-vm")
-
+test_hostile_retention = _file_property("retention")
 
 
 # Inventories whose mutations pass (the others: see HUNT_INVENTORIES).
