@@ -11,7 +11,8 @@ Loading (:mod:`nodeforge.schema.loader`)
         "yaml"/"json"/"csv", default from the suffix). Limits enforced before
         or while parsing: ``Limits(max_bytes=4 MiB, max_depth=64,
         max_nodes=200_000 (values added by expanding aliases),
-        max_aliases=1000)``; non-UTF-8 or binary text, complex keys
+        max_aliases=1000, max_values=80_000 (values as written, counted by
+        libyaml before the slow round-trip parse))``; non-UTF-8 or binary text, complex keys
         (``? [a]``), YAML tags (``!!binary``, ``!name``) and unconstructible
         scalars refused; JSON: duplicate keys and NaN/Infinity refused; CSV:
         empty, duplicate headers, rows longer than the header refused. A

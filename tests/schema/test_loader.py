@@ -233,3 +233,20 @@ def test_a_fifo_or_device_is_refused_without_hanging(tmp_path):
     for path in (fifo, "/dev/zero"):
         with pytest.raises(ConfigError, match="not a regular file"):
             load(path)
+
+
+def test_too_many_values_are_counted_by_libyaml_and_refused_before_the_slow_parse(tmp_path):
+    import yaml
+
+    from tests.prereq import require
+
+    require(getattr(yaml, "__with_libyaml__", False), "PyYAML built with libyaml (the pinned wheel is)")
+    text = "".join(f"k{i:06d}: v\n" for i in range(60_000))      # 120,001 values, 660 KB
+    with pytest.raises(ConfigError, match=r"big.yaml:40000: more than 80000 values"):
+        load(tmp_path / "big.yaml", text)
+    assert len(load(tmp_path / "big.yaml", text[: 11 * 3000]).data) == 3000
+    with pytest.raises(ConfigError, match="more than 5000 values"):
+        load(tmp_path / "big.yaml", text[: 11 * 3000], limits=Limits(max_values=5000))
+    deep = "a: " + "[" * 70 + "]" * 70 + "\n" + "# padding\n" * 4000      # > 32 KiB: libyaml's pass
+    with pytest.raises(ConfigError, match=r"big.yaml:1: nested more than 64 levels deep"):
+        load(tmp_path / "big.yaml", deep)
