@@ -19,8 +19,9 @@ bounds of :class:`Bounds`:
 * **poll interval** (:meth:`Pacer.poll_interval`): at least ``min_poll`` and at
   least ``poll_cost`` times the last listing's latency (listings take at most
   a fifth of Ironic's time: the API and the conductor share one process);
-  doubled after a round whose listing Ironic refused (409/503; halved back
-  per round without: refused writes are the in-flight limit's business), and stretched by 25% per
+  doubled after a round whose listing Ironic refused even after the
+  retries (409/503; halved back per round without: refused writes are the
+  in-flight limit's business), and stretched by 25% per
   round in which nothing moved (long cleanings are not polled every half
   second), back to the base as soon as something changes; never above
   ``max_poll``.
@@ -86,7 +87,7 @@ class Pacer:
         self._good_in_window = 0
         self._list_latency = 0.0
         self._poll_backoff = 1.0                 # x2 per round with a 409/503, /2 per round without
-        self._congested_round = False            # a listing refused (409/503) since the last round_done()
+
         self._idle_stretch = 1.0                 # x1.25 per round where nothing moved
         self.stats = Stats(max_limit=b.start_inflight, min_limit=b.start_inflight)
 
@@ -106,9 +107,12 @@ class Pacer:
                 return True
             return False
 
-    def acquire(self) -> None:
+    def acquire(self, *, wait: bool = True) -> None:
+        """Take a slot; ``wait=False`` (a listing) takes it at once, ahead of the
+        writes waiting (a poll is never starved by a queue of verbs), and the
+        writes after it wait until it is answered."""
         with self._cond:
-            while self._inflight >= self.limit:
+            while wait and self._inflight >= self.limit:
                 self._cond.wait(0.5)
             self._inflight += 1
 
@@ -138,9 +142,7 @@ class Pacer:
             self.stats.calls += 1
             if status in CONGESTION:
                 self.stats.congested[status] = self.stats.congested.get(status, 0) + 1
-                if listing:
-                    self._congested_round = True     # the poll itself refused: poll less often
-                elif now - self._last_cut >= self._window():
+                if not listing and now - self._last_cut >= self._window():
                     self._cut(b.backoff, now)        # a write refused: fewer writes in flight
                 return
             if listing:
@@ -171,17 +173,16 @@ class Pacer:
 
     # -- polling -------------------------------------------------------------
     def round_done(self, *, moved: bool, congested: bool = False) -> None:
-        """End of a poll round: did any node change state or get a verb? Was a listing refused
-        (``congested``, or a 409/503 answer to a listing recorded since the last round)?
-        Refused writes do not stretch the polls: the limit on writes in flight answers them."""
+        """End of a poll round: did any node change state or get a verb? Was the listing
+        refused even after its retries (``congested``)? Refused writes do not stretch the
+        polls: the limit on writes in flight answers them."""
         b = self.bounds
         with self._cond:
             self._idle_stretch = 1.0 if moved else min(self._idle_stretch * 1.25, b.max_poll / b.min_poll)
-            if congested or self._congested_round:
+            if congested:
                 self._poll_backoff = min(self._poll_backoff * 2, b.max_poll / b.min_poll)
             else:
                 self._poll_backoff = max(1.0, self._poll_backoff / 2)
-            self._congested_round = False
 
     def poll_interval(self) -> float:
         b = self.bounds

@@ -153,7 +153,7 @@ class SdkProvisioner:
                     self.writes += 1
             pacer = self.pacer
             if pacer is not None:
-                pacer.acquire()
+                pacer.acquire(wait=write)       # a read goes ahead of queued writes
             started, status = time.monotonic(), None
             try:
                 resp = self.adapter.request(url, method, json=json_body, microversion=microversion or self.version,

@@ -100,10 +100,11 @@ def test_poll_interval_backs_off_on_congestion_and_idles_out():
     assert p.poll_interval() == 0.5 and p.limit < 8
     for _ in range(20):
         clock.t += 1
-        p.record(503, 0.1, listing=True)   # listings refused within one round: doubled once
-    assert p.poll_interval() == 0.5
+        p.record(503, 0.1, listing=True)   # refused listings (retried by the provisioner)
     p.round_done(moved=True)
-    assert p.poll_interval() == 1.0 and p.stats.decreases == 1
+    assert p.poll_interval() == 0.5 and p.stats.decreases == 1
+    p.round_done(moved=True, congested=True)   # a listing refused even after its retries
+    assert p.poll_interval() == 1.0
     p.round_done(moved=True, congested=True)
     assert p.poll_interval() == 2.0
     p.round_done(moved=True, congested=False)
@@ -126,7 +127,9 @@ def test_slots_bound_the_calls_in_flight():
     assert not p.try_acquire()          # the third waits
     p.release()
     assert p.try_acquire()
-    p.release(), p.release()
+    p.acquire(wait=False)               # a listing goes ahead of the writes waiting ...
+    assert p.inflight == 3 and not p.try_acquire()   # ... and the writes after it wait for it
+    p.release(), p.release(), p.release()
     assert p.inflight == 0
 
 
