@@ -165,11 +165,17 @@ class SdkProvisioner:
             finally:
                 if pacer is not None:
                     pacer.release()
-                    pacer.record(status, time.monotonic() - started, listing=not write)
+            latency = time.monotonic() - started
             if status is not None:
                 if status < 400:
+                    if pacer is not None:
+                        pacer.record(status, latency, listing=not write)
                     return resp.json() if resp.content else None
                 kind, detail = classify(status, resp.text)
+            if pacer is not None:
+                # Only NodeLocked among the 409s says "busy" (a duplicate or a wrong state does not).
+                seen = "409-conflict" if status == 409 and kind is not ErrorKind.LOCKED else status
+                pacer.record(seen, latency, listing=not write)
             if kind.retriable and attempt + 1 < self.retry.attempts:
                 delay = self.retry.delay(attempt)
                 log.info("%s: %s (%s); retrying in %.1fs", operation, kind.value, scrub(detail), delay)

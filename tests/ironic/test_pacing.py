@@ -162,3 +162,11 @@ def test_bounds_are_checked():
         Bounds(min_inflight=4, start_inflight=2)
     with pytest.raises(ValueError, match="min_poll"):
         Bounds(min_poll=5, max_poll=1)
+
+
+def test_a_conflict_that_is_not_node_locked_is_no_congestion():
+    # The provisioner reports a 409 that is not NodeLocked (duplicate, wrong state) as "409-conflict".
+    p, clock = pacer(start_inflight=8)
+    p.record("409-conflict", 0.1)
+    p.record(404, 0.1)
+    assert p.limit == 8 and p.stats.congested == {} and p.stats.decreases == 0
