@@ -34,7 +34,8 @@ class NodeforgeError(Exception):
         template = message if message is not None else self.message
         try:
             text = template.format(**kwargs)
-        except (KeyError, IndexError):
+        except (KeyError, IndexError, ValueError, AttributeError, TypeError):
+            # A message already built from data ("value {x.y", a stray brace): used as it is.
             text = template
         if hint is not None:
             self.hint = hint

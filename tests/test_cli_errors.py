@@ -115,3 +115,12 @@ def test_log_format_json_makes_every_stderr_line_json_warnings_too(run, no_cloud
     assert "has no 'scope:'" in lines[0]["message"] and "no cloud selected" in lines[1]["message"]
     code, _, err = run("flavor", "sync", "--flavors", f, "--dry-run")
     assert code == 2 and err.startswith(f"warning: {f} has no 'scope:'"), err
+
+
+@pytest.mark.parametrize("text", ["bad value {", "value {a.b} here", "{0.real}", "}{", "{:>{}}"])
+def test_an_error_message_built_from_data_with_braces_is_kept_as_it_is(text):
+    """A message holding a brace from the data raised ValueError/AttributeError inside the
+    error's own constructor before (a traceback instead of the error)."""
+    from nodeforge.errors import NodeforgeError
+
+    assert str(NodeforgeError(f"file x: {text}", a=1)) == f"file x: {text}"
