@@ -38,12 +38,14 @@ import datetime
 import io
 import json
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any, Iterable
 
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.constructor import DuplicateKeyError
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
 from nodeforge import fsutil
@@ -295,6 +297,9 @@ def _depth_error(path, line) -> ConfigError:
     return ConfigError(path=f"{path}:{line}" if line else str(path), detail=f"nested more than {MAX_DEPTH} levels deep")
 
 
+_DUP_KEY = re.compile(r'found duplicate key "([^"]*)"')
+
+
 def _load_yaml(path: str, text: str, limits: Limits) -> Document:
     if not _c_prepass(path, text, limits):
         # Without libyaml's verdict: the pure-Python scan (only when there are enough brackets to matter).
@@ -302,6 +307,15 @@ def _load_yaml(path: str, text: str, limits: Limits) -> Document:
             check_flow_depth(path, text, limits.max_depth)
     try:
         doc = _yaml().load(text)
+    except DuplicateKeyError as exc:
+        # ruamel's own message quotes both values: a duplicated password would be printed twice.
+        mark = exc.problem_mark or exc.context_mark
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        first = exc.context_mark.line + 1 if exc.context_mark else None
+        key = _DUP_KEY.search(exc.problem or "")
+        detail = (f"duplicate key {key.group(1)!r}" if key else "duplicate key") + \
+            (f" (in the mapping that starts at line {first})" if first else "") + "; keep one"
+        raise ConfigError(path=where, detail=detail) from None
     except MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"{path}:{mark.line + 1}" if mark else str(path)

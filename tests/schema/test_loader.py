@@ -140,8 +140,19 @@ def test_yaml_implicit_types_become_plain_values_and_keep_their_source_text(tmp_
 def test_yaml_syntax_and_duplicate_keys_name_the_line(tmp_path):
     with pytest.raises(ConfigError, match=r"f.yaml:2: invalid YAML"):
         load(tmp_path / "f.yaml", "a: 1\nb: : [\n")
-    with pytest.raises(ConfigError, match=r"f.yaml:\d+: invalid YAML"):
+    with pytest.raises(ConfigError, match=r"f.yaml:2: duplicate key 'a'"):
         load(tmp_path / "f.yaml", "a: 1\na: 2\n")
+
+
+def test_a_duplicated_key_never_echoes_its_values(tmp_path):
+    # ruamel's own message quotes both values: a password given twice was printed twice.
+    text = "driver_info:\n  ipmi_username: admin\n  ipmi_password: NFinline-Secret-77\n" \
+           "  ipmi_password: NFinline-Secret-78\n"
+    with pytest.raises(ConfigError) as err:
+        load(tmp_path / "inv.yaml", text)
+    message = str(err.value)
+    assert "inv.yaml:4: duplicate key 'ipmi_password'" in message and "line 2" in message
+    assert "NFinline-Secret" not in message
 
 
 def test_json_is_strict_and_maps_lines_when_a_problem_needs_them(tmp_path):
