@@ -34,7 +34,7 @@ import logging
 import re
 from pathlib import Path
 
-from nodeforge.errors import NodeforgeError
+from nodeforge.errors import ExitCode, NodeforgeError
 from nodeforge.imagebuild import verifyreport
 from nodeforge.imagebuild.verifyreport import VerifyStatus  # noqa: F401 - re-exported (publish, pipeline)
 
@@ -53,7 +53,10 @@ _DEB_ARCH = {"amd64": "x86_64", "arm64": "aarch64", "x86_64": "x86_64", "aarch64
 
 
 class BuildDirError(NodeforgeError):
+    """The build directory given is not a usable, finished build: bad input (exit 2)."""
+
     message = "{path}: {detail}"
+    exit_code = ExitCode.USAGE
 
 
 @dataclasses.dataclass(frozen=True)
@@ -183,6 +186,9 @@ def load(path: Path | str) -> BuildDir:
     k8s = _first(manifest, "kubernetes.version", "k8s_version", "kubernetes_version")
     if not k8s:
         raise BuildDirError(path=manifest_path, detail="no Kubernetes version (kubernetes.version)")
+    if not isinstance(k8s, str):
+        raise BuildDirError(path=manifest_path, detail=f"kubernetes.version: expected a string, "
+                                                       f"got {type(k8s).__name__}")
     k8s = str(k8s).lstrip("v")
     build_id = str(_first(manifest, "build_id", "build.id") or root.name)
     os_distro = str(_first(manifest, "os.distro", "base_os.distro") or "debian")
