@@ -47,6 +47,7 @@ from nodeforge.imagebuild import checksums, disk, lockfile as lf, manifest as mf
 from nodeforge.imagebuild.cache import Cache, ChecksumMismatch, DownloadError, Downloader
 from nodeforge.imagebuild.lockfile import Arch, Lockfile
 from nodeforge.imagebuild.sources import SOURCE_OF, Sources
+from nodeforge.oslock import archive
 
 log = logging.getLogger(__name__)
 
@@ -56,9 +57,9 @@ HOST_TOOLS = ("sudo", "debootstrap", "tar", "mkfs.ext4", "mkfs.vfat", "mmd", "mc
 GIB = 1 << 30
 ENV_DIB_CACHE = "NODEFORGE_DIB_CACHE"
 ENV_WORK_DIR = "NODEFORGE_WORK_DIR"
-ENV_DEBIAN_MIRROR = "NODEFORGE_DEBIAN_MIRROR"
-ENV_DEBIAN_SECURITY_MIRROR = "NODEFORGE_DEBIAN_SECURITY_MIRROR"
-APT_SOURCES = (Path("/etc/apt/sources.list"), Path("/etc/apt/sources.list.d"))
+ENV_DEBIAN_MIRROR = archive.ENV_MIRROR
+ENV_DEBIAN_SECURITY_MIRROR = archive.ENV_SECURITY_MIRROR
+APT_SOURCES = archive.APT_SOURCES
 
 
 class PreflightError(NodeforgeError):
@@ -130,50 +131,12 @@ def default_dib_cache() -> Path:
 
 
 def debian_mirrors(env=None, sources: tuple[Path, ...] = APT_SOURCES) -> dict[str, str]:
-    """The Debian archive and security mirrors: from the environment, else the host's apt sources."""
-    env = os.environ if env is None else env
-    found = {"main": env.get(ENV_DEBIAN_MIRROR) or None, "security": env.get(ENV_DEBIAN_SECURITY_MIRROR) or None}
-    for uri, suites in _apt_entries(sources):
-        kind = "security" if any(s.endswith("-security") for s in suites) else "main"
-        if found[kind] is None and uri.startswith(("http://", "https://")):
-            found[kind] = uri.rstrip("/")
-    for kind, var in (("main", ENV_DEBIAN_MIRROR), ("security", ENV_DEBIAN_SECURITY_MIRROR)):
-        if not found[kind]:
-            raise PreflightError(detail=f"no Debian {kind} mirror in the host's apt sources",
-                                 hint=f"set {var} to the mirror's base URL")
-    return found  # type: ignore[return-value]
-
-
-def _apt_entries(sources: tuple[Path, ...]):
-    files: list[Path] = []
-    for src in sources:
-        if src.is_dir():
-            files += sorted(src.glob("*.sources")) + sorted(src.glob("*.list"))
-        elif src.is_file():
-            files.append(src)
-    for path in files:
-        try:
-            text = path.read_text()
-        except OSError:
-            continue
-        if path.suffix == ".sources":  # deb822 stanzas
-            for stanza in text.split("\n\n"):
-                fields = {}
-                for line in stanza.splitlines():
-                    if line and not line.startswith("#") and ":" in line:
-                        key, _, value = line.partition(":")
-                        fields[key.strip().lower()] = value.split()
-                if "deb" in fields.get("types", []) and fields.get("enabled", ["yes"]) != ["no"]:
-                    for uri in fields.get("uris", []):
-                        yield uri, fields.get("suites", [])
-        else:
-            for line in text.splitlines():
-                parts = line.split("#", 1)[0].split()
-                if parts[:1] == ["deb"]:
-                    parts = [p for p in parts[1:] if not p.startswith("[")] if "[" not in line else \
-                        line.split("]", 1)[1].split()
-                    if len(parts) >= 2:
-                        yield parts[0], [parts[1]]
+    """The Debian archive and security mirrors: from the environment, else the host's apt sources
+    (one reader of apt sources: :func:`nodeforge.oslock.archive.host_mirrors`)."""
+    try:
+        return archive.host_mirrors(env, sources)
+    except archive.ArchiveError as exc:
+        raise PreflightError(detail=exc.kwargs.get("detail", str(exc)), hint=exc.hint) from None
 
 
 # --- preflight ------------------------------------------------------------------------
