@@ -172,7 +172,7 @@ def test_yaml_syntax_error_names_the_line(tmp_path):
 def test_duplicate_key_is_rejected_with_line(tmp_path):
     path = tmp_path / "versions.yaml"
     path.write_text(PRODUCTION.read_text().replace("schema_version: 1\n", "schema_version: 1\nschema_version: 1\n"))
-    with pytest.raises(ConfigError, match=r"versions.yaml:\d+: invalid YAML"):
+    with pytest.raises(ConfigError, match=r"versions.yaml:\d+: duplicate key 'schema_version'"):
         lockfile.load(path)
 
 
