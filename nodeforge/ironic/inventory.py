@@ -31,6 +31,7 @@ import dataclasses
 import enum
 import io
 import ipaddress
+import logging
 import re
 from pathlib import Path
 from typing import Any, Iterable
@@ -45,6 +46,7 @@ from nodeforge.ironic import secrets as secrets_mod
 from nodeforge.redact import MASK, Secret, scrub_obj
 
 SCHEMA_VERSION = 1
+log = logging.getLogger(__name__)
 
 _MAC = re.compile(r"^[0-9a-f]{2}([:-]?)[0-9a-f]{2}(\1[0-9a-f]{2}){4}$", re.I)
 _NAME = re.compile(r"^[A-Za-z0-9._~-]{1,255}$")
@@ -314,6 +316,7 @@ class Inventory:
     scope: str | None = None          # set by load(): ``scope:`` or derived from the path
     scope_source: str = "file"        # "file" or "derived"
     chassis: list["ChassisSpec"] = dataclasses.field(default_factory=list)   # python-ironicclient format
+    warnings: list[Issue] = dataclasses.field(default_factory=list)   # fields read but not enrolled
 
     def by_name(self) -> dict[str, NodeSpec]:
         return {n.name: n for n in self.nodes}
@@ -405,9 +408,13 @@ class _Collector:
         self.issues: list[Issue] = []
         self.idents: list[_Ident] = []
         self.chassis: list[ChassisSpec] = []
+        self.warnings: list[Issue] = []      # accepted, but not enrolled (named, never silently dropped)
 
     def add(self, loc: Location, node: str | None, field: str | None, message: str) -> None:
         self.issues.append(Issue(loc, node, field, message))
+
+    def warn(self, loc: Location, node: str | None, field: str | None, message: str) -> None:
+        self.warnings.append(Issue(loc, node, field, message))
 
 
 @dataclasses.dataclass
@@ -461,7 +468,10 @@ def load(path: Path | str, *, fmt: Format | str | None = None, allow_plaintext: 
     fmt = Format(fmt) if fmt else None
     col = _Collector(path)
     doc: Any = None
-    if fmt is Format.CSV or (fmt is None and path.suffix.lower() == ".csv"):
+    if path.suffix.lower() == ".csv" and (fmt is Format.BIFROST or (fmt is None and _is_bifrost_csv(text))):
+        fmt = Format.BIFROST
+        raws = _raw_bifrost_csv(path, text, col)
+    elif fmt is Format.CSV or (fmt is None and path.suffix.lower() == ".csv"):
         fmt = Format.CSV
         raws = _raw_csv(path, text, col)
     else:
@@ -485,8 +495,10 @@ def load(path: Path | str, *, fmt: Format | str | None = None, allow_plaintext: 
         n.scope = scope
     for c in col.chassis:
         c.scope = scope
+    for w in col.warnings:
+        log.warning("%s", w)
     return Inventory(path=path, format=fmt, nodes=nodes, scope=scope, scope_source=scope_source,
-                     chassis=list(col.chassis))
+                     chassis=list(col.chassis), warnings=list(col.warnings))
 
 
 def _lines_of(node: Any, prefix: str = "") -> dict[str, int]:
@@ -1082,12 +1094,15 @@ def _check_uuid_fields(item: dict, where: str, bad, f: dict, node_uuid, what: st
                                   "different node_uuid; give the node that uuid instead)")
 
 
-BIFROST_IGNORED = {"uuid", "ipv4_address", "ipv4_subnet_mask", "ipv4_gateway", "ipv4_nameserver",
+# Bifrost keys its playbooks use when deploying (addresses, config drive, Ansible groups), not
+# when enrolling into Ironic: accepted, not enrolled, and each one NAMED in a warning.
+BIFROST_IGNORED = {"ipv4_address", "ipv4_subnet_mask", "ipv4_gateway", "ipv4_nameserver",
                    "ipv4_interface_mac", "provisioning_ipv4_address", "ansible_ssh_host", "ansible_host",
-                   "host_groups", "instance_info", "network_interface", "addressing_mode",
-                   "ansible_ssh_user", "instance_name"}
-BIFROST_FIELDS = {"name", "driver", "driver_info", "nics", "properties", "resource_class", "traits", "owner",
-                  "extra", "description", *(f"{i}_interface" for i in _INTERFACES)} | BIFROST_IGNORED
+                   "host_groups", "instance_info", "addressing_mode", "ansible_ssh_user", "instance_name",
+                   "node_network_data", "ipv6_address", "ipv6_gateway", "ipv6_prefix", "ipv6_nameserver",
+                   "ipv6_interface_mac"}
+BIFROST_FIELDS = {"name", "uuid", "driver", "driver_info", "nics", "properties", "resource_class", "traits",
+                  "owner", "extra", "description", *(f"{i}_interface" for i in _INTERFACES)} | BIFROST_IGNORED
 
 
 def _raw_bifrost(path: Path, doc: Any, col: _Collector) -> list[_Raw]:
@@ -1109,6 +1124,9 @@ def _raw_bifrost(path: Path, doc: Any, col: _Collector) -> list[_Raw]:
         for k in item:
             if k not in BIFROST_FIELDS:
                 col.add(Location(file, lines.get(str(k), line)), name, str(k), "unknown field")
+            elif k in BIFROST_IGNORED and item[k] not in (None, "", [], {}):
+                col.warn(Location(file, lines.get(str(k), line)), name, str(k),
+                         "Bifrost uses it when deploying, not enrolling: not enrolled into Ironic")
         info = _plain(item.get("driver_info") or {})
         if isinstance(info, dict) and isinstance(info.get("power"), dict):  # older Bifrost: driver_info.power.*
             info = {**{k: v for k, v in info.items() if k != "power"}, **info["power"]}
@@ -1145,7 +1163,92 @@ def _raw_bifrost(path: Path, doc: Any, col: _Collector) -> list[_Raw]:
                 if pre + src in lines:
                     mapped[f"bmc.{dst}"] = lines[pre + src]
         mapped["macs"] = lines.get("nics", line)
-        raws.append(_Raw(fields, loc, mapped))
+        raw = _Raw(fields, loc, mapped)
+        if item.get("uuid") is not None:       # Bifrost enrolls the node with it
+            raw.parts = {"ironic": {"uuid": _plain(item["uuid"])}}
+        raws.append(raw)
+    return raws
+
+
+# Bifrost's legacy CSV (bifrost/inventory.py, _process_baremetal_csv): no header, one node a row:
+# mac, username, password, address, cpus, ram (MiB), disk (GiB), -, -, uuid, name, ipv4_address,
+# ipmi_target_channel, ipmi_target_address, ipmi_transit_channel, ipmi_transit_address, driver,
+# -, provisioning_ipv4_address. Columns 7, 8 and 17 are not read by Bifrost either.
+BIFROST_CSV_MIN_COLUMNS = 11
+
+
+def _is_bifrost_csv(text: str) -> bool:
+    for record in csv.reader(io.StringIO(text)):
+        if not record or all(not c.strip() for c in record) or record[0].lstrip().startswith("#"):
+            continue
+        return normalize_mac(record[0]) is not None
+    return False
+
+
+def _raw_bifrost_csv(path: Path, text: str, col: _Collector) -> list[_Raw]:
+    file = str(path)
+    reader = csv.reader(io.StringIO(text))
+    raws: list[_Raw] = []
+    row_no = 0
+    records: list[tuple[int, list[str]]] = []
+    try:
+        for record in reader:
+            records.append((reader.line_num, record))
+    except csv.Error as exc:
+        col.add(Location(file, reader.line_num), None, None, f"malformed CSV: {exc}")
+        return []
+    for line, record in records:
+        if not record or all(not c.strip() for c in record) or record[0].lstrip().startswith("#"):
+            continue
+        row_no += 1
+        loc = Location(file, line, row_no)
+        cells = [c.strip() for c in record]
+        if len(cells) < BIFROST_CSV_MIN_COLUMNS:
+            col.add(loc, None, None, f"{len(cells)} cells: a Bifrost CSV row needs at least "
+                                     f"{BIFROST_CSV_MIN_COLUMNS} (mac ... name)")
+            continue
+
+        def cell(i: int) -> str | None:
+            return cells[i] if i < len(cells) and cells[i] != "" else None
+
+        name = cell(10)
+        if name is None:
+            col.add(loc, None, "name", "column 11 (name) is empty")
+            continue
+        driver = cell(16) or "ipmi"
+        power: dict[str, Any] = {}
+        if "ipmi" in driver:
+            driver = "ipmi"
+            power = {"ipmi_address": cell(3), "ipmi_username": cell(1), "ipmi_password": cell(2)}
+            for i, k in ((12, "ipmi_target_channel"), (13, "ipmi_target_address"), (14, "ipmi_transit_channel"),
+                         (15, "ipmi_transit_address")):
+                if cell(i) is not None:
+                    power[k] = cell(i)
+            if cell(12) and cell(13):
+                power["ipmi_bridging"] = "dual" if cell(14) and cell(15) else "single"
+        else:
+            col.add(loc, name, "driver", f"driver {driver!r}: a Bifrost CSV row maps only to IPMI "
+                                         "(use the JSON/YAML format for other drivers)")
+            continue
+        host: dict[str, Any] = {"name": name, "driver": driver, "driver_info": {"power": power},
+                                "nics": [{"mac": cell(0)}],
+                                "properties": {"cpus": cell(4), "ram": cell(5), "disk_size": cell(6),
+                                               "cpu_arch": "x86_64"}}
+        host["properties"] = {k: v for k, v in host["properties"].items() if v is not None}
+        if cell(9) is not None:
+            host["uuid"] = cell(9)
+        for i, k in ((11, "ipv4_address"), (18, "provisioning_ipv4_address")):
+            if cell(i) is not None:
+                host[k] = cell(i)
+        before_i, before_w = len(col.issues), len(col.warnings)
+        got = _raw_bifrost(path, {name: host}, col)
+        # Locations: this row (the dict has no lines of its own).
+        for lst, start in ((col.issues, before_i), (col.warnings, before_w)):
+            lst[start:] = [dataclasses.replace(i, location=loc) for i in lst[start:]]
+        for raw in got:
+            raw.location = loc
+            raw.lines = {}
+        raws.extend(got)
     return raws
 
 
