@@ -547,19 +547,23 @@ def _plan_node_bulk(p: NodePlan, cp: ChassisPlan | None, nodes_by_uuid: dict, gr
             continue
         desired = dict(port.fields)
         patch = _member_diff(f"port {port.address}", found, desired, mp.changes, skip=("uuid",))
+        # A port's /portgroup_uuid op goes FIRST in its patch: Ironic's port PATCH looks up the new
+        # group only when the patch's first op is on /portgroup_uuid (api/controllers/v1/utils.py,
+        # is_path_updated returns inside its loop); after another op it is silently ignored.
         if port.portgroup is not None:
             gid = mp.group_uuids.get(port.portgroup)
             if gid is None:       # its group is created in this run
                 mp.changes.append(FieldChange(f"port {port.address}.portgroup_uuid", found.get("portgroup_uuid"),
                                               f"(new port group {port.portgroup})"))
-                patch.append({"op": "add", "path": "/portgroup_uuid", "value": None, "_portgroup": port.portgroup})
+                patch.insert(0, {"op": "add", "path": "/portgroup_uuid", "value": None,
+                                 "_portgroup": port.portgroup})
             elif found.get("portgroup_uuid") != gid:
                 mp.changes.append(FieldChange(f"port {port.address}.portgroup_uuid", found.get("portgroup_uuid"), gid))
-                patch.append({"op": "add", "path": "/portgroup_uuid", "value": gid})
+                patch.insert(0, {"op": "add", "path": "/portgroup_uuid", "value": gid})
         elif port.portgroup_uuid and found.get("portgroup_uuid") != port.portgroup_uuid:
             mp.changes.append(FieldChange(f"port {port.address}.portgroup_uuid", found.get("portgroup_uuid"),
                                           port.portgroup_uuid))
-            patch.append({"op": "add", "path": "/portgroup_uuid", "value": port.portgroup_uuid})
+            patch.insert(0, {"op": "add", "path": "/portgroup_uuid", "value": port.portgroup_uuid})
         if patch:
             mp.ports_patch.append((found["uuid"], patch))
     p.changes.extend(mp.changes)

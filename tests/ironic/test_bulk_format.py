@@ -222,6 +222,9 @@ def test_drift_in_ports_groups_and_chassis_is_planned_and_repaired(data_dir, bmc
     assert {"port 52:56:00:00:01:02.portgroup_uuid", "port 52:56:00:00:01:02.pxe_enabled",
             "portgroup bulk-a1-n1-bond0.mode"} <= fields
     assert [c.action for c in plan.chassis] == [enroll.Action.UPDATE, enroll.Action.NOOP]
+    # Ironic honours a port's new portgroup_uuid only when it is the patch's first op.
+    [(_, port_patch)] = [(u, pt) for u, pt in n1.bulk.ports_patch if u == port["uuid"]]
+    assert port_patch[0]["path"] == "/portgroup_uuid" and len(port_patch) == 2
     json.dumps(plan.to_dict())                       # the dry run's JSON
     assert all(r.ok for r in enroll.apply(plan, prov))
     assert prov.writes == 3
