@@ -302,8 +302,8 @@ class NodeSpec:
             "cleaning": self.cleaning.to_dict(), "scope": self.scope, "location": str(self.location),
             **({"chassis": self.chassis} if self.chassis else {}),
             **({"chassis_uuid": self.chassis_uuid} if self.chassis_uuid else {}),
-            **({"ports": [p.to_dict() for p in self.ports]} if self.ports else {}),
-            **({"portgroups": [g.to_dict() for g in self.portgroups]} if self.portgroups else {}),
+            **({"ports": [scrub_obj(p.to_dict()) for p in self.ports]} if self.ports else {}),
+            **({"portgroups": [scrub_obj(g.to_dict()) for g in self.portgroups]} if self.portgroups else {}),
             **({"ironic": scrub_obj(self.ironic)} if self.ironic else {}),
         }
 

@@ -242,3 +242,56 @@ def test_drift_is_repaired_then_quiet(bulk, by_nodeforge):
     proc = nodeforge("baremetal", "enroll", str(bulk["path"]), "--no-lifecycle", "--allow-plaintext-secrets",
                      "-o", "json")
     assert json.loads(proc.stdout)["writes"] == 0
+
+
+# --------------------------------------------------------------------------- Bifrost, into the real Ironic
+
+def bifrost_nodes(prefix: str) -> list[dict]:
+    """(name, uuid, mac, ipmi address) of three Bifrost nodes, one per format."""
+    return [{"name": f"{prefix}bf-{fmt}", "uuid": str(uuid.uuid4()), "mac": fake_mac(prefix, 500 + i),
+             "address": f"192.0.2.{120 + i}"} for i, fmt in enumerate(("json", "yaml", "csv"))]
+
+
+def test_bifrost_json_yaml_and_legacy_csv_enroll(devcloud, tmp_path, monkeypatch):
+    conn = devcloud.system()
+    prefix = f"bf{uuid.uuid4().hex[:5]}-"
+    monkeypatch.setenv("NF_BULK_BF_PASSWORD", PASSWORD)
+    js, ym, cv = bifrost_nodes(prefix)
+
+    def host(n: dict, **more) -> dict:
+        return {n["name"]: {"name": n["name"], "uuid": n["uuid"], "driver": "ipmi",
+                            "driver_info": {"power": {"ipmi_address": n["address"], "ipmi_username": "admin",
+                                                      "ipmi_password": "env:NF_BULK_BF_PASSWORD"}},
+                            "nics": [{"mac": n["mac"]}],
+                            "properties": {"cpu_arch": "x86_64", "ram": "8192", "disk_size": "100", "cpus": "4"},
+                            "ipv4_address": "192.0.2.200", **more}}
+
+    (tmp_path / "bifrost.json").write_text(json.dumps(host(js)))
+    (tmp_path / "bifrost.yaml").write_text(yaml.safe_dump(host(ym, resource_class="baremetal-bf")))
+    (tmp_path / "baremetal.csv").write_text(
+        f"{cv['mac']},admin,env:NF_BULK_BF_PASSWORD,{cv['address']},4,8192,100,NA,NA,{cv['uuid']},{cv['name']},"
+        "192.0.2.201,,,,,ipmi\n")
+    try:
+        for name, fmt in (("bifrost.json", []), ("bifrost.yaml", ["--format", "bifrost"]), ("baremetal.csv", [])):
+            proc = nodeforge("baremetal", "enroll", str(tmp_path / name), *fmt, "--no-lifecycle", "-o", "json")
+            assert proc.returncode == 0, proc.stdout + proc.stderr
+            assert "ipv4_address" in proc.stderr          # named: read, not enrolled
+            assert PASSWORD not in proc.stdout + proc.stderr
+        nodes = {n["name"]: n for n in ironic_get(conn, "/nodes/detail") if (n.get("name") or "").startswith(prefix)}
+        ports = {p["node_uuid"]: p["address"] for p in ironic_get(conn, "/ports/detail")}
+        for n in (js, ym, cv):
+            got = nodes[n["name"]]
+            assert got["uuid"] == n["uuid"]                                  # Bifrost enrolls with its uuid
+            assert got["driver"] == "ipmi" and got["power_interface"] == "ipmitool"
+            assert got["driver_info"]["ipmi_address"] == n["address"]
+            assert got["driver_info"]["ipmi_username"] == "admin"
+            assert got["driver_info"]["ipmi_password"] == "******"
+            assert got["properties"] == {"cpu_arch": "x86_64", "memory_mb": 8192, "local_gb": 100, "cpus": 4}
+            assert ports[n["uuid"]] == n["mac"]
+        assert nodes[ym["name"]]["resource_class"] == "baremetal-bf"
+        # A re-run of each file writes nothing.
+        for name, fmt in (("bifrost.json", []), ("bifrost.yaml", ["--format", "bifrost"]), ("baremetal.csv", [])):
+            proc = nodeforge("baremetal", "enroll", str(tmp_path / name), *fmt, "--no-lifecycle", "-o", "json")
+            assert proc.returncode == 0 and json.loads(proc.stdout)["writes"] == 0, proc.stdout + proc.stderr
+    finally:
+        delete_all(conn, prefix)
