@@ -30,7 +30,7 @@ from typing import Any, Callable
 
 from nodeforge.ironic import constants as C
 from nodeforge.ironic.inventory import (ChassisSpec, CleanMode, Inventory, NodeSpec, PortGroupSpec, PortSpec,
-                                       bmc_key, bmc_key_from_driver_info, normalize_mac)
+                                       api_version_for, bmc_key, bmc_key_from_driver_info, normalize_mac)
 from nodeforge.ironic.provisioner import IronicError, Provisioner
 from nodeforge.redact import MASK, is_secret_field, scrub, scrub_obj
 
@@ -387,9 +387,11 @@ class MemberPlan:
     ports_create: list[PortSpec] = dataclasses.field(default_factory=list)
     ports_patch: list[tuple[str, list[dict]]] = dataclasses.field(default_factory=list)    # (uuid, patch)
     changes: list[FieldChange] = dataclasses.field(default_factory=list)
+    node_patch: list[dict] = dataclasses.field(default_factory=list)   # fields of a newer API (IC_NEWER_API)
 
     def empty(self) -> bool:
-        return not (self.groups_create or self.groups_patch or self.ports_create or self.ports_patch)
+        return not (self.groups_create or self.groups_patch or self.ports_create or self.ports_patch
+                    or self.node_patch)
 
     def to_dict(self) -> dict:
         return {"portgroups_to_add": [g.key for g in self.groups_create],
@@ -399,8 +401,8 @@ class MemberPlan:
 
 
 def needs_bulk(inventory: Inventory) -> bool:
-    return bool(inventory.chassis) or any(s.ports or s.portgroups or s.ironic or s.chassis_uuid or s.chassis
-                                          for s in inventory.nodes)
+    return bool(inventory.chassis) or any(s.ports or s.portgroups or s.ironic or s.ironic_newer or s.chassis_uuid
+                                          or s.chassis for s in inventory.nodes)
 
 
 def chassis_body(spec: ChassisSpec) -> dict:
@@ -466,7 +468,15 @@ def plan_bulk(inventory: Inventory, provisioner: Provisioner, plans: list[NodePl
         return []
     chassis = plan_chassis(inventory, provisioner.list_chassis() if inventory.chassis else [])
     by_key = {c.spec.key: c for c in chassis}
-    groups = provisioner.list_portgroups() if any(s.portgroups or s.ports for s in inventory.nodes) else []
+    # Fields of a newer Ironic API are read (and written) at the version they need.
+    gv = api_version_for("portgroup", {k for s in inventory.nodes for g in s.portgroups for k in g.fields})
+    pv = api_version_for("port", {k for s in inventory.nodes for p in s.ports for k in p.fields})
+    nv = api_version_for("node", {k for s in inventory.nodes for k in s.ironic_newer})
+    groups = (provisioner.list_portgroups(gv if gv != C.API_VERSION else None)
+              if any(s.portgroups or s.ports for s in inventory.nodes) else [])
+    if pv != C.API_VERSION:
+        ports = provisioner.list_ports_at(pv)
+    newer_nodes = {n["uuid"]: n for n in provisioner.list_nodes_at(nv)} if nv != C.API_VERSION else {}
     by_uuid = {n["uuid"]: n for n in nodes}
     port_by_mac = {p["address"].lower(): p for p in ports}
     for i, p in enumerate(plans):
@@ -478,7 +488,7 @@ def plan_bulk(inventory: Inventory, provisioner: Provisioner, plans: list[NodePl
             continue
         if cp is not None and cp.uuid:
             p.spec = dataclasses.replace(p.spec, chassis_uuid=cp.uuid)
-        err = _plan_node_bulk(p, cp, by_uuid, groups, port_by_mac)
+        err = _plan_node_bulk(p, cp, by_uuid, groups, port_by_mac, newer_nodes)
         if err:
             plans[i] = dataclasses.replace(p, action=Action.ERROR, error=err)
         elif p.action is Action.NOOP and (p.changes or (p.bulk and not p.bulk.empty())):
@@ -487,7 +497,7 @@ def plan_bulk(inventory: Inventory, provisioner: Provisioner, plans: list[NodePl
 
 
 def _plan_node_bulk(p: NodePlan, cp: ChassisPlan | None, nodes_by_uuid: dict, groups: list[dict],
-                    port_by_mac: dict) -> str | None:
+                    port_by_mac: dict, newer_nodes: dict) -> str | None:
     """Fill ``p`` (and ``p.bulk``); the error that stops the node, if any."""
     spec = p.spec
     mp = MemberPlan()
@@ -503,6 +513,7 @@ def _plan_node_bulk(p: NodePlan, cp: ChassisPlan | None, nodes_by_uuid: dict, gr
         detailed = {x.address for x in spec.ports}
         p.ports_to_add = [m for m in p.ports_to_add if m not in detailed]   # created with their fields
         mp.changes = [FieldChange("portgroup", None, g.key) for g in spec.portgroups]
+        mp.node_patch = [{"op": "add", "path": f"/{k}", "value": v} for k, v in spec.ironic_newer.items()]
         p.bulk = mp
         return None
     node = nodes_by_uuid.get(p.uuid) or {}
@@ -522,6 +533,11 @@ def _plan_node_bulk(p: NodePlan, cp: ChassisPlan | None, nodes_by_uuid: dict, gr
     for k, v in spec.ironic.items():
         if k != "uuid" and node.get(k) != v:
             change(k, f"/{k}", node.get(k), v)
+    newer = newer_nodes.get(p.uuid) or {}
+    for k, v in spec.ironic_newer.items():
+        if newer.get(k) != v:
+            mp.changes.append(FieldChange(k, newer.get(k), v))
+            mp.node_patch.append({"op": "add", "path": f"/{k}", "value": v})
     # Port groups: found by key (name, address or uuid; unique in all of Ironic).
     for g in spec.portgroups:
         found = next((x for x in groups if g.fields.get("name") and x.get("name") == g.fields["name"]), None) \
@@ -621,20 +637,30 @@ def apply_members(p: NodePlan, provisioner: Provisioner, node_uuid: str) -> None
     mp = p.bulk
     if mp is None:
         return
+    def version(kind: str, fields) -> str | None:
+        v = api_version_for(kind, fields)
+        return v if v != C.API_VERSION else None
+
+    def patched(patch: list[dict]) -> list[str]:
+        return [op["path"].strip("/").split("/")[0] for op in patch]
+
+    if mp.node_patch:
+        provisioner.patch_node_at(node_uuid, mp.node_patch, api_version_for("node", patched(mp.node_patch)))
     group_uuids = dict(mp.group_uuids)
     for g in mp.groups_create:
-        group_uuids[g.key] = provisioner.create_portgroup({**g.fields, "node_uuid": node_uuid})["uuid"]
+        group_uuids[g.key] = provisioner.create_portgroup({**g.fields, "node_uuid": node_uuid},
+                                                          version("portgroup", g.fields))["uuid"]
     for uuid, patch in mp.groups_patch:
-        provisioner.patch_portgroup(uuid, patch)
+        provisioner.patch_portgroup(uuid, patch, version("portgroup", patched(patch)))
     for port in mp.ports_create:
         body = {**port.fields, "address": port.address, "node_uuid": node_uuid}
         group = group_uuids.get(port.portgroup) if port.portgroup else port.portgroup_uuid
         if group:
             body["portgroup_uuid"] = group
-        provisioner.create_port_body(body)
+        provisioner.create_port_body(body, version("port", port.fields))
     for uuid, patch in mp.ports_patch:
         for op in patch:
             key = op.pop("_portgroup", None)
             if key is not None:
                 op["value"] = group_uuids[key]
-        provisioner.patch_port(uuid, patch)
+        provisioner.patch_port(uuid, patch, version("port", patched(patch)))

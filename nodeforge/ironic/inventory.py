@@ -281,6 +281,8 @@ class NodeSpec:
     ports: list["PortSpec"] = dataclasses.field(default_factory=list)
     portgroups: list["PortGroupSpec"] = dataclasses.field(default_factory=list)
     ironic: dict[str, Any] = dataclasses.field(default_factory=dict)   # uuid, conductor_group, lessee, ...
+    # Node fields that need a newer Ironic API (IC_NEWER_API["node"]): set by a PATCH at that version.
+    ironic_newer: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def driver(self) -> str:
@@ -304,7 +306,8 @@ class NodeSpec:
             **({"chassis_uuid": self.chassis_uuid} if self.chassis_uuid else {}),
             **({"ports": [scrub_obj(p.to_dict()) for p in self.ports]} if self.ports else {}),
             **({"portgroups": [scrub_obj(g.to_dict()) for g in self.portgroups]} if self.portgroups else {}),
-            **({"ironic": scrub_obj(self.ironic)} if self.ironic else {}),
+            **({"ironic": scrub_obj({**self.ironic, **self.ironic_newer})}
+               if self.ironic or self.ironic_newer else {}),
         }
 
 
@@ -695,8 +698,9 @@ IC_PORT_FIELDS = {"address", "extra", "local_link_connection", "node_uuid", "phy
                   "category"}
 IC_PORTGROUP_FIELDS = {"address", "extra", "name", "node_uuid", "standalone_ports_supported", "mode",
                        "properties", "uuid", "physical_network", "category", "ports"}
-# Fields python-ironicclient accepts that need a newer Ironic API than nodeforge speaks
-# (constants.API_VERSION): named as an error, never dropped.
+# Fields python-ironicclient accepts that need a newer Ironic API than nodeforge's default
+# (constants.API_VERSION): each request that carries one is made at the version it needs
+# (api_version_for), so an older Ironic answers that request with a clear 406, never a silent drop.
 IC_NEWER_API = {
     "node": {"shard": "1.82", "parent_node": "1.83", "disable_power_off": "1.95", "instance_name": "1.104"},
     "port": {"name": "1.88", "description": "1.97", "vendor": "1.100", "category": "1.101"},
@@ -853,8 +857,6 @@ def _ic_node(file: str, item: Any, line: int | None, col: _Collector) -> "_Raw |
         if k not in IC_NODE_FIELDS:
             col.add(Location(file, lines.get(k, loc.line)), name, k,
                     "unknown field (not a node field python-ironicclient's 'baremetal create' accepts)")
-        elif k in IC_NEWER_API["node"]:
-            col.add(Location(file, lines.get(k, loc.line)), name, k, _newer_api(k, IC_NEWER_API["node"][k]))
     interfaces = {k: v for k, v in item.items() if str(k).endswith("_interface")}
     bmc, rest, err = _bmc_from_driver_info(item.get("driver"), _plain(item.get("driver_info") or {}), interfaces)
     if err:
@@ -889,6 +891,8 @@ def _ic_node(file: str, item: Any, line: int | None, col: _Collector) -> "_Raw |
     mapped["macs"] = lines.get("ports", loc.line)
     parts: dict[str, Any] = {"ironic": {k: _plain(item[k]) for k in ("chassis_uuid", *IC_NODE_PASSTHROUGH)
                                         if k in item and item[k] is not None},
+                             "newer": {k: _plain(item[k]) for k in IC_NEWER_API["node"]
+                                       if k in item and item[k] is not None},
                              "ports": [], "portgroups": []}
     macs: list[str] = []
 
@@ -923,9 +927,11 @@ def _ic_node(file: str, item: Any, line: int | None, col: _Collector) -> "_Raw |
     return raw
 
 
-def _newer_api(field: str, version: str) -> str:
-    return (f"python-ironicclient sends it, but it needs Ironic API {version} and nodeforge speaks "
-            f"{C.API_VERSION}: nodeforge cannot enroll it yet (remove it, or set it afterwards)")
+def api_version_for(kind: str, fields: Iterable[str]) -> str:
+    """The Ironic API version a request with ``fields`` of a ``kind``
+    ("node", "port", "portgroup") needs: nodeforge's default, or newer."""
+    need = [IC_NEWER_API[kind][f] for f in fields if f in IC_NEWER_API[kind]]
+    return max([C.API_VERSION, *need], key=lambda v: tuple(int(x) for x in v.split(".")))
 
 
 def _build_bulk(raw: "_Raw", bad, col: _Collector) -> dict[str, Any]:
@@ -957,6 +963,19 @@ def _build_bulk(raw: "_Raw", bad, col: _Collector) -> dict[str, Any]:
             bad("network_data", "must be a mapping (Nova's network_data.json)")
         else:
             out["ironic"]["network_data"] = ironic["network_data"]
+    newer = parts.get("newer") or {}
+    out["newer"] = {}
+    for k in ("shard", "parent_node", "instance_name"):
+        if k in newer:
+            if not isinstance(newer[k], str) or not 0 < len(newer[k]) <= 255:
+                bad(k, "must be text of 1-255 characters")
+            else:
+                out["newer"][k] = newer[k]
+    if "disable_power_off" in newer:
+        if not isinstance(newer["disable_power_off"], bool):
+            bad("disable_power_off", "must be true or false")
+        else:
+            out["newer"]["disable_power_off"] = newer["disable_power_off"]
     cu = ironic.get("chassis_uuid")
     parent_uuid = parts.get("chassis_uuid_parent")
     if cu is not None:
@@ -978,8 +997,6 @@ def _build_bulk(raw: "_Raw", bad, col: _Collector) -> dict[str, Any]:
         for k in g:
             if k not in IC_PORTGROUP_FIELDS:
                 bad(f"{where}.{k}", "unknown field (not a port group field python-ironicclient accepts)")
-            elif k in IC_NEWER_API["portgroup"]:
-                bad(f"{where}.{k}", _newer_api(k, IC_NEWER_API["portgroup"][k]))
         f: dict[str, Any] = {}
         gname = g.get("name")
         if gname is not None:
@@ -1004,6 +1021,12 @@ def _build_bulk(raw: "_Raw", bad, col: _Collector) -> dict[str, Any]:
                     bad(f"{where}.{k}", "must be a mapping")
                 else:
                     f[k] = _plain(g[k])
+        for k in ("physical_network", "category"):
+            if g.get(k) is not None:
+                if not isinstance(g[k], str) or not 0 < len(g[k]) <= 64:
+                    bad(f"{where}.{k}", "must be text of 1-64 characters")
+                else:
+                    f[k] = g[k]
         if g.get("standalone_ports_supported") is not None:
             if not isinstance(g["standalone_ports_supported"], bool):
                 bad(f"{where}.standalone_ports_supported", "must be true or false")
@@ -1027,8 +1050,6 @@ def _build_bulk(raw: "_Raw", bad, col: _Collector) -> dict[str, Any]:
         for k in p:
             if k not in IC_PORT_FIELDS:
                 bad(f"{where}.{k}", "unknown field (not a port field python-ironicclient accepts)")
-            elif k in IC_NEWER_API["port"]:
-                bad(f"{where}.{k}", _newer_api(k, IC_NEWER_API["port"][k]))
         mac = normalize_mac(p["address"]) if p.get("address") is not None else None
         if p.get("address") is None:
             bad(f"{where}.address", "required (the port's MAC address)")
@@ -1046,6 +1067,17 @@ def _build_bulk(raw: "_Raw", bad, col: _Collector) -> dict[str, Any]:
                 bad(f"{where}.physical_network", "must be a name of 1-64 characters")
             else:
                 f["physical_network"] = p["physical_network"]
+        if p.get("name") is not None:
+            if not isinstance(p["name"], str) or not _NAME.match(p["name"]):
+                bad(f"{where}.name", "must be 1-255 characters of A-Z a-z 0-9 . _ ~ -")
+            else:
+                f["name"] = p["name"]
+        for k, most in (("description", 255), ("vendor", 32), ("category", 80)):
+            if p.get(k) is not None:
+                if not isinstance(p[k], str) or not 0 < len(p[k]) <= most:
+                    bad(f"{where}.{k}", f"must be text of 1-{most} characters")
+                else:
+                    f[k] = p[k]
         if p.get("local_link_connection") is not None:
             llc = p["local_link_connection"]
             if not isinstance(llc, dict):
@@ -1344,7 +1376,8 @@ def _build(raw: _Raw, col: _Collector, resolver: secrets_mod.Resolver) -> NodeSp
                     interfaces=interfaces, driver_info_extra=di_extra, inspect=bool(inspect), cleaning=cleaning,
                     description=f.get("description"), chassis=bulk.get("chassis"),
                     chassis_uuid=bulk.get("chassis_uuid"), ports=bulk.get("ports", []),
-                    portgroups=bulk.get("portgroups", []), ironic=bulk.get("ironic", {}))
+                    portgroups=bulk.get("portgroups", []), ironic=bulk.get("ironic", {}),
+                    ironic_newer=bulk.get("newer", {}))
 
 
 def _build_bmc(bmc_f: dict, name, bad, resolver, raw: _Raw) -> Bmc | None:

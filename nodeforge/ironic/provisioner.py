@@ -124,11 +124,15 @@ class Provisioner(Protocol):
     def list_chassis(self) -> list[dict]: ...
     def create_chassis(self, body: dict) -> dict: ...
     def patch_chassis(self, ident: str, patch: list[dict]) -> dict: ...
-    def list_portgroups(self) -> list[dict]: ...
-    def create_portgroup(self, body: dict) -> dict: ...
-    def patch_portgroup(self, ident: str, patch: list[dict]) -> dict: ...
-    def create_port_body(self, body: dict) -> dict: ...
-    def patch_port(self, ident: str, patch: list[dict]) -> dict: ...
+    def list_portgroups(self, microversion: str | None = None) -> list[dict]: ...
+    def create_portgroup(self, body: dict, microversion: str | None = None) -> dict: ...
+    def patch_portgroup(self, ident: str, patch: list[dict], microversion: str | None = None) -> dict: ...
+    def create_port_body(self, body: dict, microversion: str | None = None) -> dict: ...
+    def patch_port(self, ident: str, patch: list[dict], microversion: str | None = None) -> dict: ...
+    # Fields of a newer Ironic API than C.API_VERSION (inventory.IC_NEWER_API), read and written at it.
+    def list_nodes_at(self, microversion: str) -> list[dict]: ...
+    def list_ports_at(self, microversion: str) -> list[dict]: ...
+    def patch_node_at(self, ident: str, patch: list[dict], microversion: str) -> dict: ...
 
 
 class SdkProvisioner:
@@ -251,23 +255,44 @@ class SdkProvisioner:
     def patch_chassis(self, ident: str, patch: list[dict]) -> dict:
         return self._call("PATCH", f"/chassis/{ident}", f"update chassis {ident}", json_body=patch, write=True)
 
-    def list_portgroups(self) -> list[dict]:
-        return self._paged(f"/portgroups/detail?limit={C.PAGE_LIMIT}", "portgroups")
+    def list_portgroups(self, microversion: str | None = None) -> list[dict]:
+        return self._paged_at(f"/portgroups/detail?limit={C.PAGE_LIMIT}", "portgroups", microversion)
 
-    def create_portgroup(self, body: dict) -> dict:
+    def create_portgroup(self, body: dict, microversion: str | None = None) -> dict:
         return self._call("POST", "/portgroups", f"create port group {body.get('name') or body.get('address')}",
-                          json_body=body, write=True)
+                          json_body=body, write=True, microversion=microversion)
 
-    def patch_portgroup(self, ident: str, patch: list[dict]) -> dict:
+    def patch_portgroup(self, ident: str, patch: list[dict], microversion: str | None = None) -> dict:
         return self._call("PATCH", f"/portgroups/{ident}", f"update port group {ident}", json_body=patch,
-                          write=True)
+                          write=True, microversion=microversion)
 
-    def create_port_body(self, body: dict) -> dict:
+    def create_port_body(self, body: dict, microversion: str | None = None) -> dict:
         """A port with every field of ``body`` (pxe_enabled, local_link_connection, portgroup_uuid, ...)."""
-        return self._call("POST", "/ports", f"create port {body.get('address')}", json_body=body, write=True)
+        return self._call("POST", "/ports", f"create port {body.get('address')}", json_body=body, write=True,
+                          microversion=microversion)
 
-    def patch_port(self, ident: str, patch: list[dict]) -> dict:
-        return self._call("PATCH", f"/ports/{ident}", f"update port {ident}", json_body=patch, write=True)
+    def patch_port(self, ident: str, patch: list[dict], microversion: str | None = None) -> dict:
+        return self._call("PATCH", f"/ports/{ident}", f"update port {ident}", json_body=patch, write=True,
+                          microversion=microversion)
+
+    def list_nodes_at(self, microversion: str) -> list[dict]:
+        return self._paged_at(f"/nodes/detail?limit={C.PAGE_LIMIT}", "nodes", microversion)
+
+    def list_ports_at(self, microversion: str) -> list[dict]:
+        return self._paged_at(f"/ports/detail?limit={C.PAGE_LIMIT}", "ports", microversion)
+
+    def patch_node_at(self, ident: str, patch: list[dict], microversion: str) -> dict:
+        return self._call("PATCH", f"/nodes/{ident}", f"update node {ident}", json_body=patch, write=True,
+                          microversion=microversion)
+
+    def _paged_at(self, url: str, key: str, microversion: str | None) -> list[dict]:
+        out: list[dict] = []
+        while url:
+            data = self._call("GET", url, f"list {key}", microversion=microversion)
+            out.extend(data.get(key, []))
+            nxt = data.get("next")
+            url = nxt.split("/v1", 1)[1] if nxt else None
+        return out
 
 
 # ------------------------------------------------------------------------------ fake
@@ -458,10 +483,10 @@ class FakeProvisioner:
         self._apply_patch(c, patch)
         return dict(c)
 
-    def list_portgroups(self) -> list[dict]:
+    def list_portgroups(self, microversion: str | None = None) -> list[dict]:
         return [json.loads(json.dumps(g)) for g in self._store("portgroups").values()]
 
-    def create_portgroup(self, body: dict) -> dict:
+    def create_portgroup(self, body: dict, microversion: str | None = None) -> dict:
         self._write("create_portgroup", body.get("name") or body.get("address"))
         groups = self._store("portgroups")
         for k in ("name", "address"):
@@ -473,13 +498,13 @@ class FakeProvisioner:
         groups[g["uuid"]] = g
         return dict(g)
 
-    def patch_portgroup(self, ident: str, patch: list[dict]) -> dict:
+    def patch_portgroup(self, ident: str, patch: list[dict], microversion: str | None = None) -> dict:
         self._write("patch_portgroup", ident)
         g = self._store("portgroups")[ident]
         self._apply_patch(g, patch)
         return dict(g)
 
-    def create_port_body(self, body: dict) -> dict:
+    def create_port_body(self, body: dict, microversion: str | None = None) -> dict:
         self._write("create_port", body.get("address"))
         if any(p["address"] == body.get("address") for p in self.ports.values()):
             raise IronicError(operation="create port", status=409, kind=ErrorKind.DUPLICATE,
@@ -490,8 +515,17 @@ class FakeProvisioner:
         self.ports[p["uuid"]] = p
         return dict(p)
 
-    def patch_port(self, ident: str, patch: list[dict]) -> dict:
+    def patch_port(self, ident: str, patch: list[dict], microversion: str | None = None) -> dict:
         self._write("patch_port", ident)
         p = self.ports[ident]
         self._apply_patch(p, patch)
         return dict(p)
+
+    def list_nodes_at(self, microversion: str) -> list[dict]:
+        return self.list_nodes()
+
+    def list_ports_at(self, microversion: str) -> list[dict]:
+        return self.list_ports()
+
+    def patch_node_at(self, ident: str, patch: list[dict], microversion: str) -> dict:
+        return self.patch_node(ident, patch)

@@ -101,11 +101,11 @@ def test_every_unmappable_field_is_named_with_line_and_path(tmp_path, bmc_passwo
         nodes:
           - name: n1
             driver: fake-hardware
-            shard: s1
+            shard: [s1]
             colour: blue
             ports:
               - address: "52:56:00:00:09:01"
-                name: eth0
+                name: "eth 0"
                 colour: green
               - address: "nope"
               - address: "52:56:00:00:09:02"
@@ -114,7 +114,7 @@ def test_every_unmappable_field_is_named_with_line_and_path(tmp_path, bmc_passwo
             portgroups:
               - mode: active-backup
               - name: n1-bond0
-                category: storage
+                category: 7
                 ports:
                   - address: "52:56:00:00:09:03"
                     portgroup_uuid: 7b1ed4f6-6a49-4f4c-9f80-3e1b0a0d0002
@@ -124,22 +124,21 @@ def test_every_unmappable_field_is_named_with_line_and_path(tmp_path, bmc_passwo
         (3, None, "chassis[0].colour"),                  # unknown chassis field
         (2, None, "chassis[0].description"),             # neither uuid nor description
         (5, None, "chassis[2].description"),             # same description twice
-        (9, "n1", "shard"),                              # needs a newer Ironic API
+        (9, "n1", "shard"),                              # not text
         (10, "n1", "colour"),                            # unknown node field
-        (13, "n1", "ports[0].name"),                     # needs a newer Ironic API
+        (13, "n1", "ports[0].name"),                     # not a name
         (14, "n1", "ports[0].colour"),                   # unknown port field
         (15, "n1", "ports[1].address"),                  # malformed MAC
         (17, "n1", "ports[2].node_uuid"),                # not the node's uuid
         (18, "n1", "ports[2].local_link_connection"),    # unknown key
         (20, "n1", "portgroups[0]"),                     # no name, address or uuid
-        (22, "n1", "portgroups[1].category"),            # needs a newer Ironic API
+        (22, "n1", "portgroups[1].category"),            # not text
         (25, "n1", "portgroups[1].ports[0].portgroup_uuid"),   # not its group's uuid
         (26, None, "portgroups"),                        # top level: only chassis and nodes
     }
     text = str(err)
-    assert "resources.yaml:9: node 'n1': field 'shard': python-ironicclient sends it, but it needs Ironic API 1.82" \
-        in text
-    assert "resources.yaml:13: node 'n1': field 'ports[0].name':" in text
+    assert "resources.yaml:10: node 'n1': field 'colour': unknown field" in text
+    assert "resources.yaml:13: node 'n1': field 'ports[0].name': must be 1-255 characters" in text
 
 
 def test_names_and_uuids_unique_like_ironic(tmp_path):
@@ -323,3 +322,53 @@ def test_bifrost_csv_errors_name_row(tmp_path):
     got = {(i.location.row, i.field) for i in err.value.issues}
     assert got == {(1, "bmc.password"), (2, None), (3, "driver")}
     assert "Plain-Pw-1" not in str(err.value)
+
+
+def test_fields_of_a_newer_ironic_api_are_enrolled_at_their_version(tmp_path):
+    text = """\
+        nodes:
+          - name: nw-1
+            driver: fake-hardware
+            shard: shard-1
+            disable_power_off: false
+            portgroups:
+              - name: nw-1-bond0
+                physical_network: physnet1
+                category: storage
+                ports: [{address: "52:56:00:00:0a:01", name: nw-1-eth0, description: left, vendor: acme,
+                         category: data}]
+        """
+    i = load_text(tmp_path, text)
+    [n] = i.nodes
+    assert n.ironic_newer == {"shard": "shard-1", "disable_power_off": False}
+    assert n.ports[0].fields == {"name": "nw-1-eth0", "description": "left", "vendor": "acme", "category": "data"}
+    assert inv.api_version_for("node", n.ironic_newer) == "1.95"
+    assert inv.api_version_for("port", n.ports[0].fields) == "1.101"
+    assert inv.api_version_for("portgroup", n.portgroups[0].fields) == "1.103"
+    assert inv.api_version_for("port", ["address", "pxe_enabled"]) == "1.70"
+
+    class Recording(FakeProvisioner):
+        versions: list = []
+
+        def patch_node_at(self, ident, patch, microversion):
+            self.versions.append(("node", microversion))
+            return super().patch_node_at(ident, patch, microversion)
+
+        def create_port_body(self, body, microversion=None):
+            self.versions.append(("port", microversion))
+            return super().create_port_body(body, microversion)
+
+        def create_portgroup(self, body, microversion=None):
+            self.versions.append(("portgroup", microversion))
+            return super().create_portgroup(body, microversion)
+
+    prov = Recording()
+    plan, results = apply(i, prov)
+    assert all(r.ok for r in results)
+    assert sorted(prov.versions) == [("node", "1.95"), ("port", "1.101"), ("portgroup", "1.103")]
+    node = prov.list_nodes()[0]
+    assert node["shard"] == "shard-1" and node["disable_power_off"] is False
+    assert prov.list_ports()[0]["name"] == "nw-1-eth0"
+    prov.writes = 0
+    apply(i, prov)
+    assert prov.writes == 0

@@ -27,7 +27,8 @@ from tests.ironic.devcloud_inventory import fake_mac
 pytestmark = [pytest.mark.devcloud, pytest.mark.slow]
 
 SYSTEM = "nodeforge-dev-system"
-API = "1.70"          # what nodeforge speaks; every field of the file is readable at it
+API = "1.70"          # nodeforge's default API version
+READ = "1.103"        # reads every field of the file (port name ... port group category)
 PASSWORD = "bulk-Pw-" + uuid.uuid4().hex[:10]
 
 
@@ -38,11 +39,12 @@ def bulk_doc(prefix: str) -> dict:
             {"description": f"{prefix}rack-a1", "extra": {"rack": "a1"}, "nodes": [
                 {"name": f"{prefix}a1-n1", "driver": "fake-hardware", "resource_class": "baremetal-fake",
                  "properties": {"cpu_arch": "x86_64", "memory_mb": 4096}, "traits": ["CUSTOM_RACK_A1"],
-                 "extra": {"asset": "1001"}, "description": "nested in rack-a1",
+                 "extra": {"asset": "1001"}, "description": "nested in rack-a1", "shard": "shard-a",
                  "portgroups": [
                      {"name": f"{prefix}a1-n1-bond0", "address": mac(100), "mode": "802.3ad",
                       "properties": {"miimon": "100", "xmit_hash_policy": "layer3+4"},
                       "standalone_ports_supported": False, "extra": {"lacp": "fast"},
+                      "physical_network": "physnet1", "category": "bond",
                       "ports": [
                           {"address": mac(101), "pxe_enabled": False, "physical_network": "physnet1",
                            "local_link_connection": {"switch_id": "0a:1b:2c:3d:4e:5f", "port_id": "Eth1/1",
@@ -51,8 +53,11 @@ def bulk_doc(prefix: str) -> dict:
                            "local_link_connection": {"switch_id": "0a:1b:2c:3d:4e:5f", "port_id": "Eth1/2",
                                                      "switch_info": "tor-a1"}, "extra": {"slot": 2}}]},
                      {"name": f"{prefix}a1-n1-bond1", "mode": "active-backup"}],
-                 "ports": [{"address": mac(103), "pxe_enabled": True, "extra": {"role": "provisioning"}}]},
+                 "ports": [{"address": mac(103), "pxe_enabled": True, "extra": {"role": "provisioning"},
+                            "name": f"{prefix}a1-n1-eth2", "description": "provisioning NIC", "vendor": "acme",
+                            "category": "provisioning"}]},
                 {"name": f"{prefix}a1-n2", "driver": "fake-hardware", "automated_clean": False,
+                 "disable_power_off": False,
                  "ports": [{"address": mac(201)}]}]},
             {"description": f"{prefix}rack-b2 (empty)", "extra": {"rack": "b2"}},
         ],
@@ -68,9 +73,9 @@ def bulk_doc(prefix: str) -> dict:
     }
 
 
-def ironic_get(conn, path: str) -> list[dict]:
+def ironic_get(conn, path: str, version: str = READ) -> list[dict]:
     key = path.split("/")[1]
-    return conn.baremetal.get(f"{path}?limit=1000", microversion=API).json()[key]
+    return conn.baremetal.get(f"{path}?limit=1000", microversion=version).json()[key]
 
 
 def snapshot(conn, prefix: str) -> dict:
@@ -187,6 +192,10 @@ def test_ironicclient_made_every_object(by_ironicclient):
     assert len(snap["portgroups"]) == 3 and len(snap["ports"]) == 6
     in_groups = [p for p in snap["ports"] if p["portgroup_uuid"]]
     assert len(in_groups) == 3
+    # Fields of a newer API than nodeforge's default are there to compare.
+    assert {n.get("shard") for n in snap["nodes"]} == {"shard-a", None}
+    assert {p.get("vendor") for p in snap["ports"]} == {"acme", None}
+    assert {g.get("category") for g in snap["portgroups"]} == {"bond", None}
 
 
 def test_nodeforge_makes_the_same_objects_as_baremetal_create(by_ironicclient, by_nodeforge):
