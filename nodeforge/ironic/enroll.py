@@ -18,6 +18,10 @@ plan shows the mark being added.
 
 :func:`apply` executes a plan with a bounded thread pool; each node's failure
 is recorded on its own result and never stops the others.
+
+python-ironicclient's bulk format adds chassis, port groups and ports with
+their fields: :func:`plan_bulk` (called by :func:`plan`), :func:`apply_chassis`
+and :func:`apply_members` (called by :func:`apply`); see the section at the end.
 """
 
 from __future__ import annotations

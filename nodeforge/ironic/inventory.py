@@ -4,10 +4,13 @@ Formats (``docs/inventory.md``), detected from the file or forced by ``fmt``:
 
 * ``nodeforge`` YAML/JSON: ``{version: 1, scope: NAME, defaults: {...}, nodes: [...]}``.
 * ``csv``: one node per row; header names the columns.
-* ``ironicclient``: python-ironicclient's ``baremetal create`` file
-  (``{nodes: [{driver, driver_info, ports: [...]}]}``).
+* ``ironicclient``: python-ironicclient's ``baremetal create`` file, all of it:
+  ``{chassis: [{description, extra, uuid, nodes: [...]}], nodes: [{driver, driver_info, ...,
+  ports: [...], portgroups: [{..., ports: [...]}]}]}`` (:class:`ChassisSpec`,
+  :class:`PortGroupSpec`, :class:`PortSpec`; enrolled by :func:`enroll.plan_bulk`).
 * ``bifrost``: Bifrost's inventory (a mapping of node name to
-  ``{driver, driver_info: {power: {...}}, nics: [{mac}], properties}``).
+  ``{driver, driver_info: {power: {...}}, nics: [{mac}], properties}``), as JSON or
+  YAML, or its legacy header-less CSV.
 
 Every format is normalised into :class:`NodeSpec`. BMCs are URLs
 (``ipmi://host[:port]``, ``redfish[+http|+https]://host[:port][/redfish/v1/Systems/ID]``,
