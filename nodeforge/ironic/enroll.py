@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import threading
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
@@ -89,6 +90,7 @@ class NodePlan:
 class Plan:
     nodes: list[NodePlan]
     chassis: list["ChassisPlan"] = dataclasses.field(default_factory=list)
+    chassis_applied: bool = False        # apply_chassis ran (once per plan)
 
     def counts(self) -> dict[str, int]:
         out = {a.value: 0 for a in Action}
@@ -306,50 +308,6 @@ def _diff(spec: NodeSpec, node: dict, p: NodePlan) -> None:
         p.traits = spec.traits
     for mac in p.ports_to_add:
         p.changes.append(FieldChange("port", None, mac))
-
-
-@dataclasses.dataclass
-class EnrollResult:
-    name: str
-    action: Action
-    uuid: str | None = None
-    ok: bool = True
-    error: str | None = None
-    error_kind: str | None = None
-
-
-def apply(plan_: Plan, provisioner: Provisioner, *, jobs: int = 4) -> list[EnrollResult]:
-    """Execute the plan; one result per node (in inventory order)."""
-    def one(p: NodePlan) -> EnrollResult:
-        if p.action is Action.ERROR:
-            return EnrollResult(p.spec.name, p.action, p.uuid, ok=False, error=p.error, error_kind=p.error_kind)
-        if p.action is Action.NOOP:
-            return EnrollResult(p.spec.name, p.action, p.uuid)
-        uuid = p.uuid
-        try:
-            if p.action is Action.CREATE:
-                node = provisioner.create_node(create_body(p.spec, reveal=True))
-                uuid = node["uuid"]
-                log.info("created node %s (%s)", p.spec.name, uuid)
-                if p.spec.traits:
-                    provisioner.set_traits(uuid, p.spec.traits)
-            else:
-                if p._patch:
-                    provisioner.patch_node(uuid, p._patch)
-                if p.traits is not None:
-                    provisioner.set_traits(uuid, p.traits)
-                log.info("updated node %s: %s", p.spec.name, ", ".join(c.field for c in p.changes))
-            for mac in p.ports_to_add:
-                provisioner.create_port(uuid, mac)
-            apply_members(p, provisioner, uuid)
-        except IronicError as exc:
-            return EnrollResult(p.spec.name, p.action, uuid, ok=False, error=scrub(str(exc)),
-                                error_kind=exc.kind.value)
-        return EnrollResult(p.spec.name, p.action, uuid)
-
-    apply_chassis(plan_, provisioner)
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        return list(pool.map(one, plan_.nodes))
 
 
 # --------------------------------------------------------------------------- python-ironicclient bulk format
@@ -611,9 +569,22 @@ def _member_diff(label: str, current: dict, desired: dict, changes: list[FieldCh
     return patch
 
 
+_CHASSIS_LOCK = threading.Lock()
+
+
 def apply_chassis(plan_: Plan, provisioner: Provisioner) -> None:
     """Create or update the plan's chassis, then point the node plans at
-    their uuids; a chassis that fails fails the nodes nested in it."""
+    their uuids; a chassis that fails fails the nodes nested in it. Once per
+    plan: every node's worker calls it first, the first one does the work
+    while the others wait."""
+    with _CHASSIS_LOCK:
+        if plan_.chassis_applied:
+            return
+        _apply_chassis(plan_, provisioner)
+        plan_.chassis_applied = True
+
+
+def _apply_chassis(plan_: Plan, provisioner: Provisioner) -> None:
     for cp in plan_.chassis:
         try:
             if cp.action is Action.CREATE:
@@ -623,11 +594,11 @@ def apply_chassis(plan_: Plan, provisioner: Provisioner) -> None:
                 provisioner.patch_chassis(cp.uuid, cp._patch)
         except IronicError as exc:
             cp.action, cp.error = Action.ERROR, scrub(str(exc))
-        for i, p in enumerate(plan_.nodes):
+        for p in plan_.nodes:
             if p.spec.chassis != cp.spec.key or p.action is Action.ERROR:
                 continue
             if cp.action is Action.ERROR:
-                plan_.nodes[i] = dataclasses.replace(p, action=Action.ERROR, error=f"its chassis: {cp.error}")
+                p.action, p.uuid, p.error = Action.ERROR, None, f"its chassis: {cp.error}"
                 continue
             p.spec = dataclasses.replace(p.spec, chassis_uuid=cp.uuid)
             for op in p._patch:
@@ -641,6 +612,7 @@ def apply_members(p: NodePlan, provisioner: Provisioner, node_uuid: str) -> None
     mp = p.bulk
     if mp is None:
         return
+
     def version(kind: str, fields) -> str | None:
         v = api_version_for(kind, fields)
         return v if v != C.API_VERSION else None
@@ -668,3 +640,47 @@ def apply_members(p: NodePlan, provisioner: Provisioner, node_uuid: str) -> None
             if key is not None:
                 op["value"] = group_uuids[key]
         provisioner.patch_port(uuid, patch, version("port", patched(patch)))
+
+
+@dataclasses.dataclass
+class EnrollResult:
+    name: str
+    action: Action
+    uuid: str | None = None
+    ok: bool = True
+    error: str | None = None
+    error_kind: str | None = None
+
+
+def apply(plan_: Plan, provisioner: Provisioner, *, jobs: int = 4) -> list[EnrollResult]:
+    """Execute the plan; one result per node (in inventory order)."""
+    def one(p: NodePlan) -> EnrollResult:
+        apply_chassis(plan_, provisioner)       # once, before the first node (bulk format)
+        if p.action is Action.ERROR:
+            return EnrollResult(p.spec.name, p.action, p.uuid, ok=False, error=p.error, error_kind=p.error_kind)
+        if p.action is Action.NOOP:
+            return EnrollResult(p.spec.name, p.action, p.uuid)
+        uuid = p.uuid
+        try:
+            if p.action is Action.CREATE:
+                node = provisioner.create_node(create_body(p.spec, reveal=True))
+                uuid = node["uuid"]
+                log.info("created node %s (%s)", p.spec.name, uuid)
+                if p.spec.traits:
+                    provisioner.set_traits(uuid, p.spec.traits)
+            else:
+                if p._patch:
+                    provisioner.patch_node(uuid, p._patch)
+                if p.traits is not None:
+                    provisioner.set_traits(uuid, p.traits)
+                log.info("updated node %s: %s", p.spec.name, ", ".join(c.field for c in p.changes))
+            for mac in p.ports_to_add:
+                provisioner.create_port(uuid, mac)
+            apply_members(p, provisioner, uuid)
+        except IronicError as exc:
+            return EnrollResult(p.spec.name, p.action, uuid, ok=False, error=scrub(str(exc)),
+                                error_kind=exc.kind.value)
+        return EnrollResult(p.spec.name, p.action, uuid)
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        return list(pool.map(one, plan_.nodes))
