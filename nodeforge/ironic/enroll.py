@@ -21,7 +21,7 @@ is recorded on its own result and never stops the others.
 
 python-ironicclient's bulk format adds chassis, port groups and ports with
 their fields: :func:`plan_bulk` (called by :func:`plan`), :func:`apply_chassis`
-and :func:`apply_members` (called by :func:`apply`); see the section at the end.
+and :func:`apply_members` (called by :func:`apply`); see their section below.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ class NodePlan:
     bulk: "MemberPlan | None" = None     # python-ironicclient format: port groups and ports with fields
 
     def to_dict(self) -> dict:
-        return {**({"members": self.bulk.to_dict()} if self.bulk else {}), "name": self.spec.name, "action": self.action.value, "uuid": self.uuid,
+        return {"name": self.spec.name, "action": self.action.value, "uuid": self.uuid,
                 "matched_by": self.matched_by, "changes": [c.to_dict() for c in self.changes],
                 "ports_to_add": self.ports_to_add, "macs_from_bmc": self.macs_from_bmc, "error": scrub(self.error) if self.error else None,
                 "error_kind": self.error_kind if self.action is Action.ERROR else None,
@@ -99,7 +99,9 @@ class Plan:
         return out
 
     def to_dict(self) -> dict:
-        return {"summary": self.counts(), "nodes": [n.to_dict() for n in self.nodes],
+        # python-ironicclient format: each node's port groups and ports, and the chassis.
+        nodes = [{**n.to_dict(), **({"members": n.bulk.to_dict()} if n.bulk else {})} for n in self.nodes]
+        return {"summary": self.counts(), "nodes": nodes,
                 **({"chassis": [c.to_dict() for c in self.chassis]} if self.chassis else {})}
 
 
