@@ -372,3 +372,57 @@ def test_fields_of_a_newer_ironic_api_are_enrolled_at_their_version(tmp_path):
     prov.writes = 0
     apply(i, prov)
     assert prov.writes == 0
+
+
+# --------------------------------------------------------------------------- hostile variations
+
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+
+_SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(allow_nan=True),
+                     st.text(max_size=12), st.just("52:56:00:00:01:01"), st.just("7b1ed4f6-6a49-4f4c-9f80-3e1b0a0d0001"))
+_VALUES = st.recursive(_SCALARS, lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                                         st.dictionaries(st.text(max_size=8), inner, max_size=3)),
+                       max_leaves=8)
+
+
+def _paths(doc, prefix=()):
+    yield prefix
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            yield from _paths(v, prefix + (k,))
+    elif isinstance(doc, list):
+        for i, v in enumerate(doc):
+            yield from _paths(v, prefix + (i,))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_any_value_anywhere_in_a_bulk_file_is_a_clear_error_or_valid(data, data_dir, tmp_path, bmc_password):
+    """Replace one value (or add one key) anywhere in the bulk example: the
+    reader either accepts the file or raises InventoryError; never another
+    exception, and never the password in the message."""
+    doc = yaml.safe_load((data_dir / "ironicclient-bulk.yaml").read_text())
+    paths = list(_paths(doc))
+    path = data.draw(st.sampled_from(paths))
+    value = data.draw(_VALUES)
+    if not path:
+        doc = value
+    else:
+        target = doc
+        for k in path[:-1]:
+            target = target[k]
+        if data.draw(st.booleans()) and isinstance(target[path[-1]], dict):
+            target[path[-1]][data.draw(st.text(min_size=1, max_size=8))] = value
+        else:
+            target[path[-1]] = value
+    p = tmp_path / "fuzz.json"
+    p.write_text(json.dumps(doc, default=str))
+    try:
+        i = inv.load(p, fmt="ironicclient")
+    except inv.InventoryError as exc:
+        assert bmc_password not in str(exc)
+        assert all(issue.location.file == str(p) for issue in exc.issues)
+    else:
+        json.dumps([n.to_dict() for n in i.nodes], default=str)
+        prov = FakeProvisioner()
+        enroll.apply(enroll.plan(i, prov), prov)
