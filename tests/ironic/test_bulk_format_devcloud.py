@@ -304,3 +304,31 @@ def test_bifrost_json_yaml_and_legacy_csv_enroll(devcloud, tmp_path, monkeypatch
             assert proc.returncode == 0 and json.loads(proc.stdout)["writes"] == 0, proc.stdout + proc.stderr
     finally:
         delete_all(conn, prefix)
+
+
+def test_bulk_nodes_go_through_the_lifecycle_to_available(devcloud, tmp_path):
+    """Without --no-lifecycle: chassis, port groups and ports do not stand in
+    the way of manage -> clean -> provide."""
+    conn = devcloud.system()
+    prefix = f"bl{uuid.uuid4().hex[:5]}-"
+    mac = lambda i: fake_mac(prefix, i)  # noqa: E731
+    doc = {"chassis": [{"description": f"{prefix}rack", "nodes": [
+        {"name": f"{prefix}n{i}", "driver": "fake-hardware", "resource_class": "baremetal-fake",
+         "portgroups": [{"name": f"{prefix}n{i}-bond0", "mode": "active-backup",
+                         "ports": [{"address": mac(10 * i + 1), "pxe_enabled": True},
+                                   {"address": mac(10 * i + 2), "pxe_enabled": False}]}]}
+        for i in (1, 2)]}]}
+    path = tmp_path / "resources.json"
+    path.write_text(json.dumps(doc))
+    try:
+        proc = nodeforge("baremetal", "enroll", str(path), "-o", "json")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        data = json.loads(proc.stdout)
+        assert {n["state"] for n in data["nodes"]} == {"available"}, data["nodes"]
+        groups = {g["name"]: g["uuid"] for g in ironic_get(conn, "/portgroups/detail")}
+        ports = {p["address"]: p["portgroup_uuid"] for p in ironic_get(conn, "/ports/detail")}
+        assert ports[mac(11)] == ports[mac(12)] == groups[f"{prefix}n1-bond0"]
+        proc = nodeforge("baremetal", "enroll", str(path), "-o", "json")
+        assert proc.returncode == 0 and json.loads(proc.stdout)["writes"] == 0, proc.stdout + proc.stderr
+    finally:
+        delete_all(conn, prefix)
