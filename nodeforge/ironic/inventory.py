@@ -646,11 +646,18 @@ def _csv_scalar(cell: str) -> Any:
     return cell
 
 
+def _type_name(value: Any) -> str:
+    """What a person wrote, in YAML's words (ruamel's CommentedSeq is a list, CommentedMap a mapping)."""
+    return "a list" if isinstance(value, list) else "a mapping" if isinstance(value, dict) else type(value).__name__
+
+
 def _bmc_from_driver_info(driver: str | None, info: dict,
                           interfaces: dict) -> tuple[dict, dict, tuple[str, str] | None]:
     """(nodeforge bmc fields, remaining driver_info, error as (field, message)) from Ironic driver_info."""
     if not isinstance(info, dict):
         return {}, {}, ("driver_info", "must be a mapping")
+    if driver is not None and not isinstance(driver, str):
+        return {}, {}, ("driver", f"must be a hardware type name (a string), got {_type_name(driver)}")
     info = dict(info)
     if driver == "fake-hardware":
         return {"address": "fake://node"}, info, None
@@ -1189,7 +1196,12 @@ def _raw_bifrost(path: Path, doc: Any, col: _Collector) -> list[_Raw]:
             fields["interfaces"] = {k[:-len("_interface")]: v for k, v in interfaces.items()}
         if rest:
             fields["driver_info"] = rest
-        fields["macs"] = [n.get("mac") if isinstance(n, dict) else n for n in (item.get("nics") or [])]
+        nics = item.get("nics") or []
+        if not isinstance(nics, list):
+            col.add(Location(file, lines.get("nics", line)), name, "nics",
+                    f"must be a list of NICs ({{mac: ...}}), got {_type_name(nics)}")
+            continue
+        fields["macs"] = [n.get("mac") if isinstance(n, dict) else n for n in nics]
         mapped = dict(lines)
         for src, dst in (("ipmi_address", "address"), ("redfish_address", "address"), ("ipmi_username", "username"),
                          ("ipmi_password", "password"), ("redfish_username", "username"),
