@@ -1225,10 +1225,13 @@ BIFROST_CSV_MIN_COLUMNS = 11
 
 
 def _is_bifrost_csv(text: str) -> bool:
-    for record in csv.reader(io.StringIO(text)):
-        if not record or all(not c.strip() for c in record) or record[0].lstrip().startswith("#"):
-            continue
-        return normalize_mac(record[0]) is not None
+    try:
+        for record in csv.reader(io.StringIO(text)):
+            if not record or all(not c.strip() for c in record) or record[0].lstrip().startswith("#"):
+                continue
+            return normalize_mac(record[0]) is not None
+    except csv.Error:
+        return False  # malformed either way: the nodeforge CSV reader names the line
     return False
 
 
