@@ -581,7 +581,7 @@ CSV_PREFIXES = ("properties.", "extra.", "interfaces.")
 def _raw_csv(path: Path, text: str, col: _Collector) -> list[_Raw]:
     file = str(path)
     lines = [ln for ln in text.splitlines(keepends=True)]
-    reader = csv.reader(io.StringIO("".join(lines)))
+    reader = csv.reader(io.StringIO("".join(lines), newline=""))
     header: list[str] | None = None
     raws = []
     row_no = 0
@@ -1226,7 +1226,7 @@ BIFROST_CSV_MIN_COLUMNS = 11
 
 def _is_bifrost_csv(text: str) -> bool:
     try:
-        for record in csv.reader(io.StringIO(text)):
+        for record in csv.reader(io.StringIO(text, newline="")):
             if not record or all(not c.strip() for c in record) or record[0].lstrip().startswith("#"):
                 continue
             return normalize_mac(record[0]) is not None
@@ -1237,7 +1237,7 @@ def _is_bifrost_csv(text: str) -> bool:
 
 def _raw_bifrost_csv(path: Path, text: str, col: _Collector) -> list[_Raw]:
     file = str(path)
-    reader = csv.reader(io.StringIO(text))
+    reader = csv.reader(io.StringIO(text, newline=""))
     raws: list[_Raw] = []
     row_no = 0
     records: list[tuple[int, list[str]]] = []
