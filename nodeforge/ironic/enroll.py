@@ -18,19 +18,24 @@ plan shows the mark being added.
 
 :func:`apply` executes a plan with a bounded thread pool; each node's failure
 is recorded on its own result and never stops the others.
+
+python-ironicclient's bulk format adds chassis, port groups and ports with
+their fields: :func:`plan_bulk` (called by :func:`plan`), :func:`apply_chassis`
+and :func:`apply_members` (called by :func:`apply`); see their section below.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
+import threading
 import logging
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any, Callable
 
 from nodeforge.ironic import constants as C
-from nodeforge.ironic.inventory import (CleanMode, Inventory, NodeSpec, bmc_key, bmc_key_from_driver_info,
-                                       normalize_mac)
+from nodeforge.ironic.inventory import (ChassisSpec, CleanMode, Inventory, NodeSpec, PortGroupSpec, PortSpec,
+                                       api_version_for, bmc_key, bmc_key_from_driver_info, normalize_mac)
 from nodeforge.ironic.provisioner import IronicError, Provisioner
 from nodeforge.redact import MASK, is_secret_field, scrub, scrub_obj
 
@@ -71,6 +76,7 @@ class NodePlan:
     error_kind: str = "conflict"         # report.HINTS key for an ERROR plan
     provision_state: str | None = None
     _patch: list[dict] = dataclasses.field(default_factory=list, repr=False)
+    bulk: "MemberPlan | None" = None     # python-ironicclient format: port groups and ports with fields
 
     def to_dict(self) -> dict:
         return {"name": self.spec.name, "action": self.action.value, "uuid": self.uuid,
@@ -83,6 +89,8 @@ class NodePlan:
 @dataclasses.dataclass
 class Plan:
     nodes: list[NodePlan]
+    chassis: list["ChassisPlan"] = dataclasses.field(default_factory=list)
+    chassis_applied: bool = False        # apply_chassis ran (once per plan)
 
     def counts(self) -> dict[str, int]:
         out = {a.value: 0 for a in Action}
@@ -91,7 +99,10 @@ class Plan:
         return out
 
     def to_dict(self) -> dict:
-        return {"summary": self.counts(), "nodes": [n.to_dict() for n in self.nodes]}
+        # python-ironicclient format: each node's port groups and ports, and the chassis.
+        nodes = [{**n.to_dict(), **({"members": n.bulk.to_dict()} if n.bulk else {})} for n in self.nodes]
+        return {"summary": self.counts(), "nodes": nodes,
+                **({"chassis": [c.to_dict() for c in self.chassis]} if self.chassis else {})}
 
 
 def desired_automated_clean(spec: NodeSpec) -> bool:
@@ -117,6 +128,9 @@ def create_body(spec: NodeSpec, *, reveal: bool) -> dict:
     for k in ("resource_class", "owner", "description"):
         if getattr(spec, k) is not None:
             body[k] = getattr(spec, k)
+    body.update(spec.ironic)                 # python-ironicclient format: uuid, conductor_group, ...
+    if spec.chassis_uuid:
+        body["chassis_uuid"] = spec.chassis_uuid
     return body
 
 
@@ -182,7 +196,7 @@ def plan(inventory: Inventory, provisioner: Provisioner, *, discover: Discover |
         p = _plan_node(spec, by_name, by_uuid, by_bmc, port_owner)
         p.macs_from_bmc = spec.name in found
         out.append(p)
-    return Plan(out)
+    return Plan(out, chassis=plan_bulk(inventory, provisioner, out, nodes, ports))
 
 
 def _plan_node(spec: NodeSpec, by_name, by_uuid, by_bmc, port_owner) -> NodePlan:
@@ -298,6 +312,338 @@ def _diff(spec: NodeSpec, node: dict, p: NodePlan) -> None:
         p.changes.append(FieldChange("port", None, mac))
 
 
+# --------------------------------------------------------------------------- python-ironicclient bulk format
+#
+# Chassis, port groups and ports with their fields (docs/inventory.md, "python-ironicclient bulk
+# format"). Planned after the nodes (:func:`plan_bulk`), applied by :func:`apply_chassis` (before
+# any node, so a new node is created in its chassis) and :func:`apply_members` (a node's port groups,
+# then its ports, attached to their groups). Chassis have no name: a chassis is found again by its
+# ``uuid`` when the file gives one, else by its ``description`` among the chassis marked with the
+# inventory's scope (``extra.nodeforge_scope``), else an unmarked one with that description (taken
+# into the scope, like an unmarked node). Port groups are found by name, else address, else uuid;
+# ports by MAC. Only fields the file gives are compared, so a re-run of the same file writes nothing.
+
+
+@dataclasses.dataclass
+class ChassisPlan:
+    spec: ChassisSpec
+    action: Action
+    uuid: str | None = None
+    matched_by: str | None = None
+    changes: list[FieldChange] = dataclasses.field(default_factory=list)
+    error: str | None = None
+    _patch: list[dict] = dataclasses.field(default_factory=list, repr=False)
+
+    def to_dict(self) -> dict:
+        return {"chassis": self.spec.description or self.spec.uuid, "key": self.spec.key,
+                "action": self.action.value, "uuid": self.uuid, "matched_by": self.matched_by,
+                "changes": [c.to_dict() for c in self.changes], "error": scrub(self.error) if self.error else None,
+                "location": str(self.spec.location)}
+
+
+@dataclasses.dataclass
+class MemberPlan:
+    """A node's port groups and ports: what to create and what to patch."""
+
+    groups_create: list[PortGroupSpec] = dataclasses.field(default_factory=list)
+    groups_patch: list[tuple[str, list[dict]]] = dataclasses.field(default_factory=list)   # (uuid, patch)
+    group_uuids: dict[str, str] = dataclasses.field(default_factory=dict)    # key -> uuid of an existing group
+    ports_create: list[PortSpec] = dataclasses.field(default_factory=list)
+    ports_patch: list[tuple[str, list[dict]]] = dataclasses.field(default_factory=list)    # (uuid, patch)
+    changes: list[FieldChange] = dataclasses.field(default_factory=list)
+    node_patch: list[dict] = dataclasses.field(default_factory=list)   # fields of a newer API (IC_NEWER_API)
+
+    def empty(self) -> bool:
+        return not (self.groups_create or self.groups_patch or self.ports_create or self.ports_patch
+                    or self.node_patch)
+
+    def to_dict(self) -> dict:
+        return {"portgroups_to_add": [g.key for g in self.groups_create],
+                "portgroups_to_update": [u for u, _ in self.groups_patch],
+                "ports_to_add": [p.address for p in self.ports_create],
+                "ports_to_update": [u for u, _ in self.ports_patch]}
+
+
+def needs_bulk(inventory: Inventory) -> bool:
+    return bool(inventory.chassis) or any(s.ports or s.portgroups or s.ironic or s.ironic_newer or s.chassis_uuid
+                                          or s.chassis for s in inventory.nodes)
+
+
+def chassis_body(spec: ChassisSpec) -> dict:
+    body: dict[str, Any] = {"extra": {**spec.extra, **({C.EXTRA_SCOPE: spec.scope} if spec.scope else {})}}
+    if spec.description is not None:
+        body["description"] = spec.description
+    if spec.uuid:
+        body["uuid"] = spec.uuid
+    return body
+
+
+def plan_chassis(inventory: Inventory, existing: list[dict]) -> list[ChassisPlan]:
+    out = []
+    for spec in inventory.chassis:
+        if spec.uuid:
+            found = next((c for c in existing if c["uuid"] == spec.uuid), None)
+            matched = "uuid"
+        else:
+            same = [c for c in existing if c.get("description") == spec.description]
+            mine = [c for c in same if (c.get("extra") or {}).get(C.EXTRA_SCOPE) == spec.scope]
+            unmarked = [c for c in same if not (c.get("extra") or {}).get(C.EXTRA_SCOPE)]
+            found, matched = (mine[0] if mine else unmarked[0] if len(unmarked) == 1 else None), "description"
+            if len(mine) > 1:
+                out.append(ChassisPlan(spec, Action.ERROR, error=f"{len(mine)} chassis of scope '{spec.scope}' have "
+                                       f"the description {spec.description!r}; give the chassis a uuid"))
+                continue
+        if found is None:
+            out.append(ChassisPlan(spec, Action.CREATE, changes=[FieldChange("chassis", None, "new")]))
+            continue
+        cp = ChassisPlan(spec, Action.NOOP, uuid=found["uuid"], matched_by=matched)
+        extra = found.get("extra") or {}
+        owner = extra.get(C.EXTRA_SCOPE)
+        if spec.scope and owner and owner != spec.scope:
+            cp.action, cp.uuid = Action.ERROR, None
+            cp.error = (f"Ironic chassis {found['uuid']} belongs to scope '{owner}' (extra.{C.EXTRA_SCOPE}), not "
+                        f"this inventory's '{spec.scope}': not touched")
+            out.append(cp)
+            continue
+
+        def change(field, path, current, desired):
+            cp.changes.append(FieldChange(field, current, desired))
+            cp._patch.append({"op": "add", "path": path, "value": desired})
+
+        if spec.description is not None and found.get("description") != spec.description:
+            change("description", "/description", found.get("description"), spec.description)
+        for k, v in spec.extra.items():
+            if extra.get(k) != v:
+                change(f"extra.{k}", f"/extra/{k}", extra.get(k), v)
+        if spec.scope and owner != spec.scope:
+            change(f"extra.{C.EXTRA_SCOPE}", f"/extra/{C.EXTRA_SCOPE}", owner, spec.scope)
+        if cp.changes:
+            cp.action = Action.UPDATE
+        out.append(cp)
+    return out
+
+
+def plan_bulk(inventory: Inventory, provisioner: Provisioner, plans: list[NodePlan], nodes: list[dict],
+              ports: list[dict]) -> list[ChassisPlan]:
+    """Add the bulk format's parts to the node plans (chassis membership,
+    passthrough fields, port groups, ports); return the chassis plans. Reads
+    chassis and port groups only when the inventory has any of these parts."""
+    if not needs_bulk(inventory):
+        return []
+    chassis = plan_chassis(inventory, provisioner.list_chassis() if inventory.chassis else [])
+    by_key = {c.spec.key: c for c in chassis}
+    # Fields of a newer Ironic API are read (and written) at the version they need.
+    gv = api_version_for("portgroup", {k for s in inventory.nodes for g in s.portgroups for k in g.fields})
+    pv = api_version_for("port", {k for s in inventory.nodes for p in s.ports for k in p.fields})
+    nv = api_version_for("node", {k for s in inventory.nodes for k in s.ironic_newer})
+    groups = (provisioner.list_portgroups(gv if gv != C.API_VERSION else None)
+              if any(s.portgroups or s.ports for s in inventory.nodes) else [])
+    if pv != C.API_VERSION:
+        ports = provisioner.list_ports_at(pv)
+    newer_nodes = {n["uuid"]: n for n in provisioner.list_nodes_at(nv)} if nv != C.API_VERSION else {}
+    by_uuid = {n["uuid"]: n for n in nodes}
+    port_by_mac = {p["address"].lower(): p for p in ports}
+    for i, p in enumerate(plans):
+        if p.action is Action.ERROR:
+            continue
+        cp = by_key.get(p.spec.chassis) if p.spec.chassis else None
+        if cp is not None and cp.action is Action.ERROR:
+            plans[i] = dataclasses.replace(p, action=Action.ERROR, error=f"its chassis: {cp.error}")
+            continue
+        if cp is not None and cp.uuid:
+            p.spec = dataclasses.replace(p.spec, chassis_uuid=cp.uuid)
+        err = _plan_node_bulk(p, cp, by_uuid, groups, port_by_mac, newer_nodes)
+        if err:
+            plans[i] = dataclasses.replace(p, action=Action.ERROR, error=err)
+        elif p.action is Action.NOOP and (p.changes or (p.bulk and not p.bulk.empty())):
+            p.action = Action.UPDATE
+    return chassis
+
+
+def _plan_node_bulk(p: NodePlan, cp: ChassisPlan | None, nodes_by_uuid: dict, groups: list[dict],
+                    port_by_mac: dict, newer_nodes: dict) -> str | None:
+    """Fill ``p`` (and ``p.bulk``); the error that stops the node, if any."""
+    spec = p.spec
+    mp = MemberPlan()
+    want_uuid = spec.ironic.get("uuid")
+    if p.action is Action.CREATE:
+        if want_uuid and want_uuid in nodes_by_uuid:
+            other = nodes_by_uuid[want_uuid]
+            return f"uuid {want_uuid} is already Ironic node {other.get('name') or want_uuid}"
+        if cp is not None and cp.action is Action.CREATE:
+            p.changes.append(FieldChange("chassis_uuid", None, f"(new chassis {cp.spec.description or cp.spec.key})"))
+        mp.groups_create = list(spec.portgroups)
+        mp.ports_create = list(spec.ports)
+        detailed = {x.address for x in spec.ports}
+        p.ports_to_add = [m for m in p.ports_to_add if m not in detailed]   # created with their fields
+        mp.changes = [FieldChange("portgroup", None, g.key) for g in spec.portgroups]
+        mp.node_patch = [{"op": "add", "path": f"/{k}", "value": v} for k, v in spec.ironic_newer.items()]
+        p.bulk = mp
+        return None
+    node = nodes_by_uuid.get(p.uuid) or {}
+    if want_uuid and p.uuid != want_uuid:
+        return f"the file gives uuid {want_uuid}, but the matched Ironic node is {p.uuid} (a uuid cannot change)"
+
+    def change(field, path, current, desired, **marks):
+        p.changes.append(FieldChange(field, current, desired))
+        p._patch.append({"op": "add", "path": path, "value": desired, **marks})
+
+    if cp is not None and cp.action is Action.CREATE:
+        p.changes.append(FieldChange("chassis_uuid", node.get("chassis_uuid"),
+                                     f"(new chassis {cp.spec.description or cp.spec.key})"))
+        p._patch.append({"op": "add", "path": "/chassis_uuid", "value": None, "_chassis": cp.spec.key})
+    elif spec.chassis_uuid and node.get("chassis_uuid") != spec.chassis_uuid:
+        change("chassis_uuid", "/chassis_uuid", node.get("chassis_uuid"), spec.chassis_uuid)
+    for k, v in spec.ironic.items():
+        if k != "uuid" and node.get(k) != v:
+            change(k, f"/{k}", node.get(k), v)
+    newer = newer_nodes.get(p.uuid) or {}
+    for k, v in spec.ironic_newer.items():
+        if newer.get(k) != v:
+            mp.changes.append(FieldChange(k, newer.get(k), v))
+            mp.node_patch.append({"op": "add", "path": f"/{k}", "value": v})
+    # Port groups: found by key (name, address or uuid; unique in all of Ironic).
+    for g in spec.portgroups:
+        found = next((x for x in groups if g.fields.get("name") and x.get("name") == g.fields["name"]), None) \
+            or next((x for x in groups if g.fields.get("address") and x.get("address") == g.fields["address"]), None) \
+            or next((x for x in groups if g.fields.get("uuid") and x["uuid"] == g.fields["uuid"]), None)
+        if found is None:
+            mp.groups_create.append(g)
+            mp.changes.append(FieldChange("portgroup", None, g.key))
+            continue
+        if found.get("node_uuid") != p.uuid:
+            other = nodes_by_uuid.get(found.get("node_uuid"), {})
+            return f"port group {g.key} already belongs to Ironic node {other.get('name') or found.get('node_uuid')}"
+        mp.group_uuids[g.key] = found["uuid"]
+        patch = _member_diff(f"portgroup {g.key}", found, g.fields, mp.changes, skip=("uuid", "name"))
+        if patch:
+            mp.groups_patch.append((found["uuid"], patch))
+    for port in spec.ports:
+        found = port_by_mac.get(port.address)
+        if found is None:
+            mp.ports_create.append(port)
+            if port.address in p.ports_to_add:
+                p.ports_to_add.remove(port.address)     # created with its fields by apply_members
+            continue
+        desired = dict(port.fields)
+        patch = _member_diff(f"port {port.address}", found, desired, mp.changes, skip=("uuid",))
+        # A port's /portgroup_uuid op goes FIRST in its patch: Ironic's port PATCH looks up the new
+        # group only when the patch's first op is on /portgroup_uuid (api/controllers/v1/utils.py,
+        # is_path_updated returns inside its loop); after another op it is silently ignored.
+        if port.portgroup is not None:
+            gid = mp.group_uuids.get(port.portgroup)
+            if gid is None:       # its group is created in this run
+                mp.changes.append(FieldChange(f"port {port.address}.portgroup_uuid", found.get("portgroup_uuid"),
+                                              f"(new port group {port.portgroup})"))
+                patch.insert(0, {"op": "add", "path": "/portgroup_uuid", "value": None,
+                                 "_portgroup": port.portgroup})
+            elif found.get("portgroup_uuid") != gid:
+                mp.changes.append(FieldChange(f"port {port.address}.portgroup_uuid", found.get("portgroup_uuid"), gid))
+                patch.insert(0, {"op": "add", "path": "/portgroup_uuid", "value": gid})
+        elif port.portgroup_uuid and found.get("portgroup_uuid") != port.portgroup_uuid:
+            mp.changes.append(FieldChange(f"port {port.address}.portgroup_uuid", found.get("portgroup_uuid"),
+                                          port.portgroup_uuid))
+            patch.insert(0, {"op": "add", "path": "/portgroup_uuid", "value": port.portgroup_uuid})
+        if patch:
+            mp.ports_patch.append((found["uuid"], patch))
+    p.changes.extend(mp.changes)
+    p.bulk = mp
+    return None
+
+
+def _member_diff(label: str, current: dict, desired: dict, changes: list[FieldChange], *,
+                 skip: tuple[str, ...] = ()) -> list[dict]:
+    """JSON patch for the fields ``desired`` gives; mappings (properties,
+    extra) compared key by key, local_link_connection as a whole."""
+    patch = []
+    for k, v in desired.items():
+        if k in skip:
+            continue
+        cur = current.get(k)
+        if isinstance(v, dict) and k in ("properties", "extra"):
+            for kk, vv in v.items():
+                if (cur or {}).get(kk) != vv:
+                    changes.append(FieldChange(f"{label}.{k}.{kk}", (cur or {}).get(kk), vv))
+                    patch.append({"op": "add", "path": f"/{k}/{kk}", "value": vv})
+        elif cur != v:
+            changes.append(FieldChange(f"{label}.{k}", cur, v))
+            patch.append({"op": "add", "path": f"/{k}", "value": v})
+    return patch
+
+
+_CHASSIS_LOCK = threading.Lock()
+
+
+def apply_chassis(plan_: Plan, provisioner: Provisioner) -> None:
+    """Create or update the plan's chassis, then point the node plans at
+    their uuids; a chassis that fails fails the nodes nested in it. Once per
+    plan: every node's worker calls it first, the first one does the work
+    while the others wait."""
+    with _CHASSIS_LOCK:
+        if plan_.chassis_applied:
+            return
+        _apply_chassis(plan_, provisioner)
+        plan_.chassis_applied = True
+
+
+def _apply_chassis(plan_: Plan, provisioner: Provisioner) -> None:
+    for cp in plan_.chassis:
+        try:
+            if cp.action is Action.CREATE:
+                cp.uuid = provisioner.create_chassis(chassis_body(cp.spec))["uuid"]
+                log.info("created chassis %r (%s)", cp.spec.description or cp.spec.key, cp.uuid)
+            elif cp.action is Action.UPDATE:
+                provisioner.patch_chassis(cp.uuid, cp._patch)
+        except IronicError as exc:
+            cp.action, cp.error = Action.ERROR, scrub(str(exc))
+        for p in plan_.nodes:
+            if p.spec.chassis != cp.spec.key or p.action is Action.ERROR:
+                continue
+            if cp.action is Action.ERROR:
+                p.action, p.uuid, p.error = Action.ERROR, None, f"its chassis: {cp.error}"
+                continue
+            p.spec = dataclasses.replace(p.spec, chassis_uuid=cp.uuid)
+            for op in p._patch:
+                if op.pop("_chassis", None) is not None:
+                    op["value"] = cp.uuid
+
+
+def apply_members(p: NodePlan, provisioner: Provisioner, node_uuid: str) -> None:
+    """A node's port groups (created or patched), then its ports, attached
+    to their groups. Raises IronicError (recorded on the node's result)."""
+    mp = p.bulk
+    if mp is None:
+        return
+
+    def version(kind: str, fields) -> str | None:
+        v = api_version_for(kind, fields)
+        return v if v != C.API_VERSION else None
+
+    def patched(patch: list[dict]) -> list[str]:
+        return [op["path"].strip("/").split("/")[0] for op in patch]
+
+    if mp.node_patch:
+        provisioner.patch_node_at(node_uuid, mp.node_patch, api_version_for("node", patched(mp.node_patch)))
+    group_uuids = dict(mp.group_uuids)
+    for g in mp.groups_create:
+        group_uuids[g.key] = provisioner.create_portgroup({**g.fields, "node_uuid": node_uuid},
+                                                          version("portgroup", g.fields))["uuid"]
+    for uuid, patch in mp.groups_patch:
+        provisioner.patch_portgroup(uuid, patch, version("portgroup", patched(patch)))
+    for port in mp.ports_create:
+        body = {**port.fields, "address": port.address, "node_uuid": node_uuid}
+        group = group_uuids.get(port.portgroup) if port.portgroup else port.portgroup_uuid
+        if group:
+            body["portgroup_uuid"] = group
+        provisioner.create_port_body(body, version("port", port.fields))
+    for uuid, patch in mp.ports_patch:
+        for op in patch:
+            key = op.pop("_portgroup", None)
+            if key is not None:
+                op["value"] = group_uuids[key]
+        provisioner.patch_port(uuid, patch, version("port", patched(patch)))
+
+
 @dataclasses.dataclass
 class EnrollResult:
     name: str
@@ -321,6 +667,7 @@ def apply(plan_: Plan, provisioner: Provisioner, *, jobs: int = DEFAULT_JOBS,
     409/503 answers), ``jobs`` is the upper bound. ``progress(done, total)``
     after each node."""
     def one(p: NodePlan) -> EnrollResult:
+        apply_chassis(plan_, provisioner)       # once, before the first node (bulk format)
         if p.action is Action.ERROR:
             return EnrollResult(p.spec.name, p.action, p.uuid, ok=False, error=p.error, error_kind=p.error_kind)
         if p.action is Action.NOOP:
@@ -341,6 +688,7 @@ def apply(plan_: Plan, provisioner: Provisioner, *, jobs: int = DEFAULT_JOBS,
                 log.info("updated node %s: %s", p.spec.name, ", ".join(c.field for c in p.changes))
             for mac in p.ports_to_add:
                 provisioner.create_port(uuid, mac)
+            apply_members(p, provisioner, uuid)
         except IronicError as exc:
             return EnrollResult(p.spec.name, p.action, uuid, ok=False, error=scrub(str(exc)),
                                 error_kind=exc.kind.value)

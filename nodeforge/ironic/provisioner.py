@@ -121,6 +121,19 @@ class Provisioner(Protocol):
                             disable_ramdisk: bool | None = None) -> None: ...
     def set_maintenance(self, ident: str, reason: str | None) -> None: ...
     def delete_node(self, ident: str) -> None: ...
+    # python-ironicclient bulk format: chassis, port groups, ports with their fields.
+    def list_chassis(self) -> list[dict]: ...
+    def create_chassis(self, body: dict) -> dict: ...
+    def patch_chassis(self, ident: str, patch: list[dict]) -> dict: ...
+    def list_portgroups(self, microversion: str | None = None) -> list[dict]: ...
+    def create_portgroup(self, body: dict, microversion: str | None = None) -> dict: ...
+    def patch_portgroup(self, ident: str, patch: list[dict], microversion: str | None = None) -> dict: ...
+    def create_port_body(self, body: dict, microversion: str | None = None) -> dict: ...
+    def patch_port(self, ident: str, patch: list[dict], microversion: str | None = None) -> dict: ...
+    # Fields of a newer Ironic API than C.API_VERSION (inventory.IC_NEWER_API), read and written at it.
+    def list_nodes_at(self, microversion: str) -> list[dict]: ...
+    def list_ports_at(self, microversion: str) -> list[dict]: ...
+    def patch_node_at(self, ident: str, patch: list[dict], microversion: str) -> dict: ...
 
 
 class SdkProvisioner:
@@ -253,6 +266,56 @@ class SdkProvisioner:
 
     def delete_node(self, ident: str) -> None:
         self._call("DELETE", f"/nodes/{ident}", f"delete node {ident}", write=True)
+
+    # -- python-ironicclient bulk format: chassis, port groups, ports with their fields
+    def list_chassis(self) -> list[dict]:
+        return self._paged(f"/chassis/detail?limit={C.PAGE_LIMIT}", "chassis")
+
+    def create_chassis(self, body: dict) -> dict:
+        return self._call("POST", "/chassis", f"create chassis {body.get('description') or body.get('uuid')!r}",
+                          json_body=body, write=True)
+
+    def patch_chassis(self, ident: str, patch: list[dict]) -> dict:
+        return self._call("PATCH", f"/chassis/{ident}", f"update chassis {ident}", json_body=patch, write=True)
+
+    def list_portgroups(self, microversion: str | None = None) -> list[dict]:
+        return self._paged_at(f"/portgroups/detail?limit={C.PAGE_LIMIT}", "portgroups", microversion)
+
+    def create_portgroup(self, body: dict, microversion: str | None = None) -> dict:
+        return self._call("POST", "/portgroups", f"create port group {body.get('name') or body.get('address')}",
+                          json_body=body, write=True, microversion=microversion)
+
+    def patch_portgroup(self, ident: str, patch: list[dict], microversion: str | None = None) -> dict:
+        return self._call("PATCH", f"/portgroups/{ident}", f"update port group {ident}", json_body=patch,
+                          write=True, microversion=microversion)
+
+    def create_port_body(self, body: dict, microversion: str | None = None) -> dict:
+        """A port with every field of ``body`` (pxe_enabled, local_link_connection, portgroup_uuid, ...)."""
+        return self._call("POST", "/ports", f"create port {body.get('address')}", json_body=body, write=True,
+                          microversion=microversion)
+
+    def patch_port(self, ident: str, patch: list[dict], microversion: str | None = None) -> dict:
+        return self._call("PATCH", f"/ports/{ident}", f"update port {ident}", json_body=patch, write=True,
+                          microversion=microversion)
+
+    def list_nodes_at(self, microversion: str) -> list[dict]:
+        return self._paged_at(f"/nodes/detail?limit={C.PAGE_LIMIT}", "nodes", microversion)
+
+    def list_ports_at(self, microversion: str) -> list[dict]:
+        return self._paged_at(f"/ports/detail?limit={C.PAGE_LIMIT}", "ports", microversion)
+
+    def patch_node_at(self, ident: str, patch: list[dict], microversion: str) -> dict:
+        return self._call("PATCH", f"/nodes/{ident}", f"update node {ident}", json_body=patch, write=True,
+                          microversion=microversion)
+
+    def _paged_at(self, url: str, key: str, microversion: str | None) -> list[dict]:
+        out: list[dict] = []
+        while url:
+            data = self._call("GET", url, f"list {key}", microversion=microversion)
+            out.extend(data.get(key, []))
+            nxt = data.get("next")
+            url = nxt.split("/v1", 1)[1] if nxt else None
+        return out
 
 
 # ------------------------------------------------------------------------------ fake
@@ -412,3 +475,81 @@ class FakeProvisioner:
         del self.nodes[n["uuid"]]
         for k in [k for k, p in self.ports.items() if p["node_uuid"] == n["uuid"]]:
             del self.ports[k]
+
+    # -- python-ironicclient bulk format (in memory)
+    def _store(self, name: str) -> dict:
+        return self.__dict__.setdefault(f"_{name}", {})
+
+    @staticmethod
+    def _apply_patch(obj: dict, patch: list[dict]) -> None:
+        for op in patch:
+            parts = op["path"].strip("/").split("/")
+            target = obj
+            for p in parts[:-1]:
+                target = target.setdefault(p, {})
+            if op["op"] == "remove":
+                target.pop(parts[-1], None)
+            else:
+                target[parts[-1]] = json.loads(json.dumps(op["value"]))
+
+    def list_chassis(self) -> list[dict]:
+        return [json.loads(json.dumps(c)) for c in self._store("chassis").values()]
+
+    def create_chassis(self, body: dict) -> dict:
+        self._write("create_chassis", body.get("description") or body.get("uuid"))
+        c = {"uuid": str(uuidlib.uuid4()), "description": None, "extra": {}, **json.loads(json.dumps(body))}
+        self._store("chassis")[c["uuid"]] = c
+        return dict(c)
+
+    def patch_chassis(self, ident: str, patch: list[dict]) -> dict:
+        self._write("patch_chassis", ident)
+        c = self._store("chassis")[ident]
+        self._apply_patch(c, patch)
+        return dict(c)
+
+    def list_portgroups(self, microversion: str | None = None) -> list[dict]:
+        return [json.loads(json.dumps(g)) for g in self._store("portgroups").values()]
+
+    def create_portgroup(self, body: dict, microversion: str | None = None) -> dict:
+        self._write("create_portgroup", body.get("name") or body.get("address"))
+        groups = self._store("portgroups")
+        for k in ("name", "address"):
+            if body.get(k) and any(g.get(k) == body[k] for g in groups.values()):
+                raise IronicError(operation="create port group", status=409, kind=ErrorKind.DUPLICATE,
+                                  detail=f"A port group with {k} {body[k]} already exists.")
+        g = {"uuid": str(uuidlib.uuid4()), "name": None, "address": None, "mode": "active-backup",
+             "properties": {}, "extra": {}, "standalone_ports_supported": True, **json.loads(json.dumps(body))}
+        groups[g["uuid"]] = g
+        return dict(g)
+
+    def patch_portgroup(self, ident: str, patch: list[dict], microversion: str | None = None) -> dict:
+        self._write("patch_portgroup", ident)
+        g = self._store("portgroups")[ident]
+        self._apply_patch(g, patch)
+        return dict(g)
+
+    def create_port_body(self, body: dict, microversion: str | None = None) -> dict:
+        self._write("create_port", body.get("address"))
+        if any(p["address"] == body.get("address") for p in self.ports.values()):
+            raise IronicError(operation="create port", status=409, kind=ErrorKind.DUPLICATE,
+                              detail=f"A port with MAC address {body.get('address')} already exists.")
+        p = {"uuid": str(uuidlib.uuid4()), "pxe_enabled": True, "local_link_connection": {}, "extra": {},
+             "physical_network": None, "portgroup_uuid": None, "is_smartnic": False,
+             **json.loads(json.dumps(body))}
+        self.ports[p["uuid"]] = p
+        return dict(p)
+
+    def patch_port(self, ident: str, patch: list[dict], microversion: str | None = None) -> dict:
+        self._write("patch_port", ident)
+        p = self.ports[ident]
+        self._apply_patch(p, patch)
+        return dict(p)
+
+    def list_nodes_at(self, microversion: str) -> list[dict]:
+        return self.list_nodes()
+
+    def list_ports_at(self, microversion: str) -> list[dict]:
+        return self.list_ports()
+
+    def patch_node_at(self, ident: str, patch: list[dict], microversion: str) -> dict:
+        return self.patch_node(ident, patch)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from nodeforge.errors import NodeforgeError
 from nodeforge.ironic import inventory as inv
 from nodeforge.ironic.inventory import BmcKind, CleanMode, Format
 
@@ -307,3 +308,35 @@ def test_csv_with_a_utf8_bom_is_read(tmp_path, bmc_password):
                   "n1,ipmi://10.0.0.1,u,env:NF_TEST_BMC_PASSWORD\n".encode("utf-8-sig"))
     [node] = inv.load(p).nodes
     assert node.name == "n1" and node.bmc.port == 623
+
+
+# Found by the hostile-input property tests (tests/hostile): each was a TypeError traceback, exit 1.
+@pytest.mark.parametrize("text,fmt,expect", [
+    ('{"n1": {"name": "n1", "driver": "redfish", "driver_info": {"redfish_address": "https://10.2.0.2", '
+     '"redfish_username": "admin", "redfish_password": "env:NF_HOSTILE_PW"}, "nics": 5}}',
+     "bifrost", "field 'nics': must be a list of NICs"),
+    ("nodes: [{name: n1, driver: [redfish], driver_info: {redfish_address: 'https://10.2.0.2', "
+     "redfish_username: admin, redfish_password: 'env:NF_HOSTILE_PW'}}]\n",
+     None, "field 'driver': must be a hardware type name (a string), got a list"),
+    ("nodes: [{name: n1, driver: ipmi, driver_info: {ipmi_address: 10.1.0.1, ipmi_username: admin, "
+     "ipmi_password: 'env:NF_HOSTILE_PW'}, ports: -1}]\n", None, "field 'ports': must be a list of ports"),
+])
+def test_wrong_types_in_bulk_and_bifrost_files_are_named_not_a_traceback(tmp_path, monkeypatch, text, fmt, expect):
+    monkeypatch.setenv("NF_HOSTILE_PW", "pw-hostile-1234567")
+    path = tmp_path / ("inv.json" if text.startswith("{") else "inv.yaml")
+    path.write_text(text)
+    with pytest.raises(NodeforgeError) as err:
+        inv.load(path, fmt=fmt)
+    assert err.value.exit_code == 2
+    assert expect in str(err.value) and "pw-hostile-1234567" not in str(err.value)
+
+
+def test_a_csv_with_bare_carriage_returns_is_read_row_by_row(tmp_path):
+    # Found by the hostile-input tests: the Bifrost-CSV sniffing raised csv.Error (a traceback, exit 1);
+    # old Mac line endings are line endings, as they are to Python's csv module with newline="".
+    path = tmp_path / "inv.csv"
+    path.write_bytes(b"# inventory\rname,bmc_address,macs\rn1,ipmi://10.0.0.4,02:4e:46:00:04:00\r")
+    with pytest.raises(NodeforgeError) as err:
+        inv.load(path)
+    assert err.value.exit_code == 2
+    assert "inv.csv:3: row 1: node 'n1': field 'bmc.username': required" in str(err.value)
