@@ -180,8 +180,8 @@ test_hostile_template_vm = _file_property("template-vm")
 test_hostile_retention = _file_property("retention")
 
 
-# Inventories whose mutations pass (the others: see HUNT_INVENTORIES).
-@pytest.mark.parametrize("name,kind,fmt", [i for i in INVENTORIES if i[0] == "tests/ironic/data/nodeforge.yaml"])
+# Every inventory format: nodeforge YAML, python-ironicclient bulk, Bifrost JSON (CSV below).
+@pytest.mark.parametrize("name,kind,fmt", INVENTORIES)
 @HOSTILE
 @given(data=st.data())
 def test_hostile_inventory(name, kind, fmt, data, workdir, no_cloud_env, fernet_key):
