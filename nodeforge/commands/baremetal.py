@@ -148,7 +148,8 @@ def _progress(app):
 
 @baremetal.command("keygen")
 @click.argument("key_file", type=click.Path(dir_okay=False, path_type=Path))
-def keygen(key_file):
+@options.pass_app
+def keygen(app, key_file):
     """Write a new Fernet key (mode 0600) for fernet: credentials; keep it out of the inventory."""
     if key_file.exists():
         raise UsageError(detail=f"{key_file} exists; not overwriting a key")
@@ -161,11 +162,14 @@ def keygen(key_file):
     with os.fdopen(fd, "wb") as fh:
         fh.write(secrets_mod.generate_key() + b"\n")
     click.echo(f"wrote {key_file}", err=True)
+    if app.output != "table":
+        output.emit({"key_file": str(key_file), "mode": "0600"}, app.output)
 
 
 @baremetal.command("encrypt")
 @click.option("--key-file", type=click.Path(dir_okay=False, path_type=Path))
-def encrypt(key_file):
+@options.pass_app
+def encrypt(app, key_file):
     """Read a password on stdin, print it as fernet:TOKEN for the inventory.
 
     The password is the whole of standard input less one trailing newline
@@ -182,7 +186,11 @@ def encrypt(key_file):
     if "\n" in value or "\r" in value:
         raise UsageError(detail="the password on stdin has several lines; a BMC password is one line "
                                 "(only one trailing newline is dropped)")
-    click.echo(secrets_mod.encrypt(value, key))
+    token = secrets_mod.encrypt(value, key)
+    if app.output == "table":
+        click.echo(token)
+    else:  # the inventory reference in a document, so stdout stays JSON/YAML
+        output.emit({"reference": token}, app.output)
     return ExitCode.OK
 
 

@@ -205,3 +205,17 @@ def test_password_never_appears_in_validate_output(tmp_path, capsys, monkeypatch
     inv.write_text(inv.read_text() + "    colour: red\n")
     code, out, err = _cli(capsys, monkeypatch, "baremetal", "validate", inv, "-o", "json")
     assert code == 2 and "pw-Never-Shown-77" not in out + err
+
+
+def test_keygen_and_encrypt_print_documents_with_output_json(tmp_path, capsys, monkeypatch, no_key_env):
+    # Found by the hostile-input tests: with -o json, encrypt printed the bare token and keygen nothing.
+    keyfile = tmp_path / "inv.key"
+    code, out, _ = _cli(capsys, monkeypatch, "-o", "json", "baremetal", "keygen", keyfile)
+    assert code == 0 and json.loads(out) == {"key_file": str(keyfile), "mode": "0600"}
+    code, out, _ = _cli(capsys, monkeypatch, "-o", "json", "baremetal", "encrypt", "--key-file", keyfile,
+                        stdin=b"json-pw-42\n")
+    assert code == 0
+    reference = json.loads(out)["reference"]
+    assert reference.startswith("fernet:") and "json-pw-42" not in out
+    key = keyfile.read_bytes().strip()
+    assert s.Resolver(tmp_path, key=key).resolve(reference).reveal() == "json-pw-42"
