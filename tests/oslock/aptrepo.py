@@ -27,6 +27,10 @@ RELEASE = "nftest"
 def _gpg(home: Path, *args: str, input: bytes | None = None) -> bytes:
     proc = subprocess.run(["gpg", "--homedir", str(home), "--batch", "--yes", "--pinentry-mode", "loopback",
                            "--passphrase", "", *args], input=input, capture_output=True)
+    if args[0] in ("--quick-gen-key", "--clearsign"):
+        # gpg starts a gpg-agent for secret-key operations and leaves it running: stop it, so a
+        # test run leaves no daemon behind (the next signing starts a new one).
+        subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"], capture_output=True)
     if proc.returncode != 0:
         raise RuntimeError(f"gpg {' '.join(args)} failed: {proc.stderr.decode(errors='replace')}")
     return proc.stdout
