@@ -118,7 +118,7 @@ def create_body(spec: NodeSpec, *, reveal: bool) -> dict:
                             "automated_clean": desired_automated_clean(spec),
                             **spec.all_interfaces()}
     extra = dict(spec.extra)
-    fp = spec.bmc.credential_fingerprint()
+    fp = spec.credential_fingerprint()
     if fp:
         extra[C.EXTRA_FINGERPRINT] = fp
     if spec.scope:
@@ -279,7 +279,7 @@ def _diff(spec: NodeSpec, node: dict, p: NodePlan) -> None:
             continue
         if current_info.get(k) != v:
             change(f"driver_info.{k}", f"/driver_info/{k}", current_info.get(k), v)
-    fp = spec.bmc.credential_fingerprint()
+    fp = spec.credential_fingerprint()
     extra = node.get("extra") or {}
     if fp and extra.get(C.EXTRA_FINGERPRINT) != fp:
         for k in desired_info:

@@ -295,7 +295,19 @@ class NodeSpec:
         return {**self.bmc.hardware.interfaces, **self.interfaces}
 
     def driver_info(self, *, reveal: bool = False) -> dict[str, Any]:
-        return {**self.driver_info_extra, **self.bmc.driver_info(reveal=reveal)}
+        extra = {k: ((v.reveal() if reveal else MASK) if isinstance(v, Secret) else v)
+                 for k, v in self.driver_info_extra.items()}
+        return {**extra, **self.bmc.driver_info(reveal=reveal)}
+
+    def credential_fingerprint(self) -> str | None:
+        """The BMC credentials' fingerprint, covering the secret driver_info fields too when
+        there are any (unchanged for a node without them, so no false rotation)."""
+        fp = self.bmc.credential_fingerprint()
+        secrets_ = sorted((k, v) for k, v in self.driver_info_extra.items() if isinstance(v, Secret))
+        if fp is None or not secrets_:
+            return fp
+        joined = Secret("\0".join(f"{k}={v.reveal()}" for k, v in secrets_))
+        return secrets_mod.fingerprint(fp, joined, self.bmc.address)
 
     def to_dict(self) -> dict:
         """Masked view (validate / dry-run output)."""
@@ -1369,9 +1381,16 @@ def _build(raw: _Raw, col: _Collector, resolver: secrets_mod.Resolver) -> NodeSp
         else:
             interfaces[f"{k}_interface"] = str(v)
     di_extra = dict(f.get("driver_info") or {}) if isinstance(f.get("driver_info"), dict) else {}
-    for k in di_extra:
+    for k in list(di_extra):
         if "password" in k or k in ("ipmi_address", "redfish_address", "redfish_system_id"):
             bad(f"driver_info.{k}", "set BMC address and credentials under 'bmc', not driver_info")
+        elif k in C.SECRET_DRIVER_INFO_KEYS and di_extra[k] not in (None, ""):
+            # ipmi_kg_key, snmp_auth_key, snmp_priv_key: secrets like the password, so given by
+            # reference (env:, file:, fernet:) and held as a Secret, never printed.
+            try:
+                di_extra[k] = resolver.resolve(str(di_extra[k]))
+            except secrets_mod.SecretRefError as exc:
+                bad(f"driver_info.{k}", str(exc))
     extra = dict(f.get("extra") or {}) if isinstance(f.get("extra"), dict) else {}
     for k in extra:
         if str(k).startswith("nodeforge_"):

@@ -129,8 +129,8 @@ class Resolver:
         if ref.kind == "plain":
             Secret(raw)  # register: it must never print, even in the refusal
             if not self.allow_plaintext:
-                raise SecretRefError(detail="plaintext password refused; use env:VAR, file:PATH or "
-                                            "fernet:TOKEN (or allow plaintext explicitly)")
+                raise SecretRefError(detail="plaintext secret refused; use env:VAR, file:PATH or "
+                                            "fernet:TOKEN (or --allow-plaintext-secrets)")
             return Secret(raw)
         if ref.kind == "env":
             value = self.environ.get(ref.target)

@@ -94,7 +94,7 @@ def test_whole_batch_errors_name_line_node_and_field(data_dir, bmc_password):
     }
     text = str(err.value)
     assert "hunter2-plaintext" not in text
-    assert "invalid.yaml:10: node 'bad mac': field 'bmc.password': plaintext password refused" in text
+    assert "invalid.yaml:10: node 'bad mac': field 'bmc.password': plaintext secret refused" in text
 
 
 def test_plaintext_allowed_explicitly(tmp_path):
@@ -340,3 +340,29 @@ def test_a_csv_with_bare_carriage_returns_is_read_row_by_row(tmp_path):
         inv.load(path)
     assert err.value.exit_code == 2
     assert "inv.csv:3: row 1: node 'n1': field 'bmc.username': required" in str(err.value)
+
+
+def test_secret_driver_info_fields_are_references_and_never_printed(tmp_path, monkeypatch):
+    # ipmi_kg_key / snmp_*_key were taken inline and kept as plain values (issue 13).
+    monkeypatch.setenv("NF_KG_PW", "bmc-pw-7781")
+    monkeypatch.setenv("NF_KG_KEY", "kg-key-value-5521")
+    path = tmp_path / "inv.yaml"
+    base = ("version: 1\nnodes:\n  - name: kg1\n    bmc: {address: 'ipmi://10.0.0.9', username: admin, "
+            "password: 'env:NF_KG_PW'}\n    macs: ['02:00:00:00:00:09']\n")
+    path.write_text(base + "    driver_info: {ipmi_kg_key: 'inline-kg-3301', snmp_auth_key: 'env:NF_KG_KEY'}\n")
+    with pytest.raises(NodeforgeError) as err:
+        inv.load(path)
+    text = str(err.value)
+    assert "inv.yaml:6: node 'kg1': field 'driver_info.ipmi_kg_key': plaintext secret refused" in text
+    assert "snmp_auth_key" not in text and "inline-kg-3301" not in text
+    path.write_text(base + "    driver_info: {ipmi_kg_key: 'env:NF_KG_KEY'}\n")
+    spec = inv.load(path).nodes[0]
+    assert spec.driver_info()["ipmi_kg_key"] == "***" and "kg-key-value-5521" not in repr(spec.to_dict())
+    assert spec.driver_info(reveal=True)["ipmi_kg_key"] == "kg-key-value-5521"
+    # a changed kg key is a credential rotation; a node without secret extras keeps its old fingerprint
+    rotated = spec.credential_fingerprint()
+    monkeypatch.setenv("NF_KG_KEY", "kg-key-value-9999")
+    assert inv.load(path).nodes[0].credential_fingerprint() != rotated
+    path.write_text(base)
+    plain = inv.load(path).nodes[0]
+    assert plain.credential_fingerprint() == plain.bmc.credential_fingerprint()
