@@ -380,33 +380,18 @@ def test_prefetch_bundle_tarball(run_cli, fixture_lock, tmp_path):
 import pytest  # noqa: E402
 
 from nodeforge.oslock import lock as oslock_lock, watch as oslock_watch  # noqa: E402
-from tests.oslock.aptrepo import RELEASE as APT_RELEASE, AptRepo, SigningKey, lock_template, standard_repo  # noqa: E402
+from tests.oslock.aptrepo import RELEASE as APT_RELEASE, lock_template  # noqa: E402
+from tests.oslock.fixtures import apt_repo, other_key, signing_key  # noqa: E402,F401 - fixtures
 
 APT_SECURITY = f"{APT_RELEASE}-security"
 
 
-@pytest.fixture(scope="module")
-def archive_key(tmp_path_factory) -> SigningKey:
-    from tests.prereq import require_tools
-    require_tools("gpg", "gpgv", "dpkg-deb", "apt-get", why="the signed apt repository fixture")
-    return SigningKey(tmp_path_factory.mktemp("release-archive-key"), "nodeforge release test <release@invalid>")
-
-
 @pytest.fixture
-def apt_archive(tmp_path, archive_key, monkeypatch) -> AptRepo:
-    repo = standard_repo(tmp_path / "apt-archive", archive_key).start()
-    for k, v in repo.env().items():
-        monkeypatch.setenv(k, v)
-    yield repo
-    repo.stop()
-
-
-@pytest.fixture
-def os_lock(fixture_lock, apt_archive):
+def os_lock(fixture_lock, apt_repo):
     """The package lock beside the fixture lockfile (where release check finds it by default)."""
     template = lock_template(fixture_lock.parent / oslock_lock.FILENAME)
-    lock, _ = oslock_watch.resolve_lock(template, oslock_watch.config_for(template, apt_archive.mirrors(),
-                                                                           apt_archive.key.keyring))
+    lock, _ = oslock_watch.resolve_lock(template, oslock_watch.config_for(template, apt_repo.mirrors(),
+                                                                           apt_repo.key.keyring))
     lock.save()
     return lock
 
@@ -419,9 +404,9 @@ def test_check_without_package_updates_exits_0_and_reports_the_lock(run_cli, fix
                                   "updates": [], "gone": []}
 
 
-def test_check_reports_a_security_update_and_exits_10(run_cli, fixture_lock, os_lock, apt_archive):
-    apt_archive.add(APT_SECURITY, "nf-lib", "2.0-1+deb1u1")
-    apt_archive.publish()
+def test_check_reports_a_security_update_and_exits_10(run_cli, fixture_lock, os_lock, apt_repo):
+    apt_repo.add(APT_SECURITY, "nf-lib", "2.0-1+deb1u1")
+    apt_repo.publish()
     code, report, _ = _check(run_cli, fixture_lock)
     assert code == ExitCode.NEW_RELEASE == 10
     assert report["kubernetes_new_release"] is False and report["new_release"] is True
@@ -436,9 +421,9 @@ def test_check_reports_a_security_update_and_exits_10(run_cli, fixture_lock, os_
     assert run_cli("release", "check", "--no-packages", "--lockfile", str(fixture_lock))[0] == ExitCode.OK
 
 
-def test_bump_packages_moves_the_lock_and_prints_the_pr_markdown(run_cli, fixture_lock, os_lock, apt_archive):
-    apt_archive.add(APT_SECURITY, "nf-lib", "2.0-1+deb1u1")
-    apt_archive.publish()
+def test_bump_packages_moves_the_lock_and_prints_the_pr_markdown(run_cli, fixture_lock, os_lock, apt_repo):
+    apt_repo.add(APT_SECURITY, "nf-lib", "2.0-1+deb1u1")
+    apt_repo.publish()
     before = os_lock.path.read_text()
     code, out, _ = run_cli("release", "bump", "--packages", "--dry-run", "--lockfile", str(fixture_lock))
     assert code == ExitCode.OK and os_lock.path.read_text() == before
@@ -456,19 +441,19 @@ def test_bump_packages_moves_the_lock_and_prints_the_pr_markdown(run_cli, fixtur
     assert code == ExitCode.OK and json.loads(out)["changes"] == [] and json.loads(out)["written"] is False
 
 
-def test_check_refuses_an_index_whose_signature_does_not_verify(run_cli, fixture_lock, os_lock, apt_archive,
-                                                                tmp_path):
-    forger = SigningKey(tmp_path / "forger", "forger <forger@invalid>")
-    apt_archive.add(APT_SECURITY, "nf-lib", "2.0-1+evil1")
-    apt_archive.key, real = forger, apt_archive.key
-    apt_archive.publish()                     # signed, but not by the archive key
+def test_check_refuses_an_index_whose_signature_does_not_verify(run_cli, fixture_lock, os_lock, apt_repo,
+                                                                other_key):
+    forger = other_key                     # not in the archive keyring
+    apt_repo.add(APT_SECURITY, "nf-lib", "2.0-1+evil1")
+    apt_repo.key, real = forger, apt_repo.key
+    apt_repo.publish()                     # signed, but not by the archive key
     code, _, err = run_cli("release", "check", "--lockfile", str(fixture_lock))
     assert code == ExitCode.FAILURE
-    assert f"refused InRelease {apt_archive.url}/debian" in err and "signature does not verify" in err
+    assert f"refused InRelease {apt_repo.url}/debian" in err and "signature does not verify" in err
     code, _, err = run_cli("release", "bump", "--packages", "--lockfile", str(fixture_lock))
     assert code == ExitCode.FAILURE and "signature does not verify" in err
     assert oslock_lock.load(os_lock.path).packages == os_lock.packages
-    apt_archive.key = real
+    apt_repo.key = real
 
 
 def test_bump_packages_with_a_missing_lock_names_it(run_cli, fixture_lock):
