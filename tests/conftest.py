@@ -191,12 +191,14 @@ class BmcPool:
     def _used(self):
         conn = self.cloud.system()
         systems, ports = set(), set()
+        self.holders = {}
         for node in conn.baremetal.nodes(details=True):
             info = node.driver_info or {}
             if info.get("redfish_system_id"):
                 systems.add(info["redfish_system_id"].rstrip("/").rsplit("/", 1)[-1])
             if info.get("ipmi_port") and info.get("ipmi_address") == bmc.HOST:
                 ports.add(int(info["ipmi_port"]))
+                self.holders[int(info["ipmi_port"])] = node.name
         macs = {p.address.lower() for p in conn.baremetal.ports(details=True)}
         return systems, ports, macs
 
@@ -218,7 +220,8 @@ class BmcPool:
         free = [e for e in bmc.ipmi_endpoints(self.cloud.paths)
                 if e.port not in ports and e.port not in self.claimed_ipmi]
         if len(free) < count:
-            pytest.fail(f"{len(free)} free IPMI BMCs, this test needs {count}")
+            pytest.fail(f"{len(free)} free IPMI BMCs, this test needs {count} (held by Ironic nodes: "
+                        f"{self.holders or 'none'}; claimed this session: {sorted(self.claimed_ipmi)})")
         got = free[:count]
         self.claimed_ipmi.update(e.port for e in got)
         return got

@@ -86,9 +86,9 @@ def test_credentials_generated_once_private_and_masked(tmp_path):
     again = fleet.ensure_credentials(paths)
     assert again.redfish.password.reveal() == creds.redfish.password.reveal()
     # Growing the IPMI fleet keeps existing passwords and adds new ones.
-    grown = fleet.ensure_credentials(paths, ipmi_count=6)
+    grown = fleet.ensure_credentials(paths, ipmi_count=fleet.DEFAULT_IPMI_COUNT + 2)
     assert grown.ipmi["ipmi-node-01"].password.reveal() == creds.ipmi["ipmi-node-01"].password.reveal()
-    assert len(grown.ipmi) == 6
+    assert len(grown.ipmi) == fleet.DEFAULT_IPMI_COUNT + 2
     passwords = [creds.redfish.password.reveal()] + [c.password.reveal() for c in grown.ipmi.values()]
     assert len(set(passwords)) == len(passwords)
     assert all(len(p) <= 20 for p in passwords[1:]), "IPMI 2.0 passwords are at most 20 bytes"
@@ -141,7 +141,7 @@ def test_service_specs_keep_passwords_off_argv(tmp_path):
         assert not any(s in joined for s in secrets_)
         assert "bmc" in spec.argv[0] and spec.argv[0].endswith("python")
     assert list(rf.ports) == [18123]
-    assert list(getattr(ip, "udp_ports", ip.ports)) == [16400, 16401, 16402, 16403]
+    assert list(getattr(ip, "udp_ports", ip.ports)) == list(range(16400, 16400 + fleet.DEFAULT_IPMI_COUNT))
     for cfg in (paths.etc / "bmc").glob("*.json"):
         assert stat.S_IMODE(cfg.stat().st_mode) == 0o600, cfg
     cfg = json.loads(bmc.redfish_config_path(paths, 18123).read_text())

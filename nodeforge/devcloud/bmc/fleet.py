@@ -35,7 +35,7 @@ from nodeforge.errors import ConfigError
 from nodeforge.redact import Secret
 
 DEFAULT_REDFISH_COUNT = 50
-DEFAULT_IPMI_COUNT = 4
+DEFAULT_IPMI_COUNT = 6  # the test session hands each out once: test_ironic 2, leak sweep 1, enroll 2
 # Upper bound for the index encoding in MACs (two bytes).
 MAX_SYSTEMS = 0xFFFF
 
