@@ -45,6 +45,7 @@ import re
 
 from nodeforge.errors import NodeforgeError
 from nodeforge.imagebuild import verifychecks as vc
+from nodeforge.schema.loader import strict_json
 
 SCHEMA = "nodeforge-image-verify/2"
 SOURCE = "verify.json"
@@ -113,10 +114,8 @@ def parse(data: bytes | str, source: str = SOURCE) -> dict:
 
     if len(data) > MAX_BYTES:
         fail(f"larger than {MAX_BYTES >> 20} MiB: not a report written by 'nodeforge image verify'")
-    duplicates: list[str] = []
     try:
-        doc = json.loads(data, object_pairs_hook=lambda pairs: _object(pairs, duplicates),
-                         parse_constant=_no_constant)
+        doc, duplicates = strict_json(data)
     except RecursionError:
         fail("nested too deeply: not a report written by 'nodeforge image verify'")
     except (ValueError, UnicodeDecodeError) as exc:
@@ -143,19 +142,6 @@ def parse(data: bytes | str, source: str = SOURCE) -> dict:
             fail(f"variants.{name} is not a variant ({', '.join(VARIANTS)})")
         _section(doc, name, section, fail)
     return doc
-
-
-def _object(pairs, duplicates: list) -> dict:
-    out = {}
-    for key, value in pairs:
-        if key in out:
-            duplicates.append(key)
-        out[key] = value
-    return out
-
-
-def _no_constant(name: str):
-    raise ValueError(f"{name} is not a number JSON allows")
 
 
 def _section(doc: dict, variant: str, section, fail) -> None:

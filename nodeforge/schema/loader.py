@@ -511,21 +511,27 @@ def _no_constant(name: str):
     raise ValueError(f"{name} is not a number JSON allows")
 
 
-def _load_json(path: str, text: str, limits: Limits) -> Document:
-    # Depth: json's C scanner recurses (a RecursionError past ~1000 levels, caught below);
-    # anything deeper than max_depth is refused by check_tree after parsing.
-    problems: list[str] = []
+def strict_json(text: str | bytes) -> tuple[Any, list[str]]:
+    """``json.loads`` as nodeforge reads JSON: NaN/Infinity refused (ValueError), and the keys
+    given twice in one object returned beside the data (JSON keeps only the last value)."""
+    duplicates: list[str] = []
 
     def pairs(items):
         out = {}
         for k, v in items:
             if k in out:
-                problems.append(k)
+                duplicates.append(k)
             out[k] = v
         return out
 
+    return json.loads(text, object_pairs_hook=pairs, parse_constant=_no_constant), duplicates
+
+
+def _load_json(path: str, text: str, limits: Limits) -> Document:
+    # Depth: json's C scanner recurses (a RecursionError past ~1000 levels, caught below);
+    # anything deeper than max_depth is refused by check_tree after parsing.
     try:
-        data = json.loads(text, object_pairs_hook=pairs, parse_constant=_no_constant)
+        data, problems = strict_json(text)
     except json.JSONDecodeError as exc:
         raise ConfigError(path=f"{path}:{exc.lineno}", detail=f"invalid JSON: {exc.msg} (column {exc.colno})") from None
     except ValueError as exc:
