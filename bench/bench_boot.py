@@ -25,7 +25,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from nodeforge.imagebuild import boottest  # noqa: E402
+from nodeforge.imageverify import boottest  # noqa: E402
 from tests.image_fixture import build_demo_image  # noqa: E402
 
 GOAL = 300.0

@@ -48,9 +48,9 @@ import time
 from pathlib import Path
 
 from nodeforge.devcloud.upstream_mirror import FixtureUpstream, MirrorServer
-from nodeforge.imagebuild import lockfile
-from nodeforge.imagebuild.lockfile import Component
-from nodeforge.imagebuild.sources import Sources
+from nodeforge.pins import lockfile
+from nodeforge.pins.lockfile import Component
+from nodeforge.pins.sources import Sources
 
 # Relative sizes, roughly those of the real artifacts.
 WEIGHTS = {

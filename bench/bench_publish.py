@@ -142,7 +142,7 @@ def main() -> int:
 
         import openstack
 
-        from nodeforge.imagebuild import glance as g
+        from nodeforge.publish import glance as g
 
         conn = openstack.connect()
 

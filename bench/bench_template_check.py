@@ -69,7 +69,7 @@ def connect(root: Path, name: str):
 
 
 def make_image(conn, version: str) -> dict:
-    from nodeforge.imagebuild import glance as g
+    from nodeforge.publish import glance as g
 
     minor = ".".join(version.split(".")[:2])
     img = g.create_image(conn, {

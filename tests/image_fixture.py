@@ -22,7 +22,8 @@ import shutil
 from pathlib import Path
 
 from nodeforge.devcloud.upstream_mirror import MirrorServer
-from nodeforge.imagebuild import build, lockfile, render
+from nodeforge.imagebuild import build, render
+from nodeforge.pins import lockfile
 from tests.demo.fixture_artifacts import make_demo, write_sources
 
 REPO = Path(__file__).resolve().parents[1]

@@ -44,7 +44,8 @@ import pytest
 
 from nodeforge.demo.fixtures import make_demo, publish_patch, write_sources
 from nodeforge.devcloud.upstream_mirror import MirrorServer
-from nodeforge.imagebuild import build as build_mod, builddir, catalog, glance as g
+from nodeforge.imagebuild import build as build_mod, builddir
+from nodeforge.publish import catalog, glance as g
 from nodeforge.pipeline import Pipeline, PipelineConfig, stages as pipeline_stages
 from nodeforge.pipeline import runrecord as rr
 from tests.image_fixture import CACHE, BuiltImage, input_key
@@ -217,7 +218,7 @@ def _scenario(devcloud, tmp: Path) -> ReleaseRun:
 
 
 def _policy():
-    from nodeforge.imagebuild.retention import RetentionPolicy
+    from nodeforge.publish.retention import RetentionPolicy
 
     return RetentionPolicy()
 

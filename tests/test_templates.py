@@ -13,7 +13,7 @@ import pytest
 from nodeforge import templates as T
 from nodeforge.compute import flavors as F
 from nodeforge.errors import ConfigError
-from nodeforge.imagebuild import yamlfile
+from nodeforge.schema.loader import load_yaml_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).parent / "data" / "templates"
@@ -63,7 +63,7 @@ SHIPPED = ROOT / "manifests" / "templates" / "k8s-1.36-baremetal.yaml"
 
 def shipped_doc(**changes):
     """The shipped template's document (line numbers kept), without its scope: any scope's image qualifies."""
-    doc = yamlfile.load(SHIPPED)
+    doc = load_yaml_tree(SHIPPED)
     del doc["scope"]
     doc.update(changes)
     return doc
@@ -142,7 +142,7 @@ def test_kube_tag_minor_mismatch_and_vm_flavor_not_baremetal(template, state):
 
 def test_invalid_template_reports_every_problem():
     with pytest.raises(ConfigError) as exc:
-        T.parse(yamlfile.load(DATA / "invalid.yaml"), "invalid.yaml")
+        T.parse(load_yaml_tree(DATA / "invalid.yaml"), "invalid.yaml")
     text = str(exc.value)
     for expected in ('invalid.yaml:2: kubernetes: expected a Kubernetes minor like "1.36"',
                      "invalid.yaml:3: image.id: unknown key (allowed: k8s, os_distro, os_version); images are "

@@ -24,8 +24,9 @@ import yaml
 
 from nodeforge import cli
 from nodeforge.compute import flavors as F
-from nodeforge.imagebuild import builddir, catalog, glance as g
-from nodeforge.imagebuild.retention import RetentionPolicy
+from nodeforge.imagebuild import builddir
+from nodeforge.publish import catalog, glance as g
+from nodeforge.publish.retention import RetentionPolicy
 from tests.imagebuild.builddir_factory import make_build_dir
 from tests.imagebuild.glance_fixtures import Tracker
 from tests.ironic.devcloud_inventory import delete_nodes, redfish_node, write_inventory

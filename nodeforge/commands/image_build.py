@@ -7,8 +7,9 @@ from pathlib import Path
 import click
 
 from nodeforge import log, options, output
-from nodeforge.imagebuild import build as build_mod, lockfile, render as render_mod
-from nodeforge.imagebuild.lockfile import Arch
+from nodeforge.imagebuild import build as build_mod, render as render_mod
+from nodeforge.pins import lockfile
+from nodeforge.pins.lockfile import Arch
 
 
 def _lockfile_option(fn):

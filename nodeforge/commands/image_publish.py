@@ -1,7 +1,7 @@
 """``nodeforge image publish|manifest|promote|list|show|signing-cert``: Glance
 publishing and the approved-image catalog (docs/publishing.md).
 
-Thin commands: each parses options and calls nodeforge.imagebuild.glance,
+Thin commands: each parses options and calls nodeforge.publish.glance,
 .signing or .catalog. They are attached to the ``image`` group in
 nodeforge/commands/image.py.
 """
@@ -14,7 +14,8 @@ from pathlib import Path
 import click
 
 from nodeforge import options, output
-from nodeforge.imagebuild import builddir, catalog, glance, retention, signing
+from nodeforge.imagebuild import builddir
+from nodeforge.publish import catalog, glance, retention, signing
 
 VARIANTS = click.Choice(sorted(builddir.VARIANT_FORMATS))
 

@@ -7,7 +7,8 @@ from pathlib import Path
 import click
 
 from nodeforge import log, options, output
-from nodeforge.imagebuild import boottest, builddir
+from nodeforge.imagebuild import builddir
+from nodeforge.imageverify import boottest
 
 
 @click.command()

@@ -7,7 +7,9 @@ from pathlib import Path
 import click
 
 from nodeforge import log, options, output
-from nodeforge.imagebuild import boottest, lockfile, retention
+from nodeforge.imageverify import boottest
+from nodeforge.pins import lockfile
+from nodeforge.publish import retention
 from nodeforge.pipeline import runrecord as rr
 from nodeforge.pipeline.run import DEFAULT_RUNS_DIR, Pipeline
 from nodeforge.pipeline.stages import PipelineConfig

@@ -8,9 +8,9 @@ import click
 
 from nodeforge import options, output
 from nodeforge.errors import ExitCode
-from nodeforge.imagebuild import lockfile, release as release_mod
-from nodeforge.imagebuild.cache import Cache, Downloader, RetryPolicy
-from nodeforge.imagebuild.sources import Sources
+from nodeforge.pins import lockfile, release as release_mod
+from nodeforge.pins.cache import Cache, Downloader, RetryPolicy
+from nodeforge.pins.sources import Sources
 
 
 def _common(fn):

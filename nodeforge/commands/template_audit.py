@@ -32,7 +32,7 @@ def _minors(ctx, param, value):
 
 
 def _lockfile_default():
-    from nodeforge.imagebuild import lockfile
+    from nodeforge.pins import lockfile
 
     return lockfile.DEFAULT_PATH
 
@@ -50,7 +50,7 @@ def maintained_options(fn):
 def maintained_minors(option, lockfile_path: Path | None, images: list[dict]) -> A.Maintained:
     """``--maintained``, else the lockfile's minors (a missing default lockfile is skipped, a
     missing or invalid given one is an error), else the approved images' minors."""
-    from nodeforge.imagebuild import lockfile
+    from nodeforge.pins import lockfile
 
     minors = None
     label = "lockfile"

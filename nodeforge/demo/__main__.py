@@ -35,7 +35,8 @@ from nodeforge.devcloud.cloud import ADMIN_CLOUD, SYSTEM_CLOUD
 from nodeforge.devcloud.paths import Paths
 from nodeforge.devcloud.upstream_mirror import MirrorServer
 from nodeforge.fsutil import atomic_write
-from nodeforge.imagebuild import catalog, lockfile as lf
+from nodeforge.pins import lockfile as lf
+from nodeforge.publish import catalog
 from nodeforge.pipeline import Pipeline, PipelineConfig, PipelineFailed
 from nodeforge.pipeline import runrecord as rr
 

@@ -26,8 +26,8 @@ import tarfile
 from pathlib import Path
 
 from nodeforge.devcloud.upstream_mirror import FixtureUpstream, MirrorServer
-from nodeforge.imagebuild.lockfile import Arch, Component
-from nodeforge.imagebuild.sources import SourceName
+from nodeforge.pins.lockfile import Arch, Component
+from nodeforge.pins.sources import SourceName
 
 KUBERNETES = {"1.34": "1.34.3", "1.35": "1.35.1", "1.36": "1.36.0"}
 COMPANIONS = {Component.CNI_PLUGINS: "1.9.1", Component.CONTAINERD: "2.3.4", Component.RUNC: "1.4.3"}

@@ -31,8 +31,8 @@ import threading
 import time
 from pathlib import Path
 
-from nodeforge.imagebuild.lockfile import Arch, Component, KUBERNETES_BINARIES, Version
-from nodeforge.imagebuild.sources import SOURCE_OF, SourceName, checksum_relpath, relpath
+from nodeforge.pins.lockfile import Arch, Component, KUBERNETES_BINARIES, Version
+from nodeforge.pins.sources import SOURCE_OF, SourceName, checksum_relpath, relpath
 
 ARCHES = (Arch.AMD64, Arch.ARM64)
 

@@ -43,10 +43,11 @@ from typing import Callable
 
 from nodeforge import hosttools
 from nodeforge.errors import ConfigError, NodeforgeError
-from nodeforge.imagebuild import checksums, disk, lockfile as lf, manifest as mf, package_base as pb, render as rd
-from nodeforge.imagebuild.cache import Cache, ChecksumMismatch, DownloadError, Downloader
-from nodeforge.imagebuild.lockfile import Arch, Lockfile
-from nodeforge.imagebuild.sources import SOURCE_OF, Sources
+from nodeforge.imagebuild import checksums, disk, manifest as mf, package_base as pb, render as rd
+from nodeforge.pins import lockfile as lf
+from nodeforge.pins.cache import Cache, ChecksumMismatch, DownloadError, Downloader
+from nodeforge.pins.lockfile import Arch, Lockfile
+from nodeforge.pins.sources import SOURCE_OF, Sources
 from nodeforge.oslock import archive
 
 log = logging.getLogger(__name__)

@@ -35,8 +35,8 @@ import re
 from pathlib import Path
 
 from nodeforge.errors import ExitCode, NodeforgeError
-from nodeforge.imagebuild import verifyreport
-from nodeforge.imagebuild.verifyreport import VerifyStatus  # noqa: F401 - re-exported (publish, pipeline)
+from nodeforge.imageverify import verifyreport
+from nodeforge.imageverify.verifyreport import VerifyStatus  # noqa: F401 - re-exported (publish, pipeline)
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, ConfigDict, Field
 
 from nodeforge import scope as IC
-from nodeforge.imagebuild.cache import sha256_file
+from nodeforge.pins.cache import sha256_file
 from nodeforge.schema import Declared, Problem, Rule, SchemaError, register, validate_data, vocab
 
 SCHEMA = "nodeforge-image-manifest/1"

@@ -47,7 +47,7 @@ from typing import Callable, Iterator
 import yaml
 
 from nodeforge.errors import NodeforgeError
-from nodeforge.imagebuild.cache import sha256_file
+from nodeforge.pins.cache import sha256_file
 
 RECIPE = "nodeforge-package-base/1"
 ELEMENT = "nodeforge-package-base"

@@ -30,8 +30,8 @@ import jinja2
 import yaml
 
 from nodeforge.errors import ConfigError, ExitCode, NodeforgeError
-from nodeforge.imagebuild.lockfile import Arch, BaseOS, Component, Lockfile
-from nodeforge.imagebuild.sources import relpath
+from nodeforge.pins.lockfile import Arch, BaseOS, Component, Lockfile
+from nodeforge.pins.sources import relpath
 
 ELEMENTS_SRC = Path(__file__).resolve().parents[2] / "elements"
 MARKER = ".nodeforge-render"

@@ -19,11 +19,11 @@ from typing import Callable
 import requests
 
 from nodeforge.errors import NodeforgeError, UsageError
-from nodeforge.imagebuild import lockfile as lf
-from nodeforge.imagebuild import release as release_mod
-from nodeforge.imagebuild.cache import Cache, Downloader, RetryPolicy, sha256_file
-from nodeforge.imagebuild.lockfile import Arch
-from nodeforge.imagebuild.sources import Sources
+from nodeforge.pins import lockfile as lf
+from nodeforge.pins import release as release_mod
+from nodeforge.pins.cache import Cache, Downloader, RetryPolicy, sha256_file
+from nodeforge.pins.lockfile import Arch
+from nodeforge.pins.sources import Sources
 from nodeforge.pipeline import runrecord as rr
 
 log = logging.getLogger(__name__)
@@ -95,7 +95,7 @@ class PipelineConfig:
         return connect(self.os_cloud)
 
     def policy(self):
-        from nodeforge.imagebuild import retention
+        from nodeforge.publish import retention
 
         return retention.load(self.retention)
 
@@ -235,7 +235,8 @@ def _build_outputs(b, *, reused: bool, seconds: dict | None = None) -> dict:
 
 
 def verify(ctx: StageContext) -> dict:
-    from nodeforge.imagebuild import boottest, builddir
+    from nodeforge.imagebuild import builddir
+    from nodeforge.imageverify import boottest
 
     cfg = ctx.config
     build_dir = Path(ctx.previous["build"]["build_dir"])
@@ -270,7 +271,8 @@ def verify(ctx: StageContext) -> dict:
 
 
 def publish(ctx: StageContext) -> dict:
-    from nodeforge.imagebuild import builddir, glance
+    from nodeforge.imagebuild import builddir
+    from nodeforge.publish import glance
 
     cfg = ctx.config
     b = builddir.load(ctx.previous["build"]["build_dir"])
@@ -295,7 +297,7 @@ def publish(ctx: StageContext) -> dict:
 
 
 def promote(ctx: StageContext) -> dict:
-    from nodeforge.imagebuild import catalog
+    from nodeforge.publish import catalog
 
     conn, policy = ctx.conn(), ctx.config.policy()
     images = ctx.previous["publish"]["images"]

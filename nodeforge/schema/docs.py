@@ -28,11 +28,11 @@ from nodeforge.schema.loader import _size
 # Modules that register file kinds (a module missing here is not documented;
 # one that registers nothing costs nothing).
 DOCUMENTED_MODULES = (
-    "nodeforge.imagebuild.lockfile",
-    "nodeforge.imagebuild.sources",
-    "nodeforge.imagebuild.retention",
+    "nodeforge.pins.lockfile",
+    "nodeforge.pins.sources",
+    "nodeforge.publish.retention",
     "nodeforge.imagebuild.manifest",
-    "nodeforge.imagebuild.verifyreport",
+    "nodeforge.imageverify.verifyreport",
     "nodeforge.ironic.inventory",
     "nodeforge.ironic.profiles",
     "nodeforge.ironic.bulk",

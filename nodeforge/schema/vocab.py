@@ -4,7 +4,7 @@ shown in errors and in ``docs/schemas.md``).
 
 The rules are the superset of what the feature modules checked by hand
 (ironic/inventory.py, ironic/profiles.py, compute/flavors.py, templates.py,
-imagebuild/lockfile.py, scope.py); each type's docstring-comment names the
+pins/lockfile.py, scope.py); each type's docstring-comment names the
 service rule it follows. Every checker is also a plain function
 (``check_*``, returning the value or raising ``ValueError`` with the message)
 for code that validates outside a model.

@@ -10,9 +10,9 @@ from pathlib import Path
 from nodeforge.demo import __main__ as demo
 from nodeforge.devcloud.upstream_mirror import MirrorServer
 from nodeforge.demo.fixtures import write_sources
-from nodeforge.imagebuild import lockfile as lf, release
-from nodeforge.imagebuild.cache import Cache, Downloader, RetryPolicy
-from nodeforge.imagebuild.sources import Sources
+from nodeforge.pins import lockfile as lf, release
+from nodeforge.pins.cache import Cache, Downloader, RetryPolicy
+from nodeforge.pins.sources import Sources
 from nodeforge.pipeline.stages import PRODUCTION_LOCKFILE
 
 REPO = Path(__file__).resolve().parents[2]

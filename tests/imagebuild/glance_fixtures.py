@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from nodeforge.imagebuild import glance as g
-from nodeforge.imagebuild.retention import RetentionPolicy
+from nodeforge.publish import glance as g
+from nodeforge.publish.retention import RetentionPolicy
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import os
 import shutil
 from pathlib import Path
 
-from nodeforge.imagebuild import boottest
+from nodeforge.imageverify import boottest
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACT_CACHE = REPO / ".cache" / "artifacts"

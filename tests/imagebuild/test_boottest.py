@@ -24,8 +24,9 @@ import pytest
 import yaml
 
 from nodeforge import cli
-from nodeforge.imagebuild import boottest, builddir, verify_guest, verifychecks as vc
-from nodeforge.imagebuild.cache import Cache
+from nodeforge.imagebuild import builddir
+from nodeforge.imageverify import boottest, verify_guest, verifychecks as vc
+from nodeforge.pins.cache import Cache
 from tests.imagebuild.builddir_factory import make_build_dir
 from tests.imagebuild.verify_fixture import guest_for
 from tests.prereq import require_tools
@@ -383,7 +384,7 @@ def test_cli_prints_the_report_and_exits_non_zero_on_a_failed_check(tmp_path, mo
 
 def test_member_digest_from_the_pinned_archive(tmp_path):
     from tests.demo.fixture_artifacts import artifact_bytes
-    from nodeforge.imagebuild.lockfile import Arch, Component
+    from nodeforge.pins.lockfile import Arch, Component
 
     data = artifact_bytes(Component.CONTAINERD, "2.3.4", Arch.AMD64)
     sha = hashlib.sha256(data).hexdigest()

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from nodeforge.imagebuild import build, lockfile, package_base as pb
+from nodeforge.imagebuild import build, package_base as pb
+from nodeforge.pins import lockfile
 from tests.imagebuild.test_image_build import _cat, _root_fs
 from tests.prereq import require
 

@@ -6,8 +6,8 @@ import pytest
 
 from nodeforge.errors import MissingToolError
 from nodeforge.imagebuild import build
-from nodeforge.imagebuild.cache import Cache
-from nodeforge.imagebuild.lockfile import Arch, Component, load
+from nodeforge.pins.cache import Cache
+from nodeforge.pins.lockfile import Arch, Component, load
 
 
 @pytest.fixture(autouse=True)

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from nodeforge.devcloud.upstream_mirror import FaultKind
-from nodeforge.imagebuild.cache import (
+from nodeforge.pins.cache import (
     Cache, ChecksumMismatch, DownloadError, Downloader, NotFoundError, UnreachableError,
 )
-from nodeforge.imagebuild.lockfile import Arch, Component
+from nodeforge.pins.lockfile import Arch, Component
 
 from .conftest import FAST_RETRY
 
@@ -125,7 +125,7 @@ def test_kill_during_download_leaves_no_file_under_the_final_name(mirror, upstre
     mirror.inject("*/kubelet", FaultKind.STALL, times=None)
     cache = Cache(tmp_path / "killcache")
     script = textwrap.dedent(f"""
-        from nodeforge.imagebuild.cache import Cache, Downloader
+        from nodeforge.pins.cache import Cache, Downloader
         Downloader(Cache({str(cache.root)!r})).fetch({url!r}, {digest!r}, artifact="kubelet")
     """)
     proc = subprocess.Popen([sys.executable, "-c", script])
@@ -181,7 +181,7 @@ def test_local_write_error_is_not_retried_and_leaves_nothing(mirror, upstream, s
         import resource, signal
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
-        from nodeforge.imagebuild.cache import Cache, Downloader, RetryPolicy
+        from nodeforge.pins.cache import Cache, Downloader, RetryPolicy
         try:
             Downloader(Cache({str(cache.root)!r}), RetryPolicy(attempts=3, initial=0.01)).fetch(
                 {url!r}, {digest!r}, artifact="kubelet")

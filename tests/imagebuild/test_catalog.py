@@ -11,8 +11,9 @@ import pytest
 
 from nodeforge import cli
 from nodeforge.errors import ConfigError
-from nodeforge.imagebuild import builddir, catalog, glance as g, retention
-from nodeforge.imagebuild.retention import Expire, RetentionPolicy
+from nodeforge.imagebuild import builddir
+from nodeforge.publish import catalog, glance as g, retention
+from nodeforge.publish.retention import Expire, RetentionPolicy
 from tests.imagebuild.builddir_factory import make_build_dir
 from tests.imagebuild.glance_fixtures import admin, member, policy, tracker  # noqa: F401 - fixtures
 

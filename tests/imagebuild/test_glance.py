@@ -13,8 +13,9 @@ import urllib.parse
 
 import pytest
 
-from nodeforge.imagebuild import builddir, glance as g
-from nodeforge.imagebuild.retention import RetentionPolicy
+from nodeforge.imagebuild import builddir
+from nodeforge.publish import glance as g
+from nodeforge.publish.retention import RetentionPolicy
 from tests.imagebuild.builddir_factory import make_build_dir
 from tests.imagebuild.glance_fixtures import admin, member, policy, tracker  # noqa: F401 - fixtures
 from tests.imagebuild.verify_fixture import write_verify

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from nodeforge.imagebuild import checksums, lockfile, manifest as mf
-from nodeforge.imagebuild.lockfile import Arch, Component
+from nodeforge.imagebuild import checksums, manifest as mf
+from nodeforge.pins import lockfile
+from nodeforge.pins.lockfile import Arch, Component
 
 pytestmark = [pytest.mark.slow, pytest.mark.devcloud]
 MTOOLS_ENV = dict(os.environ, MTOOLS_SKIP_CHECK="1")

@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from nodeforge.errors import ConfigError
-from nodeforge.imagebuild import lockfile
-from nodeforge.imagebuild.lockfile import Arch, BaseOS, Component, MinorPins, Pin, Version
+from nodeforge.pins import lockfile
+from nodeforge.pins.lockfile import Arch, BaseOS, Component, MinorPins, Pin, Version
 from tests.prereq import require
 
 REPO = Path(__file__).resolve().parents[2]

@@ -7,7 +7,8 @@ import hashlib
 import json
 from pathlib import Path
 
-from nodeforge.imagebuild import lockfile, manifest
+from nodeforge.imagebuild import manifest
+from nodeforge.pins import lockfile
 
 STATUS = """Package: bash
 Status: install ok installed

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from nodeforge.imagebuild import build, lockfile, package_base as pb, render
+from nodeforge.imagebuild import build, package_base as pb, render
+from nodeforge.pins import lockfile
 from tests.demo.fixture_artifacts import COMPANIONS, KUBERNETES, make_demo
 
 MIRRORS = {"main": "http://deb.example.org/debian", "security": "http://deb.example.org/debian-security"}

@@ -16,8 +16,8 @@ import time
 
 from nodeforge.devcloud.upstream_mirror import FaultKind, MirrorServer
 from nodeforge.errors import ExitCode
-from nodeforge.imagebuild import lockfile
-from nodeforge.imagebuild.lockfile import Arch, Component
+from nodeforge.pins import lockfile
+from nodeforge.pins.lockfile import Arch, Component
 
 
 

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from nodeforge.errors import ConfigError
-from nodeforge.imagebuild import lockfile, render
-from nodeforge.imagebuild.lockfile import Arch
+from nodeforge.imagebuild import render
+from nodeforge.pins import lockfile
+from nodeforge.pins.lockfile import Arch
 from tests.prereq import require, require_tools
 
 

@@ -8,8 +8,8 @@ import logging
 
 import pytest
 
-from nodeforge.imagebuild import catalog
-from nodeforge.imagebuild.retention import Expire, RetentionPolicy, magnum_hold
+from nodeforge.publish import catalog
+from nodeforge.publish.retention import Expire, RetentionPolicy, magnum_hold
 from nodeforge.magnum import live
 from tests.imagebuild.test_catalog import _img
 

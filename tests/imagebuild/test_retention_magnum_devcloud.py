@@ -11,8 +11,9 @@ import random
 import pytest
 
 from nodeforge import cli
-from nodeforge.imagebuild import builddir, catalog, glance as g
-from nodeforge.imagebuild.retention import Expire, RetentionPolicy
+from nodeforge.imagebuild import builddir
+from nodeforge.publish import catalog, glance as g
+from nodeforge.publish.retention import Expire, RetentionPolicy
 from tests.imagebuild.builddir_factory import make_build_dir
 from tests.imagebuild.glance_fixtures import Tracker
 from tests.magnum.live_cloud import LiveCloud

@@ -21,9 +21,11 @@ import pytest
 
 from nodeforge import cli
 from nodeforge.errors import UsageError
-from nodeforge.imagebuild import builddir, catalog, glance as g, lockfile
+from nodeforge.imagebuild import builddir
+from nodeforge.pins import lockfile
+from nodeforge.publish import catalog, glance as g
 from nodeforge.imagebuild.builddir import write_sums
-from nodeforge.imagebuild.retention import Expire, RetentionPolicy
+from nodeforge.publish.retention import Expire, RetentionPolicy
 from nodeforge.ironic import constants as IC
 from nodeforge.pipeline import PipelineConfig
 from tests.imagebuild.builddir_factory import make_build_dir

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from nodeforge.errors import ConfigError
-from nodeforge.imagebuild.lockfile import Arch, Component
-from nodeforge.imagebuild.sources import SourceName, Sources, parse_checksum_file
+from nodeforge.pins.lockfile import Arch, Component
+from nodeforge.pins.sources import SourceName, Sources, parse_checksum_file
 
 
 def test_upstream_layouts():

@@ -18,8 +18,10 @@ from pathlib import Path
 import pytest
 
 from nodeforge import cli
-from nodeforge.imagebuild import boottest, builddir, catalog, glance as g, verifyreport
-from nodeforge.imagebuild.retention import RetentionPolicy
+from nodeforge.imagebuild import builddir
+from nodeforge.imageverify import boottest, verifyreport
+from nodeforge.publish import catalog, glance as g
+from nodeforge.publish.retention import RetentionPolicy
 from tests.imagebuild.builddir_factory import make_build_dir
 from tests.imagebuild.fake_glance import FakeConn
 from tests.imagebuild.glance_fixtures import admin, member, policy, tracker  # noqa: F401 - fixtures

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import yaml
 
-from nodeforge.imagebuild import boottest, builddir, verifychecks as vc
+from nodeforge.imagebuild import builddir
+from nodeforge.imageverify import boottest, verifychecks as vc
 
 REPO = Path(__file__).resolve().parents[2]
 PROFILE = yaml.safe_load((REPO / "elements/k8s-hardening/profile.yaml").read_text())

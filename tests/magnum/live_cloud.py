@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 
 from nodeforge.compute import flavors as F
-from nodeforge.imagebuild import glance as g
+from nodeforge.publish import glance as g
 from nodeforge.magnum import client
 
 DRIVER = "k8s_cluster_api_debian"

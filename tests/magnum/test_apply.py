@@ -101,7 +101,7 @@ def test_only_the_files_scope_is_touched_and_names_are_never_reused():
 
 def test_a_file_without_scope_owns_by_its_derived_scope():
     p = A.plan_template(T.resolve(parse(TEXT, PATH), state()), [], [])
-    assert p.scope == T.parse(__import__("nodeforge.imagebuild.yamlfile", fromlist=["x"]).load(PATH, TEXT),
+    assert p.scope == T.parse(__import__("nodeforge.schema.loader", fromlist=["x"]).load_yaml_tree(PATH, TEXT),
                               PATH).ownership_scope
     assert p.scope.startswith("t1-") and p.body["labels"]["nodeforge_scope"] == p.scope
 

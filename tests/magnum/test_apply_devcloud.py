@@ -34,8 +34,9 @@ import yaml
 from nodeforge import cli
 from nodeforge.compute import flavors as F
 from nodeforge.devcloud import magnum as dc_magnum
-from nodeforge.imagebuild import builddir, catalog, glance as g
-from nodeforge.imagebuild.retention import RetentionPolicy
+from nodeforge.imagebuild import builddir
+from nodeforge.publish import catalog, glance as g
+from nodeforge.publish.retention import RetentionPolicy
 from nodeforge.magnum import client as mc
 from tests.imagebuild.builddir_factory import make_build_dir
 from tests.imagebuild.glance_fixtures import Tracker

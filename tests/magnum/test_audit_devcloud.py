@@ -12,7 +12,7 @@ import json
 import pytest
 
 from nodeforge import cli
-from nodeforge.imagebuild import glance as g
+from nodeforge.publish import glance as g
 from tests.magnum.live_cloud import LiveCloud
 
 pytestmark = pytest.mark.devcloud

@@ -10,7 +10,7 @@ import pytest
 
 from nodeforge import templates as T
 from nodeforge.errors import ConfigError
-from nodeforge.imagebuild import yamlfile
+from nodeforge.schema.loader import load_yaml_tree
 from tests.test_templates import NETWORKS, SUBNETS, flavor, image, node
 
 TEXT = """\
@@ -43,7 +43,7 @@ def state(os_distro="debian", disk=446, vm_os=None, scope=None):
 
 
 def parse(text=TEXT, path="tmpl.yaml") -> T.Template:
-    return T.parse(yamlfile.load(path, text), path)
+    return T.parse(load_yaml_tree(path, text), path)
 
 
 def edit(text: str, old: str, new: str) -> str:

@@ -17,9 +17,9 @@ import pytest
 from nodeforge import cli
 from nodeforge.devcloud.upstream_mirror import FixtureUpstream, MirrorServer
 from nodeforge.errors import UsageError
-from nodeforge.imagebuild import lockfile as lf
-from nodeforge.imagebuild.lockfile import Component
-from nodeforge.imagebuild.sources import SourceName
+from nodeforge.pins import lockfile as lf
+from nodeforge.pins.lockfile import Component
+from nodeforge.pins.sources import SourceName
 from nodeforge.pipeline import runrecord as rr
 from nodeforge.pipeline import stages as st
 from nodeforge.pipeline.lock import PipelineLocked, RunLock

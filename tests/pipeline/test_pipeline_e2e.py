@@ -18,7 +18,8 @@ import json
 
 import pytest
 
-from nodeforge.imagebuild import catalog, lockfile as lf
+from nodeforge.pins import lockfile as lf
+from nodeforge.publish import catalog
 from nodeforge.pipeline import runrecord as rr
 from nodeforge.pipeline.stages import FIXTURE_PROPERTY
 

@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from nodeforge.errors import ConfigError
-from nodeforge.imagebuild import sources as S
-from nodeforge.imagebuild.cache import Cache, Downloader, DownloadError, NotFoundError, RetryPolicy
+from nodeforge.pins import sources as S
+from nodeforge.pins.cache import Cache, Downloader, DownloadError, NotFoundError, RetryPolicy
 
 REPO = Path(__file__).resolve().parents[2]
 LOCKFILE = REPO / "manifests" / "versions.yaml"
@@ -155,7 +155,7 @@ def test_sources_load_refuses_credentials_by_field_and_keeps_plain_urls():
 def test_downloader_logs_and_raises_only_redacted_urls(tmp_path, mirror503, mirror404, caplog):
     """Whatever URL the downloader is handed, its retry log lines and errors never show credentials."""
     dl = Downloader(Cache(tmp_path / "c"), RetryPolicy(attempts=3, initial=0.01, maximum=0.02))
-    caplog.set_level(logging.INFO, logger="nodeforge.imagebuild.cache")
+    caplog.set_level(logging.INFO, logger="nodeforge.pins.cache")
     for host, expected in ((mirror503[0], DownloadError), (mirror404[0], NotFoundError)):
         url = f"http://{USER}:{PASSWORD}@{host}/k8s/release/stable.txt?token={TOKEN}"
         with pytest.raises(expected) as info:

@@ -28,8 +28,9 @@ import enum
 import logging
 
 from nodeforge.errors import NodeforgeError
-from nodeforge.imagebuild import glance as g, verifyreport
-from nodeforge.imagebuild.retention import Expire, RetentionPolicy, magnum_hold
+from nodeforge.imageverify import verifyreport
+from nodeforge.publish import glance as g
+from nodeforge.publish.retention import Expire, RetentionPolicy, magnum_hold
 
 log = logging.getLogger(__name__)
 P = g.P

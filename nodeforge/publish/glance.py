@@ -58,9 +58,9 @@ from pathlib import Path
 from typing import Iterable
 
 from nodeforge.errors import NodeforgeError, UsageError
-from nodeforge.imagebuild import verifyreport
+from nodeforge.imageverify import verifyreport
 from nodeforge.imagebuild.builddir import BuildDir, VariantImage, VerifyStatus
-from nodeforge.imagebuild.retention import RetentionPolicy
+from nodeforge.publish.retention import RetentionPolicy
 from nodeforge import scope as IC
 
 log = logging.getLogger(__name__)

@@ -9,7 +9,7 @@ and imports nothing from nodeforge.
 It only **observes**: the host sends a list of probes (``probes.json``), this
 script answers each with what it sees (versions printed, file digests, unit
 states, sysctls, ``sshd -T``, file modes, globs, sizes), and the host decides
-pass/fail (``nodeforge.imagebuild.verifychecks``), so every expectation lives
+pass/fail (``nodeforge.imageverify.verifychecks``), so every expectation lives
 in one place and is unit-tested on the host.
 
 The report goes to the second serial port (``/dev/ttyS1``, a file on the host

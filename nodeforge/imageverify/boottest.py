@@ -56,8 +56,9 @@ from typing import Callable
 from nodeforge import hosttools
 from nodeforge.fsutil import atomic_write
 from nodeforge.errors import MissingToolError, NodeforgeError
-from nodeforge.imagebuild import builddir, checksums, verify_guest, verifychecks as vc, verifyreport
-from nodeforge.imagebuild.cache import Cache
+from nodeforge.imagebuild import builddir, checksums
+from nodeforge.imageverify import verify_guest, verifychecks as vc, verifyreport
+from nodeforge.pins.cache import Cache
 
 log = logging.getLogger(__name__)
 

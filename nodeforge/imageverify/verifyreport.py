@@ -44,7 +44,7 @@ import json
 import re
 
 from nodeforge.errors import NodeforgeError
-from nodeforge.imagebuild import verifychecks as vc
+from nodeforge.imageverify import verifychecks as vc
 from nodeforge.schema.loader import strict_json
 
 SCHEMA = "nodeforge-image-verify/2"

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Annotated, Mapping
 
 from nodeforge.errors import ConfigError
-from nodeforge.imagebuild.lockfile import Arch, Artifact, Component
+from nodeforge.pins.lockfile import Arch, Artifact, Component
 from nodeforge.redact import redact_url
 from nodeforge.schema import Declared, Rule, register, validate, vocab
 from nodeforge.schema import load as schema_load

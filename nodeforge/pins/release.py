@@ -1,8 +1,8 @@
 """Watch upstream Kubernetes releases and move the lockfile: check, bump, prefetch.
 
-Each function takes a :class:`~nodeforge.imagebuild.lockfile.Lockfile`, the
-:class:`~nodeforge.imagebuild.sources.Sources` and a
-:class:`~nodeforge.imagebuild.cache.Downloader`, and returns plain data for the
+Each function takes a :class:`~nodeforge.pins.lockfile.Lockfile`, the
+:class:`~nodeforge.pins.sources.Sources` and a
+:class:`~nodeforge.pins.cache.Downloader`, and returns plain data for the
 CLI to render. Nothing here prints.
 """
 
@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import Callable, Iterable, TypeVar
 
 from nodeforge.errors import NodeforgeError, PartialFailure, UsageError
-from nodeforge.imagebuild import lockfile as lf
-from nodeforge.imagebuild.cache import DownloadError, Downloader, Fetched, NotFoundError
-from nodeforge.imagebuild.lockfile import Arch, Artifact, Component, Lockfile, MinorPins, Pin, Version
-from nodeforge.imagebuild.sources import SOURCE_OF, Sources, SourceName, parse_checksum_file, relpath
-from nodeforge.imagebuild.yamlfile import atomic_write
+from nodeforge.pins import lockfile as lf
+from nodeforge.pins.cache import DownloadError, Downloader, Fetched, NotFoundError
+from nodeforge.pins.lockfile import Arch, Artifact, Component, Lockfile, MinorPins, Pin, Version
+from nodeforge.pins.sources import SOURCE_OF, Sources, SourceName, parse_checksum_file, relpath
+from nodeforge.schema.loader import atomic_write
 
 MAINTAINED = 3  # upstream maintains the three newest minors
 BUNDLE_FORMAT = "nodeforge-bundle/1"

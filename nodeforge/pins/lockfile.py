@@ -34,7 +34,7 @@ from ruamel.yaml.scalarstring import DoubleQuotedScalarString
 
 from nodeforge import scope as IC
 from nodeforge.errors import ConfigError
-from nodeforge.imagebuild import yamlfile
+from nodeforge.schema import loader as yamlfile
 from nodeforge.schema import Declared, Rule, SchemaError, register, validate, vocab
 from nodeforge.schema import load as schema_load
 
