@@ -1,35 +1,34 @@
 """Ironic behind one interface: :class:`Provisioner` (a Protocol), with the
-openstacksdk implementation :class:`SdkProvisioner` and the in-memory
-:class:`FakeProvisioner` for state-machine unit tests.
+openstacksdk implementation :class:`SdkProvisioner` (the in-memory double
+for state-machine unit tests is ``tests/support/ironic.py``).
 
 Nodes and ports travel as plain dicts in Ironic's JSON shape. Every write
-goes through :meth:`_write`, which counts it (``writes``) so tests and the
-benchmark can prove that a no-change run makes zero writes.
+attempt is counted (``writes``) so tests and the benchmark can prove that a
+no-change run makes zero writes.
 
-Errors: one :class:`IronicError` with a :class:`ErrorKind` read from the
-status *and the body*: Ironic answers 409 both for NodeLocked (transient:
-retried with capped, jittered backoff) and for duplicates (permanent: never
-retried). Messages are scrubbed; request bodies are never put in errors.
+Calls, paging, error mapping and retries are :mod:`nodeforge.transport`'s:
+one :class:`IronicError` with an :class:`ErrorKind` read from the status
+*and the body*: Ironic answers 409 both for NodeLocked (transient: retried
+by the API retry policy, capped jittered backoff) and for duplicates
+(permanent: never retried). Messages are scrubbed; request bodies are never
+put in errors. The adaptive pacing (:mod:`nodeforge.ironic.pacing`) sees
+every attempt: a slot before it, status (409 NodeLocked, 503, network) and
+latency after it.
 """
 
 from __future__ import annotations
 
-import enum
-import json
-import logging
-import random
 import threading
-import time
-import uuid as uuidlib
 from typing import Any, Protocol
 
+from nodeforge import transport as T
 from nodeforge.errors import NodeforgeError
 from nodeforge.ironic import constants as C
-from nodeforge.ironic.constants import ProvisionState as PS, Verb
+from nodeforge.ironic.constants import Verb
 from nodeforge.ironic.pacing import Pacer
 from nodeforge.redact import scrub
+from nodeforge.transport import ErrorKind, RetryPolicy
 
-log = logging.getLogger(__name__)
 
 NODE_FIELDS = ["uuid", "name", "driver", "driver_info", "properties", "resource_class", "traits", "owner",
                "extra", "provision_state", "target_provision_state", "last_error", "maintenance",
@@ -39,20 +38,8 @@ NODE_FIELDS = ["uuid", "name", "driver", "driver_info", "properties", "resource_
                                             "vendor"))]
 
 
-class ErrorKind(str, enum.Enum):
-    LOCKED = "locked"            # 409 NodeLocked: retry
-    UNAVAILABLE = "unavailable"  # 503 no free conductor: retry
-    DUPLICATE = "duplicate"      # 409 already exists: never retry
-    CONFLICT = "conflict"        # other 409 (invalid state transition)
-    NOT_FOUND = "not_found"
-    INVALID = "invalid"          # 400
-    AUTH = "auth"                # 401/403
-    NETWORK = "network"
-    OTHER = "other"
-
-    @property
-    def retriable(self) -> bool:
-        return self in (ErrorKind.LOCKED, ErrorKind.UNAVAILABLE, ErrorKind.NETWORK)
+# ErrorKind and RetryPolicy are the transport's (re-exported here: callers read exc.kind).
+__all__ = ["ErrorKind", "IronicError", "Provisioner", "RetryPolicy", "SdkProvisioner", "classify"]
 
 
 class IronicError(NodeforgeError):
@@ -65,43 +52,18 @@ class IronicError(NodeforgeError):
         super().__init__(operation=operation, status=status or kind.value, detail=self.detail)
 
 
+# 409 bodies that say what the conflict is: a duplicate (never retried) or NodeLocked (retried).
+MARKERS = {ErrorKind.DUPLICATE: C.DUPLICATE_MARKERS, ErrorKind.LOCKED: C.LOCKED_MARKERS}
+
+
 def classify(status: int, body: str) -> tuple[ErrorKind, str]:
     """ErrorKind and the human message (``faultstring``) of an Ironic error answer."""
-    detail = body
-    try:
-        data = json.loads(body)
-        inner = data.get("error_message", data)
-        if isinstance(inner, str):
-            inner = json.loads(inner)
-        detail = inner.get("faultstring") or body
-    except (ValueError, AttributeError, TypeError):
-        pass
-    low = detail.lower()
-    if status == 409:
-        if any(m in low for m in C.DUPLICATE_MARKERS):
-            return ErrorKind.DUPLICATE, detail
-        if any(m in low for m in C.LOCKED_MARKERS):
-            return ErrorKind.LOCKED, detail
-        return ErrorKind.CONFLICT, detail
-    if status == 503:
-        return ErrorKind.UNAVAILABLE, detail
-    if status == 404:
-        return ErrorKind.NOT_FOUND, detail
-    if status in (401, 403):
-        return ErrorKind.AUTH, detail
-    if status == 400:
-        return ErrorKind.INVALID, detail
-    return ErrorKind.OTHER, detail
+    failure = T.classify(status, body, markers=MARKERS)
+    return failure.kind, failure.detail
 
 
-class RetryPolicy:
-    """Capped exponential backoff with jitter for LOCKED/UNAVAILABLE answers."""
-
-    def __init__(self, attempts: int = 6, base: float = 0.25, cap: float = 4.0):
-        self.attempts, self.base, self.cap = attempts, base, cap
-
-    def delay(self, attempt: int) -> float:
-        return min(self.cap, self.base * 2 ** attempt) * (0.5 + random.random() / 2)
+def _error(failure: T.Failure, what: str) -> IronicError:
+    return IronicError(operation=what, status=failure.status, kind=failure.kind, detail=failure.detail)
 
 
 class Provisioner(Protocol):
@@ -156,59 +118,21 @@ class SdkProvisioner:
 
     # -- transport
     def _call(self, method: str, url: str, operation: str, *, json_body: Any = None, write: bool = False,
-              microversion: str | None = None):
-        from keystoneauth1 import exceptions as ks_exc
+              microversion: str | None = None, missing_ok: bool = False):
+        resp = T.request(self.adapter, method, url, what=operation, error=_error, retry=self.retry,
+                         observer=_Attempts(self, write), on_retry=self._retried, markers=MARKERS,
+                         missing_ok=missing_ok, json=json_body, microversion=microversion or self.version)
+        return T.json_of(resp)
 
-        attempt = 0
-        while True:
-            if write:
-                with self._lock:
-                    self.writes += 1
-            pacer = self.pacer
-            if pacer is not None:
-                pacer.acquire(wait=write)       # a read goes ahead of queued writes
-            started, status = time.monotonic(), None
-            try:
-                resp = self.adapter.request(url, method, json=json_body, microversion=microversion or self.version,
-                                            raise_exc=False, status_code_retries=0, connect_retries=2)
-            except ks_exc.ConnectionError as exc:
-                kind, detail, status = ErrorKind.NETWORK, type(exc).__name__, None
-            else:
-                status = resp.status_code
-            finally:
-                if pacer is not None:
-                    pacer.release()
-            latency = time.monotonic() - started
-            if status is not None:
-                if status < 400:
-                    if pacer is not None:
-                        pacer.record(status, latency, listing=not write)
-                    return resp.json() if resp.content else None
-                kind, detail = classify(status, resp.text)
-            if pacer is not None:
-                # Only NodeLocked among the 409s says "busy" (a duplicate or a wrong state does not).
-                seen = "409-conflict" if status == 409 and kind is not ErrorKind.LOCKED else status
-                pacer.record(seen, latency, listing=not write)
-            if kind.retriable and attempt + 1 < self.retry.attempts:
-                delay = self.retry.delay(attempt)
-                log.info("%s: %s (%s); retrying in %.1fs", operation, kind.value, scrub(detail), delay)
-                with self._lock:
-                    self.retries += 1
-                    key = str(status) if status else kind.value
-                    self.retried[key] = self.retried.get(key, 0) + 1
-                time.sleep(delay)
-                attempt += 1
-                continue
-            raise IronicError(operation=operation, status=status, kind=kind, detail=detail)
+    def _retried(self, failure: T.Failure, delay: float) -> None:
+        with self._lock:
+            self.retries += 1
+            self.retried[failure.key] = self.retried.get(failure.key, 0) + 1
 
-    def _paged(self, url: str, key: str) -> list[dict]:
-        out: list[dict] = []
-        while url:
-            data = self._call("GET", url, f"list {key}")
-            out.extend(data.get(key, []))
-            nxt = data.get("next")
-            url = nxt.split("/v1", 1)[1] if nxt else None
-        return out
+    def _paged(self, url: str, key: str, microversion: str | None = None) -> list[dict]:
+        return T.paged(self.adapter, url, key, what=f"list {key}", error=_error, retry=self.retry,
+                       observer=_Attempts(self, False), on_retry=self._retried, markers=MARKERS,
+                       microversion=microversion or self.version)
 
     # -- reads
     def list_nodes(self, fields: list[str] | None = None) -> list[dict]:
@@ -226,13 +150,8 @@ class SdkProvisioner:
     def get_inventory(self, ident: str) -> dict | None:
         """Stored inspection data (``{"inventory": ..., "plugin_data": ...}``),
         or None when the node was never inspected (API 1.81)."""
-        try:
-            return self._call("GET", f"/nodes/{ident}/inventory", f"get inventory of {ident}",
-                              microversion=C.INVENTORY_API_VERSION)
-        except IronicError as exc:
-            if exc.kind is ErrorKind.NOT_FOUND:
-                return None
-            raise
+        return self._call("GET", f"/nodes/{ident}/inventory", f"get inventory of {ident}",
+                          microversion=C.INVENTORY_API_VERSION, missing_ok=True)
 
     # -- writes
     def create_node(self, body: dict) -> dict:
@@ -279,7 +198,7 @@ class SdkProvisioner:
         return self._call("PATCH", f"/chassis/{ident}", f"update chassis {ident}", json_body=patch, write=True)
 
     def list_portgroups(self, microversion: str | None = None) -> list[dict]:
-        return self._paged_at(f"/portgroups/detail?limit={C.PAGE_LIMIT}", "portgroups", microversion)
+        return self._paged(f"/portgroups/detail?limit={C.PAGE_LIMIT}", "portgroups", microversion)
 
     def create_portgroup(self, body: dict, microversion: str | None = None) -> dict:
         return self._call("POST", "/portgroups", f"create port group {body.get('name') or body.get('address')}",
@@ -299,257 +218,43 @@ class SdkProvisioner:
                           microversion=microversion)
 
     def list_nodes_at(self, microversion: str) -> list[dict]:
-        return self._paged_at(f"/nodes/detail?limit={C.PAGE_LIMIT}", "nodes", microversion)
+        return self._paged(f"/nodes/detail?limit={C.PAGE_LIMIT}", "nodes", microversion)
 
     def list_ports_at(self, microversion: str) -> list[dict]:
-        return self._paged_at(f"/ports/detail?limit={C.PAGE_LIMIT}", "ports", microversion)
+        return self._paged(f"/ports/detail?limit={C.PAGE_LIMIT}", "ports", microversion)
 
     def patch_node_at(self, ident: str, patch: list[dict], microversion: str) -> dict:
         return self._call("PATCH", f"/nodes/{ident}", f"update node {ident}", json_body=patch, write=True,
                           microversion=microversion)
 
-    def _paged_at(self, url: str, key: str, microversion: str | None) -> list[dict]:
-        out: list[dict] = []
-        while url:
-            data = self._call("GET", url, f"list {key}", microversion=microversion)
-            out.extend(data.get(key, []))
-            nxt = data.get("next")
-            url = nxt.split("/v1", 1)[1] if nxt else None
-        return out
 
+class _Attempts:
+    """Every attempt of one call, seen by the provisioner: writes counted, and the pacer's
+    slot taken before it and given back after it, with the answer's status and latency."""
 
-# ------------------------------------------------------------------------------ fake
+    __slots__ = ("prov", "write")
 
-class FakeProvisioner:
-    """In-memory Ironic for state-machine unit tests.
+    def __init__(self, prov: SdkProvisioner, write: bool):
+        self.prov, self.write = prov, write
 
-    ``behaviour[name][verb]`` scripts what a verb does: ``"ok"`` (default),
-    ``"fail:<message>"`` (ends in the verb's failure state), ``"hang"`` (stays
-    transient), ``"locked:N"`` (the first N calls answer LOCKED). A verb moves
-    the node to its transient state; the next read lands it."""
+    def begin(self) -> None:
+        if self.write:
+            with self.prov._lock:
+                self.prov.writes += 1
+        if self.prov.pacer is not None:
+            self.prov.pacer.acquire(wait=self.write)     # a read goes ahead of queued writes
 
-    TRANSIENT = {Verb.MANAGE: PS.VERIFYING, Verb.INSPECT: PS.INSPECTING, Verb.CLEAN: PS.CLEANING,
-                 Verb.PROVIDE: PS.CLEANING}
-    FAILED = {Verb.MANAGE: PS.ENROLL, Verb.INSPECT: PS.INSPECT_FAILED, Verb.CLEAN: PS.CLEAN_FAILED,
-              Verb.PROVIDE: PS.CLEAN_FAILED}
-
-    def __init__(self, behaviour: dict | None = None):
-        self.behaviour = behaviour or {}
-        self.nodes: dict[str, dict] = {}
-        self.ports: dict[str, dict] = {}
-        self.pending: dict[str, Verb] = {}
-        self.calls: list[tuple[str, str]] = []
-        self.inventories: dict[str, dict] = {}   # node name -> stored inspection data
-        self.writes = 0
-        self.retries = 0
-        self.retried: dict[str, int] = {}
-        self._locked: dict[tuple[str, Verb], int] = {}
-
-    def _node(self, ident: str) -> dict:
-        for n in self.nodes.values():
-            if ident in (n["uuid"], n["name"]):
-                return n
-        raise IronicError(operation="get node", status=404, kind=ErrorKind.NOT_FOUND, detail=f"node {ident} not found")
-
-    def _land(self, n: dict) -> None:
-        verb = self.pending.get(n["uuid"])
-        if verb is None:
+    def end(self, status: int | None, failure: T.Failure | None, latency: float) -> None:
+        pacer = self.prov.pacer
+        if pacer is None:
             return
-        mode = self.behaviour.get(n["name"], {}).get(verb.value, "ok")
-        if mode == "hang":
-            return
-        del self.pending[n["uuid"]]
-        n["target_provision_state"] = None
-        if mode.startswith("fail:"):
-            n["provision_state"] = self.FAILED[verb].value
-            n["last_error"] = mode[5:]
+        pacer.release()
+        if failure is None and status is None:
+            return                                       # no answer at all: not a signal
+        if failure is None:
+            seen = status
+        elif failure.kind in (ErrorKind.DUPLICATE, ErrorKind.CONFLICT):
+            seen = "409-conflict"      # only NodeLocked among the 409s says "busy"
         else:
-            n["provision_state"] = C.EXPECTED_STATE[verb].value
-            n["last_error"] = None
-
-    def list_nodes(self, fields: list[str] | None = None) -> list[dict]:
-        for n in self.nodes.values():
-            self._land(n)
-        nodes = [json.loads(json.dumps(n)) for n in self.nodes.values()]
-        return [{k: n.get(k) for k in fields} for n in nodes] if fields else nodes
-
-    def list_ports(self) -> list[dict]:
-        return [dict(p) for p in self.ports.values()]
-
-    def get_node(self, ident: str) -> dict:
-        n = self._node(ident)
-        self._land(n)
-        return json.loads(json.dumps(n))
-
-    def get_inventory(self, ident: str) -> dict | None:
-        return self.inventories.get(self._node(ident)["name"])
-
-    def _write(self, what: str, ident: str) -> None:
-        self.writes += 1
-        self.calls.append((what, ident))
-
-    def create_node(self, body: dict) -> dict:
-        self._write("create_node", body.get("name"))
-        if any(n["name"] == body.get("name") for n in self.nodes.values()):
-            raise IronicError(operation="create node", status=409, kind=ErrorKind.DUPLICATE,
-                              detail=f"A node with name {body.get('name')} already exists.")
-        n = {f: None for f in NODE_FIELDS}
-        n.update({"extra": {}, "properties": {}, "driver_info": {}, "traits": [], "maintenance": False})
-        n.update(json.loads(json.dumps(body)))
-        n["uuid"] = str(uuidlib.uuid4())
-        n["provision_state"] = PS.ENROLL.value
-        for k in n["driver_info"]:
-            if k in C.SECRET_DRIVER_INFO_KEYS:
-                n["driver_info"][k] = "******"
-        self.nodes[n["uuid"]] = n
-        return dict(n)
-
-    def patch_node(self, ident: str, patch: list[dict]) -> dict:
-        self._write("patch_node", ident)
-        n = self._node(ident)
-        for op in patch:
-            parts = op["path"].strip("/").split("/")
-            target = n
-            for p in parts[:-1]:
-                target = target.setdefault(p, {})
-            if op["op"] == "remove":
-                target.pop(parts[-1], None)
-            else:
-                value = op["value"]
-                if parts[0] == "driver_info" and parts[-1] in C.SECRET_DRIVER_INFO_KEYS:
-                    value = "******"
-                target[parts[-1]] = value
-        return dict(n)
-
-    def set_traits(self, ident: str, traits: list[str]) -> None:
-        self._write("set_traits", ident)
-        self._node(ident)["traits"] = list(traits)
-
-    def create_port(self, node_uuid: str, mac: str) -> dict:
-        self._write("create_port", mac)
-        if any(p["address"] == mac for p in self.ports.values()):
-            raise IronicError(operation="create port", status=409, kind=ErrorKind.DUPLICATE,
-                              detail=f"A port with MAC address {mac} already exists.")
-        p = {"uuid": str(uuidlib.uuid4()), "address": mac, "node_uuid": node_uuid}
-        self.ports[p["uuid"]] = p
-        return dict(p)
-
-    def set_provision_state(self, ident: str, verb: Verb, *, clean_steps=None, disable_ramdisk=None) -> None:
-        n = self._node(ident)
-        self._write(f"provision:{verb.value}", n["name"])
-        mode = self.behaviour.get(n["name"], {}).get(verb.value, "ok")
-        if mode.startswith("locked:"):
-            left = self._locked.setdefault((n["uuid"], verb), int(mode.split(":")[1]))
-            if left > 0:
-                self._locked[(n["uuid"], verb)] = left - 1
-                raise IronicError(operation=verb.value, status=409, kind=ErrorKind.LOCKED,
-                                  detail=f"Node {n['uuid']} is locked by host fake, please retry after the "
-                                         "current operation is completed.")
-        if verb is Verb.ABORT:
-            self.pending.pop(n["uuid"], None)
-            n["provision_state"] = {PS.CLEAN_WAIT.value: PS.CLEAN_FAILED.value,
-                                    PS.CLEANING.value: PS.CLEAN_FAILED.value,
-                                    PS.INSPECT_WAIT.value: PS.INSPECT_FAILED.value,
-                                    PS.INSPECTING.value: PS.INSPECT_FAILED.value}.get(n["provision_state"],
-                                                                                       n["provision_state"])
-            return
-        if verb is Verb.MANAGE and n["provision_state"] in (PS.CLEAN_FAILED.value, PS.INSPECT_FAILED.value):
-            n["provision_state"] = PS.MANAGEABLE.value
-            return
-        if verb is Verb.PROVIDE and n.get("automated_clean") is False:
-            n["provision_state"] = PS.AVAILABLE.value
-            return
-        n["provision_state"] = self.TRANSIENT[verb].value
-        n["target_provision_state"] = C.EXPECTED_STATE[verb].value
-        self.pending[n["uuid"]] = verb
-
-    def set_maintenance(self, ident: str, reason: str | None) -> None:
-        self._write("maintenance", ident)
-        n = self._node(ident)
-        n["maintenance"] = reason is not None
-        n["maintenance_reason"] = reason
-
-    def delete_node(self, ident: str) -> None:
-        self._write("delete_node", ident)
-        n = self._node(ident)
-        del self.nodes[n["uuid"]]
-        for k in [k for k, p in self.ports.items() if p["node_uuid"] == n["uuid"]]:
-            del self.ports[k]
-
-    # -- python-ironicclient bulk format (in memory)
-    def _store(self, name: str) -> dict:
-        return self.__dict__.setdefault(f"_{name}", {})
-
-    @staticmethod
-    def _apply_patch(obj: dict, patch: list[dict]) -> None:
-        for op in patch:
-            parts = op["path"].strip("/").split("/")
-            target = obj
-            for p in parts[:-1]:
-                target = target.setdefault(p, {})
-            if op["op"] == "remove":
-                target.pop(parts[-1], None)
-            else:
-                target[parts[-1]] = json.loads(json.dumps(op["value"]))
-
-    def list_chassis(self) -> list[dict]:
-        return [json.loads(json.dumps(c)) for c in self._store("chassis").values()]
-
-    def create_chassis(self, body: dict) -> dict:
-        self._write("create_chassis", body.get("description") or body.get("uuid"))
-        c = {"uuid": str(uuidlib.uuid4()), "description": None, "extra": {}, **json.loads(json.dumps(body))}
-        self._store("chassis")[c["uuid"]] = c
-        return dict(c)
-
-    def patch_chassis(self, ident: str, patch: list[dict]) -> dict:
-        self._write("patch_chassis", ident)
-        c = self._store("chassis")[ident]
-        self._apply_patch(c, patch)
-        return dict(c)
-
-    def list_portgroups(self, microversion: str | None = None) -> list[dict]:
-        return [json.loads(json.dumps(g)) for g in self._store("portgroups").values()]
-
-    def create_portgroup(self, body: dict, microversion: str | None = None) -> dict:
-        self._write("create_portgroup", body.get("name") or body.get("address"))
-        groups = self._store("portgroups")
-        for k in ("name", "address"):
-            if body.get(k) and any(g.get(k) == body[k] for g in groups.values()):
-                raise IronicError(operation="create port group", status=409, kind=ErrorKind.DUPLICATE,
-                                  detail=f"A port group with {k} {body[k]} already exists.")
-        g = {"uuid": str(uuidlib.uuid4()), "name": None, "address": None, "mode": "active-backup",
-             "properties": {}, "extra": {}, "standalone_ports_supported": True, **json.loads(json.dumps(body))}
-        groups[g["uuid"]] = g
-        return dict(g)
-
-    def patch_portgroup(self, ident: str, patch: list[dict], microversion: str | None = None) -> dict:
-        self._write("patch_portgroup", ident)
-        g = self._store("portgroups")[ident]
-        self._apply_patch(g, patch)
-        return dict(g)
-
-    def create_port_body(self, body: dict, microversion: str | None = None) -> dict:
-        self._write("create_port", body.get("address"))
-        if any(p["address"] == body.get("address") for p in self.ports.values()):
-            raise IronicError(operation="create port", status=409, kind=ErrorKind.DUPLICATE,
-                              detail=f"A port with MAC address {body.get('address')} already exists.")
-        p = {"uuid": str(uuidlib.uuid4()), "pxe_enabled": True, "local_link_connection": {}, "extra": {},
-             "physical_network": None, "portgroup_uuid": None, "is_smartnic": False,
-             **json.loads(json.dumps(body))}
-        self.ports[p["uuid"]] = p
-        return dict(p)
-
-    def patch_port(self, ident: str, patch: list[dict], microversion: str | None = None) -> dict:
-        self._write("patch_port", ident)
-        p = self.ports[ident]
-        self._apply_patch(p, patch)
-        return dict(p)
-
-    def list_nodes_at(self, microversion: str) -> list[dict]:
-        return self.list_nodes()
-
-    def list_ports_at(self, microversion: str) -> list[dict]:
-        return self.list_ports()
-
-    def patch_node_at(self, ident: str, patch: list[dict], microversion: str) -> dict:
-        return self.patch_node(ident, patch)
+            seen = failure.status      # 409 NodeLocked, 503, ...; None: network
+        pacer.record(seen, latency, listing=not self.write)

@@ -16,7 +16,7 @@ from ironicclient.v1 import create_resources
 from nodeforge.ironic import enroll
 from nodeforge.ironic import inventory as inv
 from nodeforge.ironic.inventory import CleanMode, Format
-from nodeforge.ironic.provisioner import FakeProvisioner
+from tests.support.ironic import FakeProvisioner
 
 
 def load_text(tmp_path, text: str, name: str = "resources.yaml", **kw):

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from nodeforge.ironic import classify as C
 from nodeforge.ironic import profiles as P
-from nodeforge.ironic.provisioner import FakeProvisioner
+from tests.support.ironic import FakeProvisioner
 
 DATA = Path(__file__).parent / "data"
 MANIFEST = Path(__file__).resolve().parents[2] / "manifests" / "hardware-profiles.yaml"

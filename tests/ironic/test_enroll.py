@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from nodeforge.ironic import constants as C, enroll, inventory as inv, report
-from nodeforge.ironic.provisioner import FakeProvisioner, classify, ErrorKind
+from nodeforge.ironic.provisioner import classify, ErrorKind
+from tests.support.ironic import FakeProvisioner
 
 
 @pytest.fixture

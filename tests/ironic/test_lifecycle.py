@@ -7,7 +7,8 @@ import pytest
 from nodeforge.ironic import constants as C
 from nodeforge.ironic import lifecycle as lc
 from nodeforge.ironic.inventory import Bmc, BmcKind, Cleaning, CleanMode, CleanStep, Location, NodeSpec
-from nodeforge.ironic.provisioner import ErrorKind, FakeProvisioner, IronicError
+from nodeforge.ironic.provisioner import ErrorKind, IronicError
+from tests.support.ironic import FakeProvisioner
 
 
 def spec(name, *, inspect=False, cleaning=Cleaning()):

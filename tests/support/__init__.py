@@ -1,0 +1,1 @@
+"""Test doubles and helpers shared by several test packages (never imported by nodeforge/)."""
