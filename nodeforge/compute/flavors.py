@@ -42,7 +42,7 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import AfterValidator, Field, ValidationError, WrapValidator
 
-from nodeforge import schema
+from nodeforge import schema, transport
 from nodeforge.errors import ConfigError, NodeforgeError
 from nodeforge.schema import Declared, Rule, register, vocab
 from nodeforge.ironic import constants as IC
@@ -305,30 +305,33 @@ def load(path: Path | str = DEFAULT_PATH, profiles_path: Path | str | None = Non
 
 # ----------------------------------------------------------------------------- Nova REST
 
-def _call(conn, method: str, url: str, what: str, *, body: Any = None, ok=(200, 201, 202, 204)):
-    resp = conn.compute.request(url, method, json=body, microversion=MICROVERSION, raise_exc=False)
-    if resp.status_code not in ok:
-        detail = resp.text
-        try:
-            data = resp.json()
-            detail = next(iter(data.values())).get("message", detail)
-        except (ValueError, AttributeError, StopIteration, TypeError):
-            pass
-        raise NovaError(what=what, status=resp.status_code, detail=str(detail)[:500])
-    return resp.json() if resp.content else None
+def _error(failure: transport.Failure, what: str) -> NovaError:
+    return NovaError(what=what, status=failure.status or "no answer", detail=failure.detail[:500])
+
+
+def _call(conn, method: str, url: str, what: str, *, body: Any = None, missing_ok: bool = False):
+    """One Nova call (:func:`nodeforge.transport.request`: the API retry policy, Nova's
+    message in :class:`NovaError`); ``missing_ok``: a 404 is None."""
+    resp = transport.request(conn.compute, method, url, what=what, error=_error, missing_ok=missing_ok, json=body,
+                             microversion=MICROVERSION)
+    return transport.json_of(resp)
+
+
+def read_flavors(conn) -> list[dict]:
+    """Every flavor (public and private) with its extra specs (microversion 2.86 includes them),
+    in one paged listing."""
+    out = transport.paged(conn.compute, "/flavors/detail?is_public=None&limit=1000", "flavors", what="flavor list",
+                          next_url=transport.links_next("flavors_links"), error=_error, microversion=MICROVERSION)
+    for f in out:
+        f.setdefault("extra_specs", {})
+    return out
 
 
 def list_flavors(conn) -> list[dict]:
     """Every flavor (public and private) with its extra specs (and, for
     private ones, the projects with access)."""
-    out, url = [], "/flavors/detail?is_public=None&limit=1000"
-    while url:
-        data = _call(conn, "GET", url, "flavor list")
-        out.extend(data.get("flavors", []))
-        nxt = [link["href"] for link in data.get("flavors_links", []) if link.get("rel") == "next"]
-        url = "/flavors" + nxt[0].split("/flavors", 1)[1] if nxt else None
+    out = read_flavors(conn)
     for f in out:
-        f.setdefault("extra_specs", {})
         f["projects"] = [] if f.get("os-flavor-access:is_public", True) else flavor_access(conn, f["id"])
     return out
 
@@ -525,7 +528,7 @@ def _create(conn, spec: FlavorSpec, project_ids: tuple[str, ...], flavor_id: str
                   body={"addTenantAccess": {"tenant": pid}})
     except NovaError:
         # A half-made flavor would schedule onto anything: remove it.
-        _call(conn, "DELETE", f"/flavors/{flavor['id']}", f"delete flavor {spec.name}", ok=(202, 204, 404))
+        _call(conn, "DELETE", f"/flavors/{flavor['id']}", f"delete flavor {spec.name}", missing_ok=True)
         raise
     return flavor
 
@@ -559,7 +562,7 @@ def _update(conn, p: FlavorPlan) -> None:
         if c.field.startswith("extra_specs.") and c.desired is None:
             key = c.field.split(".", 1)[1]
             _call(conn, "DELETE", f"/flavors/{fid}/os-extra_specs/{key}", f"unset {key} of {p.name}",
-                  ok=(200, 202, 204, 404))
+                  missing_ok=True)
         if c.field == "projects":
             for pid in sorted(set(c.desired) - set(c.current)):
                 _call(conn, "POST", f"/flavors/{fid}/action", f"access of {p.name}",
@@ -597,11 +600,11 @@ def apply(conn, plan_: Plan) -> list[Result]:
                 fid = p.current["id"]
             elif p.action is Action.REPLACE:
                 fid = p.spec.id or p.current["id"]
-                _call(conn, "DELETE", f"/flavors/{p.current['id']}", f"delete flavor {p.name}", ok=(202, 204, 404))
+                _call(conn, "DELETE", f"/flavors/{p.current['id']}", f"delete flavor {p.name}", missing_ok=True)
                 _create(conn, p.spec, p.project_ids, fid)
             elif p.action is Action.PRUNE:
                 fid = p.current["id"]
-                _call(conn, "DELETE", f"/flavors/{fid}", f"delete flavor {p.name}", ok=(202, 204, 404))
+                _call(conn, "DELETE", f"/flavors/{fid}", f"delete flavor {p.name}", missing_ok=True)
             else:
                 ok = p.action in (Action.NOOP, Action.LEGACY)     # legacy: reported, not a failure
                 results.append(Result(p.name, p.action, p.flavor_id, ok, None if ok else p.note))

@@ -3,7 +3,8 @@
 openstacksdk's ``ClusterTemplate`` resource has no ``driver`` nor ``tags``
 field (Magnum 23 has both), so nodeforge speaks the REST API through the
 service proxy (``conn.container_infrastructure_management``: auth, endpoint
-and retries from openstacksdk) and returns Magnum's JSON as it is:
+from openstacksdk; calls, paging and retries from
+:mod:`nodeforge.transport`) and returns Magnum's JSON as it is:
 
 * :func:`read_templates` -> every cluster template (``/clustertemplates/detail``;
   an admin sees all projects'), each a dict with Magnum's field names
@@ -22,51 +23,47 @@ from __future__ import annotations
 
 from typing import Any
 
+from nodeforge import transport
 from nodeforge.errors import NodeforgeError
 
 # 1.10: cluster create answers 202 with the uuid; every field nodeforge uses exists from 1.1 on.
 MICROVERSION = "1.10"
+HEADERS = {"OpenStack-API-Version": f"container-infra {MICROVERSION}"}
 
 
 class MagnumError(NodeforgeError):
     message = "Magnum {what} failed (HTTP {status}): {detail}"
+
+    def __init__(self, *, what: str, status, detail: str, kind: transport.ErrorKind | None = None):
+        self.kind = kind
+        super().__init__(what=what, status=status, detail=detail)
 
 
 def _proxy(conn):
     return conn.container_infrastructure_management
 
 
-def _detail(resp) -> str:
-    try:
-        data = resp.json()
-    except ValueError:
-        return (resp.text or "")[:500]
-    # Magnum: {"errors": [{"title": ..., "detail": ...}]}
-    errors = data.get("errors") if isinstance(data, dict) else None
-    if errors:
-        return "; ".join(str(e.get("detail") or e.get("title")) for e in errors)[:500]
-    return str(data)[:500]
+def _error(failure: transport.Failure, what: str) -> MagnumError:
+    # Magnum: {"errors": [{"title": ..., "detail": ...}]} (transport.detail_of reads it)
+    return MagnumError(what=what, status=failure.status or "no answer", detail=failure.detail[:500],
+                       kind=failure.kind)
 
 
-def _call(conn, method: str, url: str, what: str, *, body: Any = None, ok=(200, 201, 202, 204)):
-    headers = {"OpenStack-API-Version": f"container-infra {MICROVERSION}"}
+def _call(conn, method: str, url: str, what: str, *, body: Any = None, expect: tuple[int, ...] | None = None,
+          missing_ok: bool = False, retry: transport.RetryPolicy | None = None):
+    """One Magnum call (:func:`nodeforge.transport.request`); ``expect``: the only statuses that
+    succeed; ``missing_ok``: a 404 is None."""
+    headers = dict(HEADERS)
     if method == "PATCH":
         headers["Content-Type"] = "application/json"
-    resp = _proxy(conn).request(url, method, json=body, headers=headers, raise_exc=False)
-    if resp.status_code not in ok:
-        raise MagnumError(what=what, status=resp.status_code, detail=_detail(resp))
-    return resp.json() if resp.content else None
+    resp = transport.request(_proxy(conn), method, url, what=what, error=_error, expect=expect, missing_ok=missing_ok,
+                             retry=retry, json=body, headers=headers)
+    return transport.json_of(resp)
 
 
-def _list(conn, url: str, key: str, what: str) -> list[dict]:
-    out, marker = [], None
-    while True:
-        page = _call(conn, "GET", f"{url}?limit=1000" + (f"&marker={marker}" if marker else ""), what)
-        items = page.get(key) or []
-        out.extend(items)
-        if not page.get("next") or not items:
-            return out
-        marker = items[-1]["uuid"]
+def _list(conn, url: str, key: str, what: str, retry: transport.RetryPolicy | None = None) -> list[dict]:
+    return transport.paged(_proxy(conn), f"{url}?limit=1000", key, what=what, next_url=transport.marker("uuid"),
+                           error=_error, retry=retry, headers=dict(HEADERS))
 
 
 def read_templates(conn) -> list[dict]:
@@ -74,9 +71,9 @@ def read_templates(conn) -> list[dict]:
     return _list(conn, "/clustertemplates/detail", "clustertemplates", "cluster template list")
 
 
-def read_clusters(conn) -> list[dict]:
+def read_clusters(conn, retry: transport.RetryPolicy | None = None) -> list[dict]:
     """Every cluster Magnum shows this connection (an admin: all projects')."""
-    return _list(conn, "/clusters/detail", "clusters", "cluster list")
+    return _list(conn, "/clusters/detail", "clusters", "cluster list", retry)
 
 
 def get_template(conn, ident: str) -> dict:
@@ -85,7 +82,7 @@ def get_template(conn, ident: str) -> dict:
 
 def create_template(conn, body: dict) -> dict:
     return _call(conn, "POST", "/clustertemplates", f"create cluster template {body.get('name')}", body=body,
-                 ok=(201,))
+                 expect=(201,))
 
 
 def patch_template(conn, ident: str, changes: dict, what: str | None = None) -> dict:
@@ -96,22 +93,18 @@ def patch_template(conn, ident: str, changes: dict, what: str | None = None) -> 
 
 
 def delete_template(conn, ident: str) -> None:
-    _call(conn, "DELETE", f"/clustertemplates/{ident}", f"delete cluster template {ident}", ok=(204, 404))
+    _call(conn, "DELETE", f"/clustertemplates/{ident}", f"delete cluster template {ident}", expect=(204,),
+          missing_ok=True)
 
 
 def create_cluster(conn, body: dict) -> dict:
     """POST /clusters: 202 once Magnum's API (and the driver's validation) accepted it."""
-    return _call(conn, "POST", "/clusters", f"create cluster {body.get('name')}", body=body, ok=(202,))
+    return _call(conn, "POST", "/clusters", f"create cluster {body.get('name')}", body=body, expect=(202,))
 
 
 def get_cluster(conn, ident: str) -> dict | None:
-    try:
-        return _call(conn, "GET", f"/clusters/{ident}", f"get cluster {ident}")
-    except MagnumError as exc:
-        if "(HTTP 404)" in str(exc):
-            return None
-        raise
+    return _call(conn, "GET", f"/clusters/{ident}", f"get cluster {ident}", missing_ok=True)
 
 
 def delete_cluster(conn, ident: str) -> None:
-    _call(conn, "DELETE", f"/clusters/{ident}", f"delete cluster {ident}", ok=(204, 404))
+    _call(conn, "DELETE", f"/clusters/{ident}", f"delete cluster {ident}", expect=(204,), missing_ok=True)

@@ -27,9 +27,9 @@ import collections
 import dataclasses
 import logging
 import re
-import time
 from urllib.parse import urlsplit
 
+from nodeforge import transport
 from nodeforge.errors import NodeforgeError
 from nodeforge.magnum import client
 
@@ -55,22 +55,21 @@ def read_templates(conn) -> list[dict]:
     return client.read_templates(conn)
 
 
+def _creating(failure: transport.Failure) -> bool:
+    """Magnum 23's answer to a cluster listing while a cluster is being created."""
+    return failure.kind is transport.ErrorKind.BAD_REQUEST and "master_count" in failure.detail
+
+
 def read_clusters(conn, *, attempts: int = 6, pause: float = 0.5) -> list[dict]:
     """Every cluster the connection can see (:func:`nodeforge.magnum.client.read_clusters`).
 
     Magnum 23 answers the whole listing with HTTP 400 ("master_count ... Value: '0'") while
     any cluster is between its create call and the conductor making its node groups (a
-    fraction of a second per cluster): that answer is retried, ``attempts`` times at most,
-    ``pause`` seconds apart, doubling; any other error at once."""
-    for attempt in range(attempts):
-        try:
-            return client.read_clusters(conn)
-        except client.MagnumError as exc:
-            if "(HTTP 400)" not in str(exc) or "master_count" not in str(exc) or attempt == attempts - 1:
-                raise
-            log.info("cluster list refused while a cluster is being created (%s); retrying", exc)
-            time.sleep(pause * 2 ** attempt)
-    raise AssertionError("unreachable")
+    fraction of a second per cluster): the transport's retry policy retries that answer too,
+    ``attempts`` times at most, from ``pause`` seconds on, doubling (with jitter)."""
+    policy = transport.API.replace(attempts=attempts, base=pause, cap=pause * 2 ** max(0, attempts - 2),
+                                   also=_creating)
+    return client.read_clusters(conn, retry=policy)
 
 
 def read_nodegroups(conn, cluster_id: str) -> list[dict]:
@@ -89,15 +88,7 @@ def read_flavors(conn) -> list[dict]:
     """Every flavor with its extra specs, in one paged listing (microversion 2.86 includes them)."""
     from nodeforge.compute import flavors as F
 
-    out, url = [], "/flavors/detail?is_public=None&limit=1000"
-    while url:
-        data = F._call(conn, "GET", url, "flavor list")
-        out.extend(data.get("flavors", []))
-        nxt = [link["href"] for link in data.get("flavors_links", []) if link.get("rel") == "next"]
-        url = "/flavors" + nxt[0].split("/flavors", 1)[1] if nxt else None
-    for f in out:
-        f.setdefault("extra_specs", {})
-    return out
+    return F.read_flavors(conn)
 
 
 @dataclasses.dataclass

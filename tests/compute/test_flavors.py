@@ -277,7 +277,7 @@ class FakeNova:
         self.writes: list[str] = []
         self.compute = self
 
-    def request(self, url, method, json=None, microversion=None, raise_exc=False):
+    def request(self, url, method, json=None, microversion=None, raise_exc=False, **kwargs):
         import json as _json
         import types
 
