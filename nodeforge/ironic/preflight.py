@@ -18,6 +18,7 @@ import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
 from nodeforge.ironic.ipmi import ipmi_probe
+from nodeforge import transport
 from nodeforge.errors import MissingToolError
 from nodeforge.ironic.inventory import BmcKind, Inventory, NodeSpec
 from nodeforge.redact import scrub
@@ -87,7 +88,8 @@ def check_redfish(spec: NodeSpec, timeout: float = 10.0) -> Check:
         c.ok = True
     except sx.AccessError as exc:
         status = getattr(exc, "status_code", None)
-        c.failure = Failure.AUTH if status in (401, 403, None) else Failure.ERROR
+        refused = status is None or transport.kind_of(status) is transport.ErrorKind.AUTH
+        c.failure = Failure.AUTH if refused else Failure.ERROR
         c.detail = f"BMC refused the credentials (HTTP {status})"
     except sx.ResourceNotFoundError:
         c.failure, c.detail = Failure.AMBIGUOUS_SYSTEM, f"system {b.system_id} not found on the BMC"

@@ -31,7 +31,6 @@ import lzma
 import os
 import subprocess
 import tempfile
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -40,6 +39,7 @@ from typing import Iterable
 from debian import deb822
 from debian.debian_support import Version
 
+from nodeforge import transport
 from nodeforge.errors import ConfigError, NodeforgeError
 
 DEFAULT_KEYRING = Path("/usr/share/keyrings/debian-archive-keyring.gpg")
@@ -50,6 +50,7 @@ APT_SOURCES = (Path("/etc/apt/sources.list"), Path("/etc/apt/sources.list.d"))
 MAX_INDEX_BYTES = 512 << 20   # a decompressed Packages file larger than this is refused
 TIMEOUT = 60
 RETRIES = 3
+DOWNLOAD_RETRY = transport.DOWNLOAD.replace(attempts=RETRIES, base=0.5, cap=4.0)
 
 
 class ArchiveError(NodeforgeError):
@@ -201,26 +202,32 @@ def apt_source_entries(sources: tuple[Path, ...] = APT_SOURCES):
 # --- download --------------------------------------------------------------------------
 
 def http_get(url: str, *, what: str, limit: int = MAX_INDEX_BYTES) -> bytes:
-    """The body of ``url`` (a few retries on 5xx and connection errors); 404 is :class:`NotFound`."""
-    last: Exception | None = None
-    for attempt in range(RETRIES):
+    """The body of ``url`` (retried by :data:`nodeforge.transport.DOWNLOAD`'s rules on 5xx, 429
+    and connection errors, :data:`RETRIES` attempts); 403, 404 and 410 are :class:`NotFound`."""
+    def once() -> bytes:
         try:
             with urllib.request.urlopen(urllib.request.Request(url, headers={"User-Agent": "nodeforge"}),
                                         timeout=TIMEOUT) as resp:
                 data = resp.read(limit + 1)
-            if len(data) > limit:
-                raise ArchiveError(detail=f"{what} {url} is larger than {limit} bytes")
-            return data
         except urllib.error.HTTPError as exc:
-            if exc.code in (403, 404, 410):
+            failure = transport.Failure(transport.kind_of(exc.code), exc.code, str(exc.reason),
+                                        retry_after=transport.retry_after(exc.headers))
+            if failure.kind in (transport.ErrorKind.NOT_FOUND, transport.ErrorKind.GONE) or failure.forbidden:
                 raise NotFound(what=what, url=url, code=exc.code) from None
-            last = exc
+            raise transport.Refused(failure) from None
         except (urllib.error.URLError, OSError) as exc:
-            last = exc
-        time.sleep(0.5 * (attempt + 1))
-    raise ArchiveError(detail=f"cannot download {what} {url}: {getattr(last, 'reason', last)}",
-                       hint="check the Debian mirror configuration (" + ENV_MIRROR + ", " + ENV_SECURITY_MIRROR
-                            + " or the host's apt sources) and the network")
+            raise transport.Refused(transport.Failure(transport.ErrorKind.NETWORK, None,
+                                                      str(getattr(exc, "reason", exc)))) from None
+        if len(data) > limit:
+            raise ArchiveError(detail=f"{what} {url} is larger than {limit} bytes")
+        return data
+
+    try:
+        return DOWNLOAD_RETRY.run(once, what=f"{what} {url}")
+    except transport.Refused as exc:
+        raise ArchiveError(detail=f"cannot download {what} {url}: {exc.failure.detail}",
+                           hint="check the Debian mirror configuration (" + ENV_MIRROR + ", " + ENV_SECURITY_MIRROR
+                                + " or the host's apt sources) and the network") from None
 
 
 class NotFound(ArchiveError):

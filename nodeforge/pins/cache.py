@@ -4,7 +4,8 @@ Files live at ``<root>/sha256/<ab>/<abcdef...>``, named by their sha256. A
 download streams into ``<root>/tmp/`` while it is hashed, and is renamed to
 its final name only after the digest matched: a file under a final name is
 always complete and verified. Transient failures (connection errors, drops
-mid-body, HTTP 5xx/429) are retried with exponential backoff (tenacity); a
+mid-body, HTTP 5xx/429) are retried by :data:`nodeforge.transport.DOWNLOAD`'s
+rules (the one retry policy: exponential backoff with jitter, Retry-After); a
 digest mismatch is never retried -- it is reported with both digests. A URL
 is logged and put in errors only through :func:`nodeforge.redact.redact_url`
 (user info and credential-like query parameters as ``***``).
@@ -24,9 +25,9 @@ import threading
 from pathlib import Path
 
 import requests
-import tenacity
 import urllib3.exceptions
 
+from nodeforge import transport
 from nodeforge.errors import ConfigError, NodeforgeError
 from nodeforge.redact import redact_url, redact_urls
 
@@ -62,21 +63,30 @@ class ChecksumMismatch(NodeforgeError):
                "downloaded bytes are {actual} ({url})")
 
 
-class _Transient(Exception):
+class _Transient(transport.Refused):
     """A failure worth retrying; ``unreachable`` when no server answered."""
 
-    def __init__(self, detail: str, unreachable: bool = False):
-        super().__init__(detail)
+    def __init__(self, detail: str, unreachable: bool = False, *,
+                 kind: transport.ErrorKind = transport.ErrorKind.NETWORK, status: int | None = None,
+                 retry_after: float | None = None):
+        super().__init__(transport.Failure(kind, status, detail, retry_after=retry_after))
         self.unreachable = unreachable
+
+    def __str__(self) -> str:
+        return self.failure.detail
 
 
 @dataclasses.dataclass(frozen=True)
 class RetryPolicy:
     attempts: int = 5
-    initial: float = 0.5     # seconds before the 2nd attempt, doubled each time
+    initial: float = 0.5     # seconds before the 2nd attempt, doubled each time (with jitter)
     maximum: float = 10.0
     connect_timeout: float = 10.0
     read_timeout: float = 60.0
+
+    def policy(self) -> transport.RetryPolicy:
+        """This configuration of the one retry policy (:data:`nodeforge.transport.DOWNLOAD`)."""
+        return transport.DOWNLOAD.replace(attempts=self.attempts, base=self.initial, cap=self.maximum)
 
     @classmethod
     def from_env(cls, env=None) -> "RetryPolicy":
@@ -169,16 +179,8 @@ class Downloader:
 
     def _retrying(self, url: str, fn, hint: str | None):
         shown = redact_url(url)     # URL credentials (user info, ?token=) never logged or in an error
-        retrying = tenacity.Retrying(
-            stop=tenacity.stop_after_attempt(self.retry.attempts),
-            wait=tenacity.wait_exponential(multiplier=self.retry.initial, max=self.retry.maximum),
-            retry=tenacity.retry_if_exception_type(_Transient),
-            before_sleep=lambda rs: log.info("retrying %s (attempt %d): %s", shown, rs.attempt_number,
-                                             redact_urls(str(rs.outcome.exception()))),
-            reraise=True,
-        )
         try:
-            return retrying(fn)
+            return self.retry.policy().run(fn, what=shown, logger=log)
         except _Transient as exc:
             cls = UnreachableError if exc.unreachable else DownloadError
             raise cls(url=shown, attempts=self.retry.attempts, hint=hint,
@@ -192,16 +194,17 @@ class Downloader:
             raise _Transient(_reason(exc), unreachable=True) from exc
         except requests.Timeout as exc:
             raise _Transient(f"timed out: {_reason(exc)}", unreachable=True) from exc
-        if resp.status_code == 404:
-            resp.close()
+        if transport.is_success(resp.status_code, (200,)):
+            return resp
+        resp.close()
+        kind = transport.kind_of(resp.status_code)
+        if kind is transport.ErrorKind.NOT_FOUND:
             raise NotFoundError(url=redact_url(url))
-        if resp.status_code >= 500 or resp.status_code == 429:
-            resp.close()
-            raise _Transient(f"HTTP {resp.status_code} {resp.reason}")
-        if resp.status_code != 200:
-            resp.close()
-            raise DownloadError(url=redact_url(url), detail=f"HTTP {resp.status_code} {resp.reason}")
-        return resp
+        refused = _Transient(f"HTTP {resp.status_code} {resp.reason}", kind=kind, status=resp.status_code,
+                             retry_after=transport.retry_after(resp.headers))
+        if self.retry.policy().should_retry(refused.failure):
+            raise refused
+        raise DownloadError(url=redact_url(url), detail=f"HTTP {resp.status_code} {resp.reason}")
 
     def get_text(self, url: str, *, hint: str | None = None, limit: int = 1 << 20) -> str:
         """A small text document (marker, checksum file)."""

@@ -57,10 +57,10 @@ import uuid
 from pathlib import Path
 from typing import Iterable
 
+from nodeforge import transport
 from nodeforge.errors import NodeforgeError, UsageError
 from nodeforge.imageverify import verifyreport
 from nodeforge.imagebuild.builddir import BuildDir, VariantImage, VerifyStatus
-from nodeforge.publish import provenance
 from nodeforge.publish.retention import RetentionPolicy
 from nodeforge import scope as IC
 
@@ -178,17 +178,15 @@ class UploadInProgress(PublishError):
 # --------------------------------------------------------------------------
 # REST helpers
 
-def _raise_for(resp, what: str) -> None:
-    if resp.status_code < 400:
-        return
-    try:
-        body = resp.json()
-        detail = body.get("message") or body.get("error", {}).get("message") or resp.text
-    except ValueError:
-        detail = resp.text
-    detail = " ".join(str(detail).split())[:300]
-    cls = ForbiddenError if resp.status_code == 403 else GlanceError
-    raise cls(what=what, status=resp.status_code, detail=detail)
+def _error(failure: transport.Failure, what: str) -> GlanceError:
+    cls = ForbiddenError if failure.forbidden else GlanceError
+    return cls(what=what, status=failure.status or "no answer", detail=failure.short(300))
+
+
+def _call(conn, method: str, url: str, what: str, **kwargs):
+    """One Glance call (:func:`nodeforge.transport.request`: the API retry policy, Glance's
+    message in :class:`GlanceError`); ``missing_ok=True``: a 404 is None."""
+    return transport.request(conn.image, method, url, what=what, error=_error, **kwargs)
 
 
 def list_images(conn, **filters) -> list[dict]:
@@ -198,25 +196,17 @@ def list_images(conn, **filters) -> list[dict]:
     for hidden in ("false", "true"):
         params = dict(filters, os_hidden=hidden, limit=200)
         params.setdefault("visibility", "all")
-        url, query = "/images", params
-        while url:
-            resp = conn.image.get(url, params=query)
-            _raise_for(resp, "image list")
-            body = resp.json()
-            for img in body.get("images", []):
-                if img["id"] not in seen:
-                    seen.add(img["id"])
-                    out.append(img)
-            nxt = body.get("next")
-            url, query = (nxt.replace("/v2", "", 1), None) if nxt else (None, None)
+        for img in transport.paged(conn.image, "/images", "images", what="image list", params=params, error=_error):
+            if img["id"] not in seen:
+                seen.add(img["id"])
+                out.append(img)
     return out
 
 
 def get_image(conn, image_id: str) -> dict:
-    resp = conn.image.get(f"/images/{image_id}")
-    if resp.status_code == 404:
+    resp = _call(conn, "GET", f"/images/{image_id}", f"reading image {image_id}", missing_ok=True)
+    if resp is None:
         raise PublishError(detail=f"no image {image_id} (or it is not visible to this project)")
-    _raise_for(resp, f"reading image {image_id}")
     return resp.json()
 
 
@@ -233,16 +223,12 @@ def find_image(conn, ref: str) -> dict:
 
 
 def create_image(conn, body: dict) -> dict:
-    resp = conn.image.post("/images", json=body)
-    _raise_for(resp, f"creating image {body.get('name')}")
-    return resp.json()
+    return _call(conn, "POST", "/images", f"creating image {body.get('name')}", json=body).json()
 
 
 def patch_image(conn, image_id: str, ops: list[dict], what: str) -> dict:
-    resp = conn.image.patch(f"/images/{image_id}", json=ops,
-                            headers={"Content-Type": "application/openstack-images-v2.1-json-patch"})
-    _raise_for(resp, what)
-    return resp.json()
+    return _call(conn, "PATCH", f"/images/{image_id}", what, json=ops,
+                 headers={"Content-Type": "application/openstack-images-v2.1-json-patch"}).json()
 
 
 def set_ops(image: dict, props: dict) -> list[dict]:
@@ -251,16 +237,18 @@ def set_ops(image: dict, props: dict) -> list[dict]:
 
 
 def delete_image(conn, image_id: str) -> bool:
-    resp = conn.image.delete(f"/images/{image_id}")
-    if resp.status_code == 404:
-        return False
-    _raise_for(resp, f"deleting image {image_id}")
-    return True
+    return _call(conn, "DELETE", f"/images/{image_id}", f"deleting image {image_id}", missing_ok=True) is not None
 
 
 def deactivate_image(conn, image_id: str) -> None:
-    resp = conn.image.post(f"/images/{image_id}/actions/deactivate")
-    _raise_for(resp, f"deactivating image {image_id}")
+    _call(conn, "POST", f"/images/{image_id}/actions/deactivate", f"deactivating image {image_id}")
+
+
+def put_data(conn, image_id: str, data, what: str):
+    """Upload image data, once (a streamed body cannot be sent again): a refused upload raises
+    :class:`GlanceError`, no answer raises :class:`transport.ApiError` of kind NETWORK."""
+    return transport.request(conn.image, "PUT", f"/images/{image_id}/file", what=what, error=transport.ApiError,
+                             retry=transport.ONCE, data=data, headers={"Content-Type": "application/octet-stream"})
 
 
 # --------------------------------------------------------------------------
@@ -465,7 +453,6 @@ class VariantResult:
     signed: bool = False
     verify: str = VerifyStatus.ABSENT.value
     verify_report_id: str | None = None
-    provenance_image_id: str | None = None
     cleaned: list[str] = dataclasses.field(default_factory=list)
     scope: str | None = None
     note: str | None = None
@@ -539,17 +526,19 @@ class Publisher:
     def _upload(self, image_id: str, path: Path, hashers: dict, name: str) -> dict[str, str]:
         with HashingReader(path, hashers, self.progress) as reader:
             try:
-                resp = self.conn.image.put(f"/images/{image_id}/file", data=reader,
-                                           headers={"Content-Type": "application/octet-stream"})
-            except Exception as exc:  # connection reset, timeout: the image is left queued/saving
+                put_data(self.conn, image_id, reader, f"uploading {name}")
+            except transport.ApiError as exc:
+                self._discard(image_id)
+                f = exc.failure
+                if f.kind is transport.ErrorKind.NETWORK:   # connection reset, timeout: left queued/saving
+                    raise UploadInterrupted(image=name, sent=reader.sent, detail=f.detail) from None
+                if self.sign and f.kind is transport.ErrorKind.BAD_REQUEST and "ignature" in f.text:
+                    raise SignatureRejected(image=name, status=f.status, detail=" ".join(f.text.split())[:200],
+                                            cert_id=self.sign.cert_id) from None
+                raise _error(f, f"uploading {name}") from None
+            except Exception as exc:  # noqa: BLE001 - anything else mid-upload: the image is left queued/saving
                 self._discard(image_id)
                 raise UploadInterrupted(image=name, sent=reader.sent, detail=type(exc).__name__) from None
-            if resp.status_code >= 400:
-                self._discard(image_id)
-                if self.sign and resp.status_code == 400 and "ignature" in resp.text:
-                    raise SignatureRejected(image=name, status=resp.status_code,
-                                            detail=" ".join(resp.text.split())[:200], cert_id=self.sign.cert_id)
-                _raise_for(resp, f"uploading {name}")
             return reader.digests()
 
     def _discard(self, image_id: str) -> None:
@@ -592,14 +581,15 @@ class Publisher:
             f"{P}verify_sha256": digest, f"{P}uploader": self.owner, SCOPE: self.scope_for(build),
         })
         try:
-            resp = self.conn.image.put(f"/images/{img['id']}/file", data=report,
-                                       headers={"Content-Type": "application/octet-stream"})
+            put_data(self.conn, img["id"], report, f"uploading {img['name']}")
+        except transport.ApiError as exc:
+            self._discard(img["id"])
+            if exc.failure.kind is transport.ErrorKind.NETWORK:
+                raise UploadInterrupted(image=img["name"], sent=0, detail=exc.failure.detail) from None
+            raise _error(exc.failure, f"uploading {img['name']}") from None
         except Exception as exc:  # noqa: BLE001 - as for the image data: the next run cleans up
             self._discard(img["id"])
             raise UploadInterrupted(image=img["name"], sent=0, detail=type(exc).__name__) from None
-        if resp.status_code >= 400:
-            self._discard(img["id"])
-            _raise_for(resp, f"uploading {img['name']}")
         stored = get_image(self.conn, img["id"])
         algo = stored.get("os_hash_algo") or "sha512"
         local = hashlib.new(algo, report).hexdigest() if algo in hashlib.algorithms_available else None
@@ -654,8 +644,7 @@ class Publisher:
         found, cleaned = self._clean(found, name, dry_run)
         manifests, cleaned_m = self._clean(self._mine(build, variant, "manifest"), name, dry_run)
         reports, cleaned_r = self._clean(self._mine(build, variant, "verify-report"), name, dry_run)
-        provs, cleaned_p = self._clean(self._mine(build, variant, provenance.ROLE), name, dry_run)
-        result.cleaned = cleaned + cleaned_m + cleaned_r + cleaned_p
+        result.cleaned = cleaned + cleaned_m + cleaned_r
         for img in found:  # active or deactivated: this build is in Glance already
             algo = img.get("os_hash_algo") or "sha512"
             expected = image.digest(algo) if algo in ("sha256", "sha512") else None
@@ -668,7 +657,6 @@ class Publisher:
             result.manifest_image_id = img.get(f"{P}manifest_image")
             result.signed = "img_signature" in img
             result.verify_report_id = self._ensure_report(img, build, variant, reports, report, dry_run)
-            result.provenance_image_id = provenance.ensure(self, img, build, variant, provs, dry_run)
             if scope_of(img) is None:
                 # Published before scopes (legacy): this build is declared in ``scope`` now.
                 result.note = f"legacy image (no {SCOPE}): taken into scope '{scope}'"
@@ -703,9 +691,6 @@ class Publisher:
             self._check_local(image, local, name)
             props.update(signer.properties(signer.sign(pre[signer.hash_name].digest()), self.sign.cert_id))
             hashers = {"sha512": hashlib.sha512()}
-        # Signed SLSA provenance beside the manifest (nodeforge/publish/provenance.py), linked from the image.
-        prov_id, prov_sha256 = provenance.store(self, build, variant, provs)
-        props.update(provenance.properties(prov_id, prov_sha256))
         props[f"{P}uploader"] = self.owner
         check_properties(name, props)
         body = {"name": name, "disk_format": image.disk_format, "container_format": "bare",
@@ -730,7 +715,6 @@ class Publisher:
         patch_image(self.conn, created["id"], [{"op": "remove", "path": f"/{P}uploader"}], f"updating {name}")
         result.action = "uploaded"
         result.image_id, result.manifest_image_id, result.verify_report_id = created["id"], manifest_id, report_id
-        result.provenance_image_id = prov_id
         result.hash_algo, result.hash_value = algo, stored.get("os_hash_value")
         result.signed = self.sign is not None
         result.seconds = round(time.monotonic() - t0, 3)
@@ -765,10 +749,10 @@ def _download_linked(conn, image: dict, id_prop: str, sha_prop: str, what: str) 
     expected = image.get(sha_prop)
     if not linked_id or not expected:
         raise PublishError(detail=f"image {image['id']} carries no nodeforge {what} reference")
-    resp = conn.image.get(f"/images/{linked_id}/file", stream=True)
-    if resp.status_code == 404:
+    resp = _call(conn, "GET", f"/images/{linked_id}/file", f"downloading {what} {linked_id}", missing_ok=True,
+                 stream=True)
+    if resp is None:
         raise PublishError(detail=f"{what} image {linked_id} of image {image['id']} is gone")
-    _raise_for(resp, f"downloading {what} {linked_id}")
     data = resp.content
     actual = hashlib.sha256(data).hexdigest()
     if actual != expected:

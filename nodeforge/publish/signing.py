@@ -32,6 +32,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa, utils
 
+from nodeforge import transport
 from nodeforge.errors import NodeforgeError
 
 log = logging.getLogger(__name__)
@@ -178,26 +179,34 @@ def upload_certificate(conn, cert_path: Path | str, name: str | None = None) -> 
     check_validity(cert, str(path))
     name = name or f"nodeforge-image-signing-{cert.fingerprint(hashes.SHA256()).hex()[:12]}"
     pem = cert.public_bytes(serialization.Encoding.PEM)  # normalised: one certificate, no extra text
-    secret = conn.key_manager.create_secret(
-        name=name, secret_type="certificate", payload=base64.b64encode(pem).decode(),
-        payload_content_type="application/octet-stream", payload_content_encoding="base64")
-    return _info(cert, secret.secret_ref.rsplit("/", 1)[1], name)
+    body = {"name": name, "secret_type": "certificate", "payload": base64.b64encode(pem).decode(),
+            "payload_content_type": "application/octet-stream", "payload_content_encoding": "base64"}
+    resp = transport.request(conn.key_manager, "POST", "/secrets", what=f"storing certificate {name}",
+                             error=_barbican_error, json=body)
+    return _info(cert, resp.json()["secret_ref"].rsplit("/", 1)[1], name)
+
+
+def _barbican_error(failure: transport.Failure, what: str) -> SigningError:
+    return SigningError(detail=f"Barbican refused {what} (HTTP {failure.status or 'no answer'}): "
+                               f"{failure.short(300)}")
 
 
 def fetch_certificate(conn, cert_id: str) -> x509.Certificate:
     """The certificate Glance will use for ``cert_id``, from Barbican."""
-    from openstack import exceptions as os_exc
+    def cannot_read(failure: transport.Failure, what: str) -> SigningError:
+        return SigningError(detail=f"cannot read certificate {cert_id} from Barbican "
+                                   f"(HTTP {failure.status or 'no answer'})")
 
-    try:
-        secret = conn.key_manager.get_secret(cert_id)
-        resp = conn.key_manager.get(f"/secrets/{cert_id}/payload", headers={"Accept": "application/octet-stream"})
-    except os_exc.NotFoundException:
+    meta = transport.request(conn.key_manager, "GET", f"/secrets/{cert_id}", what=f"reading secret {cert_id}",
+                             error=cannot_read, missing_ok=True)
+    if meta is None:
         raise SigningError(detail=f"no certificate {cert_id} in Barbican (upload one with "
-                                  "'nodeforge image signing-cert upload CERT')") from None
-    if resp.status_code != 200:
-        raise SigningError(detail=f"cannot read certificate {cert_id} from Barbican (HTTP {resp.status_code})")
-    if getattr(secret, "secret_type", None) not in (None, "certificate"):
-        raise SigningError(detail=f"Barbican secret {cert_id} is a {secret.secret_type}, not a certificate")
+                                  "'nodeforge image signing-cert upload CERT')")
+    resp = transport.request(conn.key_manager, "GET", f"/secrets/{cert_id}/payload", what=f"reading {cert_id}",
+                             error=cannot_read, expect=(200,), headers={"Accept": "application/octet-stream"})
+    secret_type = (transport.json_of(meta) or {}).get("secret_type")
+    if secret_type not in (None, "certificate"):
+        raise SigningError(detail=f"Barbican secret {cert_id} is a {secret_type}, not a certificate")
     return load_certificate(resp.content, f"Barbican secret {cert_id}")
 
 

@@ -32,6 +32,7 @@ class ErrorKind(str, enum.Enum):
     DUPLICATE = "duplicate"        # 409 "already exists": permanent
     CONFLICT = "conflict"          # any other 409 (an invalid state transition)
     NOT_FOUND = "not_found"        # 404
+    GONE = "gone"                  # 410
     BAD_REQUEST = "invalid"        # 400
     AUTH = "auth"                  # 401, 403
     RATE_LIMITED = "rate_limited"  # 429: transient, Retry-After honoured
@@ -68,6 +69,11 @@ class Failure:
     def key(self) -> str:
         """What a retry counter counts it as: the status ("409", "503") or the kind ("network")."""
         return str(self.status) if self.status else self.kind.value
+
+    @property
+    def forbidden(self) -> bool:
+        """403: authenticated, but not allowed (AUTH covers 401 too)."""
+        return self.status == 403
 
     def short(self, limit: int) -> str:
         """The detail on one line, at most ``limit`` characters."""
@@ -136,6 +142,8 @@ def kind_of(status: int, detail: str = "", markers: Mapping[ErrorKind, tuple[str
         return ErrorKind.UNAVAILABLE
     if status == 404:
         return ErrorKind.NOT_FOUND
+    if status == 410:
+        return ErrorKind.GONE
     if status in (401, 403):
         return ErrorKind.AUTH
     if status == 400:

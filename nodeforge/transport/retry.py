@@ -72,9 +72,11 @@ class RetryPolicy:
     def replace(self, **changes) -> "RetryPolicy":
         return dataclasses.replace(self, **changes)
 
-    def run(self, fn: Callable[[], T], *, what: str = "", on_retry: Callable[[Failure, float], None] | None = None
-            ) -> T:
-        """``fn()``, again while it raises a :class:`Refused` this policy retries."""
+    def run(self, fn: Callable[[], T], *, what: str = "", on_retry: Callable[[Failure, float], None] | None = None,
+            logger: logging.Logger | None = None) -> T:
+        """``fn()``, again while it raises a :class:`Refused` this policy retries; each retry is
+        logged (INFO, on ``logger``: the caller's, else this module's) as
+        ``retrying <what> in <s>s (attempt <n> of <attempts>): <kind> (<detail>)``."""
 
         def wait(state: tenacity.RetryCallState) -> float:
             exc = state.outcome.exception()
@@ -83,8 +85,8 @@ class RetryPolicy:
         def before_sleep(state: tenacity.RetryCallState) -> None:
             failure = state.outcome.exception().failure
             delay = state.next_action.sleep if state.next_action else 0.0
-            log.info("%s: %s (%s); retrying in %.1fs", what or "call", failure.kind.value, scrub(failure.detail),
-                     delay)
+            (logger or log).info("retrying %s in %.1fs (attempt %d of %d): %s (%s)", what or "call", delay,
+                                 state.attempt_number + 1, self.attempts, failure.kind.value, scrub(failure.detail))
             if on_retry is not None:
                 on_retry(failure, delay)
 

@@ -27,13 +27,6 @@ class Response:
             raise ValueError("no JSON body")
         return self._body
 
-    def iter_content(self, chunk_size: int = 1):
-        for i in range(0, len(self.content), chunk_size):
-            yield self.content[i:i + chunk_size]
-
-    def close(self):
-        pass
-
 
 class FakeImageService:
     def __init__(self):
@@ -50,6 +43,21 @@ class FakeImageService:
         return Response(404, {"message": "image not found"})
 
     # -- verbs
+
+    def request(self, url: str, method: str, *, raise_exc=False, connect_retries=None, status_code_retries=None,
+                json=None, params=None, data=None, headers=None, stream: bool = False):
+        """The one entry nodeforge.transport calls (an openstacksdk proxy's ``request``)."""
+        if method == "GET":
+            return self.get(url, params=params, stream=stream)
+        if method == "POST":
+            return self.post(url, json=json)
+        if method == "PUT":
+            return self.put(url, data=data, headers=headers)
+        if method == "PATCH":
+            return self.patch(url, json=json, headers=headers)
+        if method == "DELETE":
+            return self.delete(url)
+        raise AssertionError(f"unexpected {method} {url}")
 
     def get(self, url: str, params=None, stream: bool = False):
         self.calls.append(("GET", url))
