@@ -474,6 +474,8 @@ def _build(plan: Plan, work: Path, stage: Path, logf: _Log, build_time, seconds)
     if plan.os_lock is not None:
         manifest["os_package_lock"] = {"path": Path(plan.os_lock.path).name, "digest": plan.os_lock.digest(),
                                        "packages": len(plan.os_lock.packages)}
+        # The lock itself beside the manifest: publish's provenance lists every .deb digest from it.
+        shutil.copyfile(plan.os_lock.path, stage / "os-packages.lock.yaml")
     text = mf.dumps(manifest)
     disk.replace_file(rootfs / mf.IN_IMAGE_PATH, text)
     (stage / "manifest.json").write_text(text)

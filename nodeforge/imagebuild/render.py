@@ -11,6 +11,17 @@ self-contained tree for one Kubernetes minor and architecture:
   that do not depend on the build host (distribution element, release,
   element list); ``pins.json`` lists the artifacts the elements install.
 
+Each element has one concern (see its ``README.rst``): one element per pinned
+artifact (``kubelet``, ``kubeadm``, ``kubectl``, ``crictl``, ``containerd``,
+``runc``, ``cni-plugins``: :data:`COMPONENT_ELEMENT`), each reading only its
+own pins from its rendered ``environment.d/10-<element>``; ``kubernetes-node``
+is a meta element depending on all of them; ``k8s-hardening`` (settings and
+permissions), ``image-hygiene``, ``nodeforge-rootfs`` and the two variants.
+:data:`DIB_ELEMENTS` is what disk-image-create is given;
+:data:`NODEFORGE_ELEMENTS` adds the nodeforge elements those pull in through
+``element-deps`` (every nodeforge element in the image: the package base
+takes the union of their package lists).
+
 The output is deterministic: same inputs, byte-identical tree (sorted walks,
 fixed file modes, sorted JSON keys, no timestamps). :func:`tree_digest` names
 a tree by its content; it goes into the build manifest.
@@ -38,10 +49,38 @@ MARKER = ".nodeforge-render"
 PROFILE = Path("k8s-hardening") / "profile.yaml"
 HARDENING_JSON = Path("k8s-hardening") / "k8s-hardening-files" / "etc" / "nodeforge" / "hardening.json"
 
-# nodeforge's elements, in the order given to disk-image-create.
-NODEFORGE_ELEMENTS = ("nodeforge-rootfs", "kubernetes-node", "containerd", "k8s-hardening",
-                      "nodeforge-vm", "nodeforge-baremetal")
+# nodeforge's elements given to disk-image-create after the distribution element, in
+# that order (nodeforge.env's NODEFORGE_ELEMENTS); their element-deps pull in the rest.
+DIB_ELEMENTS = ("nodeforge-rootfs", "kubernetes-node", "k8s-hardening", "image-hygiene",
+                "nodeforge-vm", "nodeforge-baremetal")
 VARIANTS = ("vm", "baremetal")
+
+
+def element_closure(elements_dir: Path, names) -> tuple[str, ...]:
+    """``names`` and every element under ``elements_dir`` they reach through
+    ``element-deps``, each once, depth first in the order given (elements not
+    under ``elements_dir``, such as diskimage-builder's own, are left out)."""
+    out: list[str] = []
+
+    def visit(name: str) -> None:
+        elem = Path(elements_dir) / name
+        if name in out or not elem.is_dir():
+            return
+        out.append(name)
+        deps = elem / "element-deps"
+        if deps.is_file():
+            for line in deps.read_text().splitlines():
+                dep = line.split("#", 1)[0].strip()
+                if dep:
+                    visit(dep)
+
+    for name in names:
+        visit(name)
+    return tuple(out)
+
+
+# Every nodeforge element in the image: DIB_ELEMENTS and the nodeforge elements they depend on.
+NODEFORGE_ELEMENTS = element_closure(ELEMENTS_SRC, DIB_ELEMENTS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +91,13 @@ class Distro:
 
 DISTROS: dict[BaseOS, Distro] = {
     BaseOS.DEBIAN_12: Distro("debian-minimal", "bookworm"),
+}
+
+# The element that installs each pinned artifact (its environment.d carries that pin only).
+COMPONENT_ELEMENT = {
+    Component.KUBELET: "kubelet", Component.KUBEADM: "kubeadm", Component.KUBECTL: "kubectl",
+    Component.CRICTL: "crictl", Component.CONTAINERD: "containerd", Component.RUNC: "runc",
+    Component.CNI_PLUGINS: "cni-plugins",
 }
 
 # File name each element stages an artifact under (see the elements' extra-data.d).
@@ -174,7 +220,7 @@ def render(lock: Lockfile, minor: str, out: Path, *, arch: Arch = Arch.AMD64,
         _write(tmp / "pins.json", _json({"minor": minor, "kubernetes_version": str(entry.version),
                                          "arch": arch.value, "pause_image": entry.pause_image,
                                          "artifacts": pins}), 0o644)
-        element_list = [distro.element, *NODEFORGE_ELEMENTS]
+        element_list = [distro.element, *DIB_ELEMENTS]
         env_lines = [
             "# diskimage-builder settings rendered by nodeforge (host-specific mirrors are added at build time)",
             f"export DIB_RELEASE={distro.release}",

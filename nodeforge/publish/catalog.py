@@ -201,15 +201,16 @@ def apply_promote(conn, steps: list[Step], images: dict[str, dict]) -> None:
                 g.deactivate_image(conn, img["id"])
         elif step.action is Action.DELETE:
             g.delete_image(conn, img["id"])
-            for prop in (f"{P}manifest_image", f"{P}verify_report"):
+            for prop in (f"{P}manifest_image", f"{P}verify_report", f"{P}provenance"):
                 if img.get(prop):
                     g.delete_image(conn, img[prop])
         log.info("%s: %s (%s)", step.image_id, step.action.value, step.reason)
 
 
 def _side_images_public(conn, image: dict) -> None:
-    """The manifest and verify report images go public with their node image."""
-    for prop, what in ((f"{P}manifest_image", "manifest"), (f"{P}verify_report", "verify report")):
+    """The manifest, verify report and provenance images go public with their node image."""
+    for prop, what in ((f"{P}manifest_image", "manifest"), (f"{P}verify_report", "verify report"),
+                       (f"{P}provenance", "provenance")):
         side_id = image.get(prop)
         if not side_id:
             continue
@@ -314,6 +315,8 @@ def show(conn, ref: str) -> dict:
         "manifest_sha256": image.get(f"{P}manifest_sha256"),
         "verify_report": image.get(f"{P}verify_report"),
         "verify_sha256": image.get(f"{P}verify_sha256"),
+        "provenance": image.get(f"{P}provenance"),
+        "provenance_sha256": image.get(f"{P}provenance_sha256"),
         "lockfile_sha256": image.get(f"{P}lockfile_sha256"),
         "hash": f"{image.get('os_hash_algo')}:{image.get('os_hash_value')}",
         "size": image.get("size"),

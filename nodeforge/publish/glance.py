@@ -61,6 +61,7 @@ from nodeforge import transport
 from nodeforge.errors import NodeforgeError, UsageError
 from nodeforge.imageverify import verifyreport
 from nodeforge.imagebuild.builddir import BuildDir, VariantImage, VerifyStatus
+from nodeforge.publish import provenance
 from nodeforge.publish.retention import RetentionPolicy
 from nodeforge import scope as IC
 
@@ -453,6 +454,7 @@ class VariantResult:
     signed: bool = False
     verify: str = VerifyStatus.ABSENT.value
     verify_report_id: str | None = None
+    provenance_image_id: str | None = None
     cleaned: list[str] = dataclasses.field(default_factory=list)
     scope: str | None = None
     note: str | None = None
@@ -644,7 +646,8 @@ class Publisher:
         found, cleaned = self._clean(found, name, dry_run)
         manifests, cleaned_m = self._clean(self._mine(build, variant, "manifest"), name, dry_run)
         reports, cleaned_r = self._clean(self._mine(build, variant, "verify-report"), name, dry_run)
-        result.cleaned = cleaned + cleaned_m + cleaned_r
+        provs, cleaned_p = self._clean(self._mine(build, variant, provenance.ROLE), name, dry_run)
+        result.cleaned = cleaned + cleaned_m + cleaned_r + cleaned_p
         for img in found:  # active or deactivated: this build is in Glance already
             algo = img.get("os_hash_algo") or "sha512"
             expected = image.digest(algo) if algo in ("sha256", "sha512") else None
@@ -657,6 +660,7 @@ class Publisher:
             result.manifest_image_id = img.get(f"{P}manifest_image")
             result.signed = "img_signature" in img
             result.verify_report_id = self._ensure_report(img, build, variant, reports, report, dry_run)
+            result.provenance_image_id = provenance.ensure(self, img, build, variant, provs, dry_run)
             if scope_of(img) is None:
                 # Published before scopes (legacy): this build is declared in ``scope`` now.
                 result.note = f"legacy image (no {SCOPE}): taken into scope '{scope}'"
@@ -691,6 +695,9 @@ class Publisher:
             self._check_local(image, local, name)
             props.update(signer.properties(signer.sign(pre[signer.hash_name].digest()), self.sign.cert_id))
             hashers = {"sha512": hashlib.sha512()}
+        # Signed SLSA provenance beside the manifest (nodeforge/publish/provenance.py), linked from the image.
+        prov_id, prov_sha256 = provenance.store(self, build, variant, provs)
+        props.update(provenance.properties(prov_id, prov_sha256))
         props[f"{P}uploader"] = self.owner
         check_properties(name, props)
         body = {"name": name, "disk_format": image.disk_format, "container_format": "bare",
@@ -715,6 +722,7 @@ class Publisher:
         patch_image(self.conn, created["id"], [{"op": "remove", "path": f"/{P}uploader"}], f"updating {name}")
         result.action = "uploaded"
         result.image_id, result.manifest_image_id, result.verify_report_id = created["id"], manifest_id, report_id
+        result.provenance_image_id = prov_id
         result.hash_algo, result.hash_value = algo, stored.get("os_hash_value")
         result.signed = self.sign is not None
         result.seconds = round(time.monotonic() - t0, 3)

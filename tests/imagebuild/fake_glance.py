@@ -27,6 +27,13 @@ class Response:
             raise ValueError("no JSON body")
         return self._body
 
+    def iter_content(self, chunk_size: int = 1):
+        for i in range(0, len(self.content), chunk_size):
+            yield self.content[i:i + chunk_size]
+
+    def close(self):
+        pass
+
 
 class FakeImageService:
     def __init__(self):

@@ -84,7 +84,7 @@ def test_key_follows_package_lists_mirrors_and_dib(demo, tmp_path):
     assert _key(lock, tmp_path, "more-packages", src=src) != base
     pkgs.write_text(pkgs.read_text().replace("jq:\n", ""))
     # An install script (Kubernetes-specific step) is not an input of the base.
-    script = src / "kubernetes-node" / "install.d" / "50-kubernetes-node"
+    script = src / "kubelet" / "install.d" / "50-kubelet"
     script.write_text(script.read_text() + "# changed\n")
     assert _key(lock, tmp_path, "script", src=src) == base
     # The block-device config shapes the base build.
