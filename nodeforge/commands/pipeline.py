@@ -41,19 +41,37 @@ def emit_run(app, doc: dict) -> None:
     for minor, variants in (doc.get("approved") or {}).items():
         for variant, image_id in variants.items():
             click.echo(f"approved: Kubernetes {minor} {variant}: {image_id}")
+    emit_packages(doc.get("packages") or [], title="OS package changes (package lock moved)")
     for minor, lat in (doc.get("latency") or {}).items():
+        pk = lat.get("packages") or {}
         if lat.get("latency_seconds") is not None:
             click.echo(f"patch latency {lat.get('version') or minor}: {lat['latency_seconds']:.0f}s "
                        f"(release on the mirror {lat['published_at']} -> approved {lat['approved_at']})")
-        else:
+        elif not pk:
             click.echo(f"run time {lat.get('version') or minor}: {lat['run_seconds']:.0f}s to the approved image "
                        "(release time unknown)")
+        if pk.get("latency_seconds") is not None:
+            click.echo(f"package-update latency {lat.get('version') or minor}: {pk['latency_seconds']:.0f}s "
+                       f"({pk['updates']} package update(s), {pk['security']} security; on the mirror "
+                       f"{pk['published_at']} -> approved {lat['approved_at']})")
+        elif pk:
+            click.echo(f"run time {lat.get('version') or minor}: {lat['run_seconds']:.0f}s to the approved image "
+                       "(package update time unknown)")
     click.echo(f"report: {doc['summary']}  (record: {doc['record']})")
+
+
+PACKAGE_COLUMNS = ["name", "arch", "old_version", "new_version", "suite", "security"]
+
+
+def emit_packages(changes: list[dict], *, title: str) -> None:
+    """The OS package changes as a table (table output only; JSON carries them in the document)."""
+    if changes:
+        output.emit(changes, "table", rows=changes, columns=PACKAGE_COLUMNS, title=title)
 
 
 @click.group()
 def pipeline():
-    """The release pipeline: a new Kubernetes patch release to approved images, recorded."""
+    """The release pipeline: a new Kubernetes patch release or Debian package update to approved images, recorded."""
 
 
 @pipeline.command()
@@ -78,6 +96,9 @@ def pipeline():
               help="Retention policy for promote.")
 @click.option("--verify-timeout", type=click.FloatRange(min=10), default=boottest.DEFAULT_TIMEOUT,
               show_default=True, help="Seconds each boot may take.")
+@click.option("--no-packages", is_flag=True,
+              help="Ignore the OS package lock (os-packages.lock.yaml beside the lockfile): only a Kubernetes "
+                   "patch release triggers a run, and the lock is not moved.")
 @click.option("--fixture-label", metavar="TEXT", envvar="NODEFORGE_FIXTURE_LABEL",
               help="The artifacts come from a fixture mirror: label every image with this (refused with the "
                    "production lockfile).")
@@ -86,24 +107,31 @@ def pipeline():
 @options.dry_run
 @options.pass_app
 def run(app, minors, resume_id, runs_dir, lockfile_path, sources_file, cache_dir, work_dir, dib_cache,
-        retention_path, verify_timeout, fixture_label, scope, dry_run):
-    """Check upstream; for each minor with a new patch: bump, prefetch, render,
-    build, verify, publish, and -- when all of that succeeded -- promote.
+        retention_path, verify_timeout, no_packages, fixture_label, scope, dry_run):
+    """Check upstream and the Debian mirror; for each minor with a new patch
+    (every minor, or the named ones, when a locked OS package has a newer
+    version, e.g. a security update): bump the lockfile and the OS package
+    lock, prefetch, render, build, verify, publish, and -- when all of that
+    succeeded -- promote.
 
-    Writes RUNS_DIR/RUN_ID/run.json and summary.md. A failed run resumes from
-    the failed stage with --resume RUN_ID. Exit 0: images approved, or nothing
-    new upstream (says so); 1 (or the failed stage's code): failed, nothing
-    promoted."""
-    if resume_id and (minors or dry_run or scope):
-        raise click.UsageError("--resume takes the run's recorded inputs; it goes without --minor/--dry-run/--scope")
+    Writes RUNS_DIR/RUN_ID/run.json, summary.md and pr-body.md. A failed run
+    resumes from the failed stage with --resume RUN_ID. Exit 0: images
+    approved, or nothing new upstream (says so); 1 (or the failed stage's
+    code): failed, nothing promoted."""
+    if resume_id and (minors or dry_run or scope or no_packages):
+        raise click.UsageError("--resume takes the run's recorded inputs; it goes without "
+                               "--minor/--dry-run/--scope/--no-packages")
     config = PipelineConfig(lockfile=lockfile_path, sources_file=sources_file, cache_dir=cache_dir,
                             os_cloud=app.os_cloud, retention=retention_path, work_dir=work_dir,
-                            dib_cache=dib_cache, verify_timeout=verify_timeout, fixture=fixture_label, scope=scope)
+                            dib_cache=dib_cache, verify_timeout=verify_timeout, fixture=fixture_label, scope=scope,
+                            packages=not no_packages)
     pipe = Pipeline(config, runs_dir=runs_dir, say=lambda line: log.say(line, level="info", prefix=False))
     if dry_run:
         plan = pipe.plan(list(minors))
         output.emit(plan.to_dict(), app.output, rows=plan.stages, columns=["stage", "minor", "action"],
                     title=f"plan (dry run): {', '.join(plan.minors) or 'nothing new upstream'}")
+        if app.output == "table":
+            emit_packages(plan.packages, title="OS package changes the bump would make (lock not written)")
         return
     record = pipe.resume(resume_id) if resume_id else pipe.run(list(minors))
     emit_run(app, record.to_dict())

@@ -151,11 +151,17 @@ def diff(old: PackageLock, new: PackageLock, security_suites: Iterable[str] = ()
 
 
 def bump(lock: PackageLock, config: ArchiveConfig, *, dry_run: bool = False,
-         workdir: Path | None = None) -> PackageBump:
-    """Re-resolve the lock's set against the verified indexes; write it (atomically) unless ``dry_run``."""
+         workdir: Path | None = None, fetch_to: Path | None = None) -> PackageBump:
+    """Re-resolve the lock's set against the verified indexes; write it (atomically) unless ``dry_run``.
+
+    With ``fetch_to`` (and not ``dry_run``), every ``.deb`` the new lock adds or moves is
+    downloaded there and checked against the new lock first (:func:`fetch_debs`): on a
+    mismatch, or a file the mirror does not serve, nothing is written."""
     new, _ = resolve_lock(lock, config, workdir=workdir)
     changes = diff(lock, new, _security_suites(config))
     written = bool(changes) and not dry_run
+    if written and fetch_to is not None:
+        fetch_debs(new, config, fetch_to, names={c.name for c in changes if c.new_version})
     if written:
         new.save()
     return PackageBump(str(lock.path), changes, len(new.packages), written, dry_run, new.digest())

@@ -43,6 +43,7 @@ class Plan:
     check: dict
     bump: dict | None
     stages: list[dict]
+    packages: list[dict] = dataclasses.field(default_factory=list)   # OS package changes the bump would make
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self) | {"dry_run": True}
@@ -95,6 +96,8 @@ class Pipeline:
         run = rr.RunRecord("dry-run", self.runs_dir / "dry-run", inputs=self.config.to_dict()
                            | {"minors": list(minors or [])})
         check_out = self.stages["check"](self._ctx(run, "check", None, dry_run=True))
+        rec = run.stage("check")   # in memory only: the bump reads the check's outputs from the record
+        rec.status, rec.outputs = rr.SUCCEEDED, check_out
         run.minors = list(check_out.get("minors", []))
         bump_out = None
         if run.minors:
@@ -104,7 +107,7 @@ class Pipeline:
         for phase in (rr.MINOR_STAGES[:-1], rr.MINOR_STAGES[-1:]):
             for minor in run.minors:
                 stages += [{"stage": s, "minor": minor, "action": "run"} for s in phase]
-        return Plan(run.minors, check_out, bump_out, stages)
+        return Plan(run.minors, check_out, bump_out, stages, list((bump_out or {}).get("packages") or []))
 
     # -- the run -----------------------------------------------------------------------
     def _ctx(self, run: rr.RunRecord, stage: str, minor: str | None, *, dry_run: bool = False) -> StageContext:
@@ -121,6 +124,8 @@ class Pipeline:
             if not run.minors:
                 run.status = "nothing-to-do"
                 run.message = "nothing new upstream: every pinned minor is at its newest stable patch"
+                if run.find("check").outputs.get("packages") is not None:
+                    run.message += " and every locked OS package at the mirror's newest version"
                 self.say(run.message)
                 return run
             self._step(run, "bump", None)
@@ -180,8 +185,11 @@ class Pipeline:
 
     @staticmethod
     def _latency(run: rr.RunRecord, minor: str) -> None:
+        """Patch latency (the release's Last-Modified on the mirror -> approved) and, when OS packages
+        moved, package-update latency (the serving suite's signed InRelease Date -> approved)."""
         promote = run.find("promote", minor)
-        released = (run.find("check").outputs.get("released") or {}).get(minor) or {}
+        checked = run.find("check").outputs
+        released = (checked.get("released") or {}).get(minor) or {}
         approved_at = rr.parse_iso(promote.finished)
         pub = rr.parse_iso(released.get("published_at"))
         start = rr.parse_iso(run.created)
@@ -191,4 +199,12 @@ class Pipeline:
             "latency_seconds": round((approved_at - pub).total_seconds(), 1) if pub else None,
             "run_seconds": round((approved_at - start).total_seconds(), 1),
             "stage_seconds": {s.name: s.seconds for s in run.stages if s.minor in (None, minor)},
+            "triggers": list(checked.get("triggers") or []),
         }
+        pk = checked.get("packages") or {}
+        if checked.get("packages_moved"):
+            appeared = rr.parse_iso(pk.get("published_at"))
+            run.latency[minor]["packages"] = {
+                "published_at": pk.get("published_at"), "updates": len(pk.get("updates") or []),
+                "security": pk.get("security", 0),
+                "latency_seconds": round((approved_at - appeared).total_seconds(), 1) if appeared else None}

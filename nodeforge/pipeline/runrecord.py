@@ -1,6 +1,6 @@
 """The run record: ``<runs>/<RUN_ID>/run.json`` plus a readable ``summary.md``.
 
-Written atomically (``fsutil.atomic_write``) after every stage transition, so
+Written atomically (``nodeforge.base.fs.atomic_write``) after every stage transition, so
 a crash leaves the last consistent state; ``--resume`` reads it back. Format
 in docs/pipeline.md (schema ``nodeforge-pipeline-run/1``).
 """
@@ -16,7 +16,7 @@ import socket
 from pathlib import Path
 
 from nodeforge.errors import ConfigError, NodeforgeError
-from nodeforge.fsutil import atomic_write
+from nodeforge.base.fs import atomic_write
 from nodeforge.redact import scrub, scrub_obj
 
 SCHEMA = "nodeforge-pipeline-run/1"
@@ -86,6 +86,7 @@ class RunRecord:
     images: dict = dataclasses.field(default_factory=dict)      # minor -> variant -> candidate image id
     approved: dict = dataclasses.field(default_factory=dict)    # minor -> variant -> approved image id
     latency: dict = dataclasses.field(default_factory=dict)     # minor -> patch latency facts
+    packages: list = dataclasses.field(default_factory=list)    # OS package changes bump made (watch.Change)
     attempts: list[dict] = dataclasses.field(default_factory=list)  # each start/resume: at, pid, host, from
     finished: str | None = None
     message: str | None = None
@@ -125,7 +126,7 @@ class RunRecord:
             "schema": SCHEMA, "run_id": self.run_id, "status": self.status, "created": self.created,
             "finished": self.finished, "message": self.message, "inputs": self.inputs, "minors": self.minors,
             "stages": [s.to_dict() for s in self.stages], "images": self.images, "approved": self.approved,
-            "latency": self.latency, "attempts": self.attempts, "record": str(self.json_path),
+            "latency": self.latency, "packages": self.packages, "attempts": self.attempts, "record": str(self.json_path),
             "summary": str(self.summary_path)})
 
     def save(self) -> None:
@@ -153,6 +154,7 @@ class RunRecord:
                    status=doc["status"], minors=doc.get("minors", []),
                    stages=[StageRecord(**{k: v for k, v in s.items() if k in fields}) for s in doc["stages"]],
                    images=doc.get("images", {}), approved=doc.get("approved", {}), latency=doc.get("latency", {}),
+                   packages=doc.get("packages", []),
                    attempts=doc.get("attempts", []), finished=doc.get("finished"), message=doc.get("message"))
 
 
@@ -169,6 +171,7 @@ def list_runs(runs_dir: Path) -> list[dict]:
                      "failed_stage": (f"{failed['name']}[{failed['minor']}]" if failed and failed.get("minor")
                                       else failed["name"] if failed else ""),
                      "approved": ", ".join(i for v in doc.get("approved", {}).values() for i in v.values()),
+                     "packages": len(doc.get("packages") or []),
                      "summary": str(path.parent / SUMMARY)})
     return rows
 
@@ -208,16 +211,29 @@ def summary_markdown(run: RunRecord) -> str:
         for minor, variants in run.images.items():
             for variant, image_id in variants.items():
                 lines.append(f"- Kubernetes {minor} {variant}: `{image_id}` (candidate)")
+    if run.packages:
+        lines += ["", "## OS package changes", "", "| package | arch | old | new | suite |", "|---|---|---|---|---|"]
+        for c in run.packages:
+            suite = f"**{c.get('suite')}** (security)" if c.get("security") else str(c.get("suite"))
+            lines.append(f"| {c.get('name')} | {c.get('arch')} | {c.get('old_version') or '(new)'} | "
+                         f"{c.get('new_version') or '(removed)'} | {suite} |")
     if run.latency:
-        lines += ["", "## Patch latency", ""]
+        lines += ["", "## Latency", ""]
         for minor, lat in run.latency.items():
+            pk = lat.get("packages")
             if lat.get("latency_seconds") is not None:
                 lines.append(f"- {lat.get('version', minor)}: {_fmt_seconds(lat['latency_seconds'])} from the "
                              f"release on the mirror ({lat.get('published_at')}) to the approved image "
                              f"({lat.get('approved_at')})")
-            else:
+            elif not pk:
                 lines.append(f"- {lat.get('version', minor)}: release time unknown (no Last-Modified); "
                              f"{_fmt_seconds(lat.get('run_seconds'))} from the start of the run to the approved image")
+            if pk:
+                when = (f"{_fmt_seconds(pk['latency_seconds'])} from the package update on the mirror "
+                        f"({pk.get('published_at')})" if pk.get("latency_seconds") is not None
+                        else "update time unknown")
+                lines.append(f"- {lat.get('version', minor)}, OS package update ({pk.get('updates')} package(s), "
+                             f"{pk.get('security')} security): {when} to the approved image ({lat.get('approved_at')})")
     failed = run.failed_stage
     if failed:
         lines += ["", "## Failure", "", f"Stage `{failed.key}` failed: {scrub(failed.error.get('message', ''))}"]

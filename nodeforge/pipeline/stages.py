@@ -54,6 +54,7 @@ class PipelineConfig:
     jobs: int = 4
     fixture: str | None = None      # artifacts come from a fixture mirror: this label goes on every image
     scope: str | None = None        # ownership scope of the published images; None: the lockfile's
+    packages: bool = True           # also watch the OS package lock beside the lockfile (--no-packages: off)
 
     def to_dict(self) -> dict:
         return {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(self).items()}
@@ -82,6 +83,29 @@ class PipelineConfig:
         """The ownership scope publish marks the images with and promote acts within:
         ``scope``, else the lockfile's (its ``scope:``, else derived from its path)."""
         return self.scope or self.lock().scope
+
+    def package_lock_path(self) -> Path:
+        """The OS package lock the build installs from: ``os-packages.lock.yaml`` beside the lockfile."""
+        from nodeforge.oslock.lock import FILENAME
+
+        return Path(self.lockfile).parent / FILENAME
+
+    def os_lock(self):
+        """The OS package lock (:class:`nodeforge.oslock.lock.PackageLock`), or None: there is none
+        beside the lockfile, or the run ignores packages (``packages=False``)."""
+        if not self.packages or not self.package_lock_path().exists():
+            return None
+        from nodeforge.oslock import lock as ol
+
+        return ol.load(self.package_lock_path())
+
+    def archive_config(self, plock):
+        """Where the lock's suites are fetched and the keyring their InRelease must verify against:
+        the environment (NODEFORGE_DEBIAN_MIRROR, NODEFORGE_DEBIAN_SECURITY_MIRROR,
+        NODEFORGE_DEBIAN_KEYRING), else the host's apt sources -- as for the build."""
+        from nodeforge.oslock import archive, watch
+
+        return watch.config_for(plock, archive.host_mirrors(release=plock.release))
 
     def sources(self) -> Sources:
         return Sources.load(self.sources_file or Path(self.lockfile).parent / "sources.yaml")
@@ -140,13 +164,57 @@ def published_at(url: str) -> str | None:
         return None
 
 
+def _date_iso(text: str | None) -> str | None:
+    try:
+        return rr.iso(email.utils.parsedate_to_datetime(text)) if text else None
+    except (TypeError, ValueError):
+        return None
+
+
+def check_packages(cfg: PipelineConfig) -> dict | None:
+    """The OS package lock against the mirror's verified indexes (``release check``'s package part),
+    or None when the run has no package lock. ``published_at``: when the oldest pending update
+    appeared -- the ``Date:`` of the signed InRelease of the suite serving it (else that index's
+    Last-Modified); the package-update latency starts there."""
+    plock = cfg.os_lock()
+    if plock is None:
+        return None
+    from nodeforge.oslock import archive, watch
+
+    config = cfg.archive_config(plock)
+    indexes = archive.fetch(config)
+    report = watch.check(plock, config, indexes=indexes)
+    dates: dict[str, str | None] = {}
+    for s in indexes.suites:
+        dates[s.suite.name] = _date_iso(s.release.get("Date"))
+        if dates[s.suite.name] is None and any(u.suite == s.suite.name for u in report.updates):
+            dates[s.suite.name] = published_at(s.suite.url(f"dists/{s.suite.name}/InRelease"))
+    appeared = sorted(d for d in (dates.get(u.suite) for u in report.updates) if d)
+    return report.to_dict() | {"index_dates": dates, "published_at": appeared[0] if appeared else None}
+
+
+def packages_summary(pk: dict) -> str:
+    ups = pk.get("updates") or []
+    if not ups:
+        return f"OS packages current ({pk.get('packages')} locked)"
+    shown = ", ".join(f"{u['name']} {u['old_version']} -> {u['new_version']}"
+                      + (f" ({u['suite']}, security)" if u.get("security") else f" ({u['suite']})")
+                      for u in ups[:4])
+    return (f"{len(ups)} OS package update(s), {pk.get('security', 0)} security: {shown}"
+            + (" ..." if len(ups) > 4 else ""))
+
+
 def check(ctx: StageContext) -> dict:
     cfg = ctx.config
     lock, sources = cfg.lock(), cfg.sources()
     report = release_mod.check(lock, sources, cfg.downloader())
+    pk = check_packages(cfg)
     named = ctx.run.inputs.get("minors") or []
     moving = [m.minor for m in report.minors if m.status is release_mod.Status.NEW_PATCH]
-    minors = list(named) or moving
+    packages_moved = bool(pk and pk["updates"])
+    # A package update changes every image the lockfile builds (unless minors are named); a
+    # Kubernetes patch only its minor's.
+    minors = list(named) or (list(lock.minors) if packages_moved else moving)
     targets = {m.minor: m.upstream for m in report.minors}
     # Patch latency starts when the new release appeared; a minor rebuilt by name has no new release.
     released = {m: {"version": targets.get(m),
@@ -157,9 +225,13 @@ def check(ctx: StageContext) -> dict:
                else "lockfile current: no new patch release upstream")
     if new_minors:
         summary += f"; new minor(s) {', '.join(new_minors)} (not built unless named with --minor)"
+    if pk is not None:
+        summary += "; " + packages_summary(pk)
+    triggers = (["kubernetes"] if moving else []) + (["packages"] if packages_moved else [])
     ctx.say(f"check: {summary}")
     return {"minors": minors, "moving": moving, "new_minors": new_minors, "released": released,
-            "report": report.to_dict(), "summary": summary}
+            "report": report.to_dict(), "packages": pk, "packages_moved": packages_moved,
+            "triggers": triggers, "summary": summary}
 
 
 # --- bump --------------------------------------------------------------------------------
@@ -175,12 +247,54 @@ def bump(ctx: StageContext) -> dict:
            "lockfile": str(cfg.lockfile),
            "summary": (f"{len(report.changes)} pins moved in {cfg.lockfile}" if report.changes
                        else "lockfile already pinned at the target versions")}
+    checked = ctx.run.find("check")
+    if checked is not None and checked.outputs.get("packages_moved"):
+        preport = bump_packages(ctx)
+        body += "\n" + watch_markdown(preport)
+        changes = [c.to_dict() for c in preport.changes]
+        sec = sum(c["security"] for c in changes)
+        out |= {"packages": changes, "package_lock": preport.lock, "package_lock_digest": preport.digest,
+                "package_lock_written": preport.written}
+        out["summary"] += (f"; {len(changes)} OS package(s) moved in {Path(preport.lock).name}"
+                           + (f" ({sec} security)" if sec else ""))
+        ctx.run.packages = changes
     if not ctx.dry_run:
-        from nodeforge.fsutil import atomic_write
+        from nodeforge.base.fs import atomic_write
 
         out["pr_body"] = str(atomic_write(ctx.workdir / "pr-body.md", body))
     ctx.say(f"bump: {out['summary']}")
     return out
+
+
+def bump_packages(ctx: StageContext):
+    """Move the OS package lock beside the lockfile to the mirror's newest versions (re-resolved from
+    the verified indexes); every moved ``.deb`` is downloaded and checked against the new lock
+    before it is written (``release bump --packages``, verified)."""
+    import tempfile
+
+    from nodeforge.oslock import lock as ol, watch
+
+    cfg = ctx.config
+    plock = cfg.os_lock()
+    if plock is None:
+        raise StageFailed(stage="bump", detail=f"the check found OS package updates but {cfg.package_lock_path()} "
+                                               "is gone", hint="restore the package lock, then resume")
+    config = cfg.archive_config(plock)
+    scratch = cfg.work_dir if cfg.work_dir and Path(cfg.work_dir).is_dir() else None
+    with tempfile.TemporaryDirectory(prefix="nf-pipeline-debs.", dir=scratch) as tmp:
+        report = watch.bump(plock, config, dry_run=ctx.dry_run, fetch_to=None if ctx.dry_run else Path(tmp))
+    if report.written:
+        written = ol.load(plock.path)
+        if written.digest() != report.digest:
+            raise StageFailed(stage="bump", detail=f"{plock.path} reads back with digest {written.digest()}, "
+                                                   f"not the {report.digest} written")
+    return report
+
+
+def watch_markdown(report) -> str:
+    from nodeforge.oslock import watch
+
+    return watch.markdown(report)
 
 
 # --- per minor ---------------------------------------------------------------------------
@@ -207,7 +321,8 @@ def render(ctx: StageContext) -> dict:
 
 
 def build(ctx: StageContext) -> dict:
-    from nodeforge.imagebuild import build as build_mod, builddir
+    from nodeforge.imagebuild import build as build_mod
+    from nodeforge.imageverify import builddir
 
     cfg = ctx.config
     version = str(cfg.lock().minor(ctx.minor).version)
@@ -235,7 +350,7 @@ def _build_outputs(b, *, reused: bool, seconds: dict | None = None) -> dict:
 
 
 def verify(ctx: StageContext) -> dict:
-    from nodeforge.imagebuild import builddir
+    from nodeforge.imageverify import builddir
     from nodeforge.imageverify import boottest
 
     cfg = ctx.config
@@ -271,7 +386,7 @@ def verify(ctx: StageContext) -> dict:
 
 
 def publish(ctx: StageContext) -> dict:
-    from nodeforge.imagebuild import builddir
+    from nodeforge.imageverify import builddir
     from nodeforge.publish import glance
 
     cfg = ctx.config
