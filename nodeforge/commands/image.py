@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from nodeforge.commands import image_build, image_provenance, image_publish, image_verify
+from nodeforge.commands import image_diff
 
 
 @click.group()
@@ -13,4 +14,6 @@ def image():
 
 
 for _command in image_build.COMMANDS + image_verify.COMMANDS + image_publish.COMMANDS + image_provenance.COMMANDS:
+    image.add_command(_command)
+for _command in image_diff.COMMANDS:
     image.add_command(_command)

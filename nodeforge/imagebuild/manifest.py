@@ -10,11 +10,20 @@ from (``image publish`` marks the images with it; optional: manifests written
 before scopes have none). The same file is stored inside every image at
 ``/etc/nodeforge/manifest.json``; the image checksums are in ``SHA256SUMS``
 beside it (an image cannot contain its own digest).
+
+Reproducible content (``docs/image-build.md``): ``files`` records the
+per-file manifest of the root filesystem (``files.jsonl``, by sha256; see
+:mod:`.contents`) and ``reproducible`` the ``SOURCE_DATE_EPOCH`` and the
+digest of the inputs. ``build_id`` and ``build_time`` name *this* build (a
+Glance image is published per build id) and are the only clock-derived
+values; the SBOM (:func:`sbom`) is made from the content alone, so two
+builds of the same inputs have the same SBOM.
 """
 
 from __future__ import annotations
 
 import datetime
+import hashlib
 import json
 import subprocess
 from pathlib import Path
@@ -148,6 +157,21 @@ class DibDecl(_Open):
     args: list[str]
 
 
+class FilesDecl(_Open):
+    """The per-file manifest of the root filesystem (``files.jsonl`` beside the manifest)."""
+
+    path: str
+    sha256: vocab.Sha256
+    entries: int
+
+
+class ReproducibleDecl(_Open):
+    """What the content is a function of: ``SOURCE_DATE_EPOCH`` and the inputs' digest."""
+
+    source_date_epoch: int
+    inputs_sha256: vocab.Sha256
+
+
 class ManifestDecl(Declared):
     """``manifest.json``: what one build put into its images (written by ``image build``)."""
 
@@ -168,6 +192,9 @@ class ManifestDecl(Declared):
     source: dict[str, Any]
     package_base: dict[str, Any] | None = None
     scope: Annotated[str, AfterValidator(_scope), Rule(IC.SCOPE_RULE)] | None = None
+    os_package_lock: dict[str, Any] | None = None
+    files: FilesDecl | None = None
+    reproducible: ReproducibleDecl | None = None
 
 
 KIND = register("manifest", ManifestDecl, title="Build manifest", path="<build dir>/manifest.json",
@@ -188,8 +215,24 @@ def validate(manifest: Any) -> list[str]:
     return [f"{p.key}: {p.detail}" for p in problems(manifest)]
 
 
+def content_id(manifest: dict) -> str:
+    """sha256 of what the image contains (packages, artifacts, the per-file manifest's digest and the
+    base OS): the same for two builds of the same content, whatever their build ids."""
+    doc = {"packages": manifest["packages"], "artifacts": [{k: a.get(k) for k in ("component", "version", "arch",
+                                                                                   "sha256")}
+                                                           for a in manifest["artifacts"]],
+           "files": (manifest.get("files") or {}).get("sha256"), "base_os": manifest["base_os"],
+           "kubernetes": manifest["kubernetes"], "variants": manifest["variants"]}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
 def sbom(manifest: dict) -> str:
-    """A CycloneDX 1.6 JSON SBOM of the image content (dpkg packages and pinned artifacts)."""
+    """A CycloneDX 1.6 JSON SBOM of the image content (dpkg packages and pinned artifacts).
+
+    Reproducible: for a manifest with ``reproducible`` (written since issue 16) the image
+    component's version is ``<kubernetes version>+<content id prefix>``, the timestamp is
+    ``SOURCE_DATE_EPOCH`` and the serial number is derived from the content id, so the SBOM depends
+    on the content only; older manifests keep the build id and build time."""
     from cyclonedx.model import HashAlgorithm, HashType, Property
     from cyclonedx.model.bom import Bom
     from cyclonedx.model.component import Component, ComponentType
@@ -197,16 +240,25 @@ def sbom(manifest: dict) -> str:
     from packageurl import PackageURL
 
     distro = f"{manifest['base_os']['distro']}-{manifest['base_os']['release']}"
+    repro = manifest.get("reproducible")
+    cid = content_id(manifest)
+    version = f"{manifest['kubernetes']['version']}+{cid[:16]}" if repro else manifest["build_id"]
     image = Component(
-        name=f"nodeforge-k8s-node-{manifest['kubernetes']['version']}", version=manifest["build_id"],
+        name=f"nodeforge-k8s-node-{manifest['kubernetes']['version']}", version=version,
         type=ComponentType.OPERATING_SYSTEM, bom_ref="image",
         properties=[Property(name="nodeforge:variants", value=",".join(manifest["variants"])),
                     Property(name="nodeforge:element_tree_sha256", value=manifest["element_tree"]["sha256"]),
-                    Property(name="nodeforge:lockfile_sha256", value=manifest["lockfile"]["sha256"])])
+                    Property(name="nodeforge:lockfile_sha256", value=manifest["lockfile"]["sha256"]),
+                    *([Property(name="nodeforge:files_sha256", value=manifest["files"]["sha256"]),
+                       Property(name="nodeforge:source_date_epoch", value=str(repro["source_date_epoch"]))]
+                      if repro and manifest.get("files") else [])])
     bom = Bom()
     bom.metadata.component = image
-    ts = manifest["build_time"].replace("Z", "+00:00")
-    bom.metadata.timestamp = datetime.datetime.fromisoformat(ts)
+    if repro:
+        bom.metadata.timestamp = datetime.datetime.fromtimestamp(int(repro["source_date_epoch"]),
+                                                                 datetime.timezone.utc)
+    else:
+        bom.metadata.timestamp = datetime.datetime.fromisoformat(manifest["build_time"].replace("Z", "+00:00"))
     for pkg in manifest["packages"]:
         purl = PackageURL(type="deb", namespace=manifest["base_os"]["distro"], name=pkg["name"],
                           version=pkg["version"], qualifiers={"arch": pkg["arch"], "distro": distro})
@@ -222,5 +274,6 @@ def sbom(manifest: dict) -> str:
     bom.register_dependency(image, list(bom.components))
     # Fixed serial number derived from the build: same manifest, same SBOM.
     import uuid as _uuid
-    bom.serial_number = _uuid.uuid5(_uuid.NAMESPACE_URL, f"nodeforge:{manifest['build_id']}")
+    bom.serial_number = _uuid.uuid5(_uuid.NAMESPACE_URL, f"nodeforge:content:{cid}" if repro
+                                    else f"nodeforge:{manifest['build_id']}")
     return JsonV1Dot6(bom).output_as_string(indent=2) + "\n"

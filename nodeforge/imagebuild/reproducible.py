@@ -1,0 +1,172 @@
+"""Reproducible content: ``SOURCE_DATE_EPOCH`` from the inputs, and the finalised tree normalised.
+
+``SOURCE_DATE_EPOCH`` (:func:`source_date_epoch`) is the newest ``Date`` of
+the verified ``InRelease`` indexes the OS package lock was resolved from
+(its ``index_dates``): an input, signed by the archive, the same for every
+build from that lock, and never older than a package in the image. Without a
+package lock it is :data:`FALLBACK_EPOCH` (fixed). The build passes it to
+diskimage-builder (and so to every tool in the chroot that honours it:
+``py_compile`` writes hash-checked ``.pyc``, ``useradd`` the password date,
+``mkinitramfs`` the archive times) and to the disk tools (:mod:`.disk`).
+
+:func:`normalise` runs on the unpacked root filesystem after
+diskimage-builder finished (finalise and cleanup included) and before the
+per-file manifest and the disks:
+
+* what records the build rather than the content is removed: the dpkg and
+  debconf ``*-old`` backups, the ``ldconfig`` aux cache, apt's binary caches
+  and lists, man-db's index, systemd's random seed, the shadow ``-`` backups,
+  ``/tmp`` and ``/var/tmp`` content, the dbus machine id;
+* ``/etc/machine-id`` is empty (systemd makes one on first boot); SSH host
+  keys are removed (made on first boot: ``nodeforge-ssh-host-keys.service``
+  and cloud-init); log files are truncated (owner and mode kept);
+* the password-change day in ``/etc/shadow`` is the epoch's day;
+* every entry's modification and access time is clamped to the epoch
+  (``min(mtime, epoch)``, atime = mtime).
+"""
+
+from __future__ import annotations
+
+import datetime
+import email.utils
+import glob
+import hashlib
+import json
+import os
+import stat
+from pathlib import Path
+
+FALLBACK_EPOCH = 1704067200      # 2024-01-01T00:00:00Z: builds without an OS package lock
+
+# Removed (globs relative to the root); none of them is content a package ships.
+REMOVE = (
+    "var/lib/dpkg/*-old", "var/cache/debconf/*-old", "var/cache/ldconfig/aux-cache",
+    "var/cache/apt/*.bin", "var/lib/apt/lists/*", "var/lib/apt/lists/partial/*", "var/lib/apt/extended_states-old",
+    "var/cache/man/**/index.db", "var/cache/man/index.db", "var/lib/systemd/random-seed",
+    "var/lib/dbus/machine-id", "etc/shadow-", "etc/gshadow-", "etc/passwd-", "etc/group-", "etc/subuid-",
+    "etc/subgid-", "etc/ssh/ssh_host_*", "root/.bash_history", "root/.cache", "root/.wget-hsts",
+    "tmp/*", "tmp/.*", "var/tmp/*", "var/tmp/.*", "var/lib/cloud/instance", "var/lib/cloud/instances/*",
+    "var/log/journal/*/*", "var/cache/private/*", "var/lib/dhcp/*.leases", "var/backups/*",
+)
+EMPTY = ("etc/machine-id",)
+TRUNCATE_UNDER = ("var/log",)
+
+
+def source_date_epoch(os_lock=None) -> tuple[int, str]:
+    """(epoch, where it came from) for a build from ``os_lock`` (a PackageLock or None)."""
+    dates = getattr(os_lock, "index_dates", None) or {}
+    stamps = []
+    for suite, text in sorted(dates.items()):
+        try:
+            stamps.append((int(email.utils.parsedate_to_datetime(text).timestamp()), suite))
+        except (TypeError, ValueError):
+            continue
+    if stamps:
+        epoch, suite = max(stamps)
+        return epoch, f"newest InRelease Date of the OS package lock ({suite})"
+    return FALLBACK_EPOCH, "fixed (no OS package lock with index dates)"
+
+
+def iso(epoch: int) -> str:
+    return datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def inputs_digest(inputs: dict) -> str:
+    """sha256 of the canonical JSON of what a build is made from (the manifest records the dict)."""
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _remove(path: str) -> None:
+    if os.path.isdir(path) and not os.path.islink(path):
+        for dirpath, dirnames, filenames in os.walk(path, topdown=False):
+            for name in filenames:
+                os.unlink(os.path.join(dirpath, name))
+            for name in dirnames:
+                full = os.path.join(dirpath, name)
+                os.unlink(full) if os.path.islink(full) else os.rmdir(full)
+        os.rmdir(path)
+    else:
+        os.unlink(path)
+
+
+def _shadow(root: Path, epoch: int) -> int:
+    """Set every account's last-password-change day to the epoch's day; returns how many changed."""
+    path = root / "etc" / "shadow"
+    if not path.is_file() or path.is_symlink():
+        return 0
+    day = str(epoch // 86400)
+    changed, lines = 0, []
+    for line in path.read_text().splitlines():
+        fields = line.split(":")
+        if len(fields) >= 3 and fields[2] not in ("", "0", day):
+            fields[2] = day
+            changed += 1
+        lines.append(":".join(fields))
+    if changed:
+        st = path.stat()
+        text = "\n".join(lines) + "\n"
+        fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
+        try:
+            os.write(fd, text.encode())
+        finally:
+            os.close(fd)
+        os.chown(path, st.st_uid, st.st_gid)
+        os.chmod(path, stat.S_IMODE(st.st_mode))
+    return changed
+
+
+def normalise(root: Path, epoch: int) -> dict:
+    """Normalise the tree at ``root`` in place (see the module); returns what was done (counts and
+    the removed paths)."""
+    root = Path(root)
+    removed = []
+    for pattern in REMOVE:
+        for path in sorted(glob.glob(str(root / pattern), recursive=True)):
+            if os.path.lexists(path) and os.path.basename(path) not in (".", ".."):
+                _remove(path)
+                removed.append("/" + os.path.relpath(path, root))
+    emptied = []
+    for rel in EMPTY:
+        path = root / rel
+        if path.is_file() and not path.is_symlink() and path.stat().st_size:
+            os.truncate(path, 0)
+            emptied.append("/" + rel)
+    truncated = 0
+    for top in TRUNCATE_UNDER:
+        for dirpath, _dirs, files in os.walk(root / top):
+            for name in files:
+                full = os.path.join(dirpath, name)
+                st = os.lstat(full)
+                if stat.S_ISREG(st.st_mode) and st.st_size:
+                    os.truncate(full, 0)
+                    truncated += 1
+    shadow = _shadow(root, epoch)
+    clamped = clamp_times(root, epoch)
+    return {"epoch": epoch, "removed": removed, "emptied": emptied, "truncated_logs": truncated,
+            "shadow_dates": shadow, "clamped": clamped}
+
+
+def clamp_times(root: Path, epoch: int) -> int:
+    """Every entry's mtime to ``min(mtime, epoch)`` and its atime to the same (symlinks themselves, not
+    their targets); returns how many entries had a newer mtime."""
+    newer = 0
+    top_dev = os.lstat(root).st_dev
+
+    def fix(path: str, st: os.stat_result) -> None:
+        nonlocal newer
+        mtime = st.st_mtime_ns
+        if mtime > epoch * 1_000_000_000:
+            newer += 1
+            mtime = epoch * 1_000_000_000
+        mtime = mtime // 1_000_000_000 * 1_000_000_000     # whole seconds (ext4 would keep the rest)
+        if (st.st_atime_ns, st.st_mtime_ns) != (mtime, mtime):
+            os.utime(path, ns=(mtime, mtime), follow_symlinks=False)
+
+    for dirpath, dirnames, filenames in os.walk(root, topdown=False):
+        for name in filenames + dirnames:
+            full = os.path.join(dirpath, name)
+            st = os.lstat(full)
+            if st.st_dev == top_dev:
+                fix(full, st)
+    fix(str(root), os.lstat(root))
+    return newer
