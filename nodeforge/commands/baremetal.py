@@ -11,10 +11,10 @@ import click
 
 from nodeforge import options, output
 from nodeforge.errors import ExitCode, UsageError
+from nodeforge.ironic import batch
 from nodeforge.ironic import enroll as enroll_mod
 from nodeforge.ironic import inventory as inv_mod
-from nodeforge.ironic import lifecycle, preflight as preflight_mod, secrets as secrets_mod
-from nodeforge.ironic.report import NodeReport, Report
+from nodeforge.base import secrets as secrets_mod
 
 
 def _inventory_options(fn):
@@ -60,11 +60,7 @@ def validate(app, file, fmt, allow_plaintext_secrets, key_file):
 def preflight(app, file, fmt, allow_plaintext_secrets, key_file, jobs):
     """Check every BMC in parallel (reachable, credentials, TLS, system id, power state)."""
     inv = _load(app, file, fmt, allow_plaintext_secrets, key_file)
-    start = time.monotonic()
-    checks = preflight_mod.run(inv, jobs=jobs)
-    rep = Report("preflight", [NodeReport(c.name, None, "preflight", "preflight", c.power_state, c.ok,
-                                          c.failure.value if c.failure else None, c.detail) for c in checks],
-                 seconds=time.monotonic() - start)
+    checks, rep = batch.preflight(inv, jobs=jobs)
     output.emit({**rep.to_dict(), "checks": [c.to_dict() for c in checks]}, app.output,
                 rows=[c.to_dict() for c in checks], columns=["name", "bmc", "ok", "failure", "power_state", "detail"])
     click.get_current_context().exit(rep.exit_code())
@@ -93,49 +89,20 @@ def enroll(app, file, fmt, allow_plaintext_secrets, key_file, dry_run, jobs, no_
 
     A second run of the same file makes no write call. Exit: 0 all nodes good,
     3 some failed, 1 none succeeded."""
-    from nodeforge.ironic.pacing import Bounds, Pacer
-    from nodeforge.ironic.provisioner import SdkProvisioner
-
     inv = _load(app, file, fmt, allow_plaintext_secrets, key_file)
-    # One pacer for the whole run (creates, ports, verbs, polls); --jobs above its
-    # default ceiling raises the ceiling.
-    prov = SdkProvisioner(app.connect(), pacer=Pacer(Bounds(max_inflight=max(Bounds.max_inflight, jobs))))
+    settings = batch.Settings(jobs=jobs, lifecycle=not no_lifecycle, concurrency=concurrency,
+                              max_recoveries=max_recoveries, timeout=timeout, macs_from_bmc=macs_from_bmc)
+    prov = batch.provisioner(app.connect(), settings)
     start = time.monotonic()
-    plan = enroll_mod.plan(inv, prov, discover=enroll_mod.redfish_macs if macs_from_bmc else None)
+    plan = batch.plan(inv, prov, settings)
     if dry_run:
-        rows = [{"name": p.spec.name, "action": p.action.value, "matched_by": p.matched_by,
-                 "changes": "; ".join(f"{c.field}: {c.current!s} -> {c.desired!s}" for c in p.changes)
-                 + (" (MACs from the BMC)" if p.macs_from_bmc else ""),
-                 "error": p.error} for p in plan.nodes]
-        output.emit(plan.to_dict(), app.output, rows=rows, title=f"plan: {plan.counts()}")
+        output.emit(plan.to_dict(), app.output, rows=batch.plan_rows(plan), title=f"plan: {plan.counts()}")
         return
     with _progress(app) as progress:
-        results = enroll_mod.apply(plan, prov, jobs=jobs, progress=progress.created)
-        reports = {r.name: NodeReport(r.name, r.uuid, r.action.value, "enroll", None, r.ok, r.error_kind, r.error)
-                   for r in results}
-        specs = inv.by_name()
-        works = [lifecycle.Work(spec=specs[r.name], uuid=r.uuid) for r in results if r.ok and r.uuid]
-        if works and not no_lifecycle:
-            policy = lifecycle.Policy(max_recoveries=max_recoveries, overall_timeout=timeout)
-            for stage in (lifecycle.Stage.INSPECT, lifecycle.Stage.CLEAN, lifecycle.Stage.PROVIDE):
-                policy.concurrency[stage] = concurrency
-            lifecycle.run(prov, works, policy, progress=progress.update)
-            for w in works:
-                rep = reports[w.spec.name]
-                rep.stage = w.stage.value
-                rep.state = w.node.get("provision_state")
-                rep.ok = w.error_type is None
-                rep.error_type, rep.error = w.error_type, w.error
-        elif works:
-            for w in works:
-                reports[w.spec.name].state = "enroll" if plan else None
-    report = Report("enroll", list(reports.values()), seconds=time.monotonic() - start, writes=prov.writes,
-                    retried=dict(prov.retried), pacing=prov.pacer.stats.to_dict())
+        report = batch.apply(plan, inv, prov, settings, progress=progress, started=start)
     if report_path:
         report.write(report_path)
-    output.emit(report.to_dict(), app.output, rows=report.rows(),
-                title=f"enroll: {len(report.nodes) - len(report.failed)} ok, {len(report.failed)} failed, "
-                      f"{report.writes} writes, {report.seconds:.1f}s")
+    output.emit(report.to_dict(), app.output, rows=report.rows(), title=batch.title(report))
     click.get_current_context().exit(report.exit_code())
 
 

@@ -9,7 +9,6 @@ from pathlib import Path
 import click
 
 from nodeforge import log, options, output
-from nodeforge.errors import ExitCode
 from nodeforge.ironic import classify as classify_mod
 from nodeforge.ironic import profiles as profiles_mod
 
@@ -64,6 +63,7 @@ def classify(app, profiles_path, nodes, inventory_path, scope, dry_run):
                  f"{p}: {', '.join(r)}" for p, r in n.why_not().items()) if n.profile else ""}
             for n in plan.nodes]
     data = plan.to_dict()
+    results = None
     if not dry_run:
         results = classify_mod.apply(plan, prov)
         data["results"] = [r.to_dict() for r in results]
@@ -77,7 +77,4 @@ def classify(app, profiles_path, nodes, inventory_path, scope, dry_run):
             log.say(f"profile '{name}' matches none of the {len(plan.nodes)} nodes")
         for o in plan.overlaps():
             log.say(f"profiles {', '.join(o['profiles'])} overlap on {', '.join(o['nodes'])}")
-    code = ExitCode.PARTIAL if plan.flagged else ExitCode.OK
-    if not dry_run and any(not r["ok"] and r["outcome"] == "update" for r in data["results"]):
-        code = ExitCode.PARTIAL
-    click.get_current_context().exit(int(code))
+    click.get_current_context().exit(int(classify_mod.exit_code(plan, results)))

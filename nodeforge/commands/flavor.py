@@ -10,7 +10,6 @@ import click
 from nodeforge import log, options, output
 from nodeforge.cloud import connect
 from nodeforge.compute import flavors as flavors_mod
-from nodeforge.errors import ExitCode
 
 
 def flavors_option(fn):
@@ -62,7 +61,7 @@ def sync(app, flavors_path, profiles_path, replace, prune, adopt_legacy, dry_run
                                   if c.field != "flavor"), "note": p.note or ""} for p in plan.flavors]
     data = plan.to_dict()
     counts = ", ".join(f"{v} {k}" for k, v in plan.counts().items() if v) or "nothing"
-    code = ExitCode.PARTIAL if plan.blocked else ExitCode.OK
+    results = None
     if (refused := plan.refusal()) is not None:
         # Refused as a whole, before any write (dry run or not): show the plan, then fail.
         output.emit(data, app.output, rows=rows, columns=["flavor", "action", "id", "changes", "note"],
@@ -75,12 +74,9 @@ def sync(app, flavors_path, profiles_path, replace, prune, adopt_legacy, dry_run
             row["id"] = r.id
             if not r.ok and r.error:
                 row["note"] = r.error
-        if any(not r.ok and r.action not in (flavors_mod.Action.DRIFT, flavors_mod.Action.UNLISTED)
-               for r in results):
-            code = ExitCode.PARTIAL
     output.emit(data, app.output, rows=rows, columns=["flavor", "action", "id", "changes", "note"],
                 title=f"{'plan (dry run)' if dry_run else 'flavor sync'} (scope {plan.scope}): {counts}")
-    click.get_current_context().exit(int(code))
+    click.get_current_context().exit(int(flavors_mod.exit_code(plan, results)))
 
 
 @flavor.command()

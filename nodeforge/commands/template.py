@@ -122,7 +122,7 @@ def apply(app, names, templates_dir, baremetal_cloud, dry_run):
     ap.check_input(resolutions)      # before reading Magnum: bad input is the file's, whatever Magnum holds
     plan = ap.plan(resolutions, mc.read_templates(conn), mc.read_clusters(conn))
     data = plan.to_dict()
-    code = ExitCode.PARTIAL if any(p.action is ap.Action.BROKEN for p in plan.templates) else ExitCode.OK
+    results = None
     rows = [{"template": p.name, "scope": p.scope, "action": p.action.value, "version": p.magnum_name,
              "changes": "; ".join(map(str, p.changes)) if p.action is not ap.Action.BROKEN else "; ".join(p.issues),
              "hide": ", ".join(h.get("name") or "" for h in p.hide),
@@ -136,15 +136,13 @@ def apply(app, names, templates_dir, baremetal_cloud, dry_run):
             row["uuid"] = r.uuid
             if r.error and r.action is not ap.Action.BROKEN:
                 row["changes"] = r.error
-        if any(not r.ok for r in results):
-            code = ExitCode.PARTIAL
     counts = ", ".join(f"{v} {k}" for k, v in plan.counts().items() if v) or "nothing"
     output.emit(data, app.output, rows=rows,
                 columns=["template", "scope", "action", "version", *([] if dry_run else ["uuid"]), "changes",
                          "hide", "in use"],
                 title=f"{'plan (dry run)' if dry_run else 'template apply'}: {counts}; "
                       f"{data['writes']} write(s){' planned' if dry_run else ''}")
-    click.get_current_context().exit(int(code))
+    click.get_current_context().exit(int(ap.exit_code(plan, results)))
 
 
 template.add_command(template_audit.upgrade_plan)

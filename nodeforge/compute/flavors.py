@@ -34,7 +34,6 @@ instead of storing it.
 from __future__ import annotations
 
 import dataclasses
-import enum
 import logging
 import re
 from pathlib import Path
@@ -42,8 +41,8 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import AfterValidator, Field, ValidationError, WrapValidator
 
-from nodeforge import schema, transport
-from nodeforge.errors import ConfigError, NodeforgeError
+from nodeforge import plan as PL, schema, transport
+from nodeforge.errors import ConfigError, ExitCode, NodeforgeError
 from nodeforge.schema import Declared, Rule, register, vocab
 from nodeforge.ironic import constants as IC
 from nodeforge.ironic import profiles as hw
@@ -73,16 +72,16 @@ class ScopeConflict(NodeforgeError):
             "from the file that owns it (docs/flavors-and-templates.md, 'Ownership scopes')")
 
 
-class Action(str, enum.Enum):
-    CREATE = "create"
-    UPDATE = "update"           # description, extra specs or access: in place
-    REPLACE = "replace"         # immutable field differs: delete + create (only with replace=True)
-    DRIFT = "drift"             # immutable field differs, replace not allowed: reported only
-    NOOP = "no-op"
-    PRUNE = "prune"             # this scope's, not in the file: delete (only with prune=True)
-    UNLISTED = "unlisted"       # this scope's, not in the file, prune not allowed: reported only
-    CONFLICT = "conflict"       # listed, but the flavor in Nova belongs to another scope: refused
-    LEGACY = "legacy"           # managed=true without a scope, not in the file: reported, never touched
+# The shared plan kinds (nodeforge/plan.py); flavor sync plans these nine, in this order:
+# create; update (description, extra specs or access: in place); replace (immutable field differs:
+# delete + create, only with replace=True); drift (immutable field differs, replace not allowed:
+# reported only); no-op; prune (this scope's, not in the file: delete, only with prune=True);
+# unlisted (this scope's, not in the file, prune not allowed: reported only); conflict (listed, but
+# the flavor in Nova belongs to another scope: refused); legacy (managed=true without a scope, not
+# in the file: reported, never touched).
+Action = PL.Kind
+KINDS = (PL.Kind.CREATE, PL.Kind.UPDATE, PL.Kind.REPLACE, PL.Kind.DRIFT, PL.Kind.NOOP, PL.Kind.PRUNE,
+         PL.Kind.UNLISTED, PL.Kind.CONFLICT, PL.Kind.LEGACY)
 
 
 # ----------------------------------------------------------------------------- desired state
@@ -353,15 +352,8 @@ def resolve_projects(conn, refs: tuple[str, ...]) -> tuple[str, ...]:
 
 # ----------------------------------------------------------------------------- plan
 
-@dataclasses.dataclass(frozen=True)
-class Change:
-    field: str
-    current: Any
-    desired: Any
-    mutable: bool
-
-    def to_dict(self) -> dict:
-        return {"field": self.field, "current": self.current, "desired": self.desired, "mutable": self.mutable}
+# One field before -> after; ``mutable`` False: changing it re-creates the flavor.
+Change = PL.FieldChange
 
 
 @dataclasses.dataclass
@@ -392,10 +384,7 @@ class Plan:
     path: str | None = None             # the flavors file
 
     def counts(self) -> dict[str, int]:
-        out = {a.value: 0 for a in Action}
-        for f in self.flavors:
-            out[f.action.value] += 1
-        return out
+        return PL.counts(KINDS, (f.action for f in self.flavors))
 
     @property
     def blocked(self) -> list[FlavorPlan]:
@@ -582,6 +571,19 @@ class Result:
 
     def to_dict(self) -> dict:
         return {"name": self.name, "action": self.action.value, "id": self.id, "ok": self.ok, "error": self.error}
+
+    def result(self) -> PL.Result:
+        """As the shared :class:`nodeforge.plan.Result` (drift, unlisted: skipped, and the run partial)."""
+        return PL.result(self.name, self.action, ok=self.ok, error=self.error, attempted=self.action.writes)
+
+
+def exit_code(plan_: Plan, results: list[Result] | None = None) -> ExitCode:
+    """0: in sync; 3: drift or unlisted flavors left as they are, or a write
+    failed (a scope conflict is refused before, exit 1). ``results``: None
+    for a dry run (the plan's own verdict)."""
+    got = ([r.result() for r in results] if results is not None
+           else [PL.planned(p.name, p.action) for p in plan_.flavors])
+    return PL.exit_code(got, none_done_fails=False)
 
 
 def apply(conn, plan_: Plan) -> list[Result]:

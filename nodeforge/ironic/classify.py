@@ -28,31 +28,25 @@ profiles never flag nor rewrite another team's nodes. Without it every
 from __future__ import annotations
 
 import dataclasses
-import enum
 import fnmatch
 import logging
 from concurrent.futures import ThreadPoolExecutor
 
+from nodeforge import plan as PL
+from nodeforge.errors import ExitCode
 from nodeforge.ironic import constants as C
 from nodeforge.ironic import profiles as P
-from nodeforge.ironic.enroll import FieldChange
+from nodeforge.plan import FieldChange
 from nodeforge.ironic.provisioner import IronicError, Provisioner
 from nodeforge.redact import scrub
 
 log = logging.getLogger(__name__)
 
 
-class Outcome(str, enum.Enum):
-    NOOP = "no-op"
-    UPDATE = "update"
-    NO_MATCH = "no-match"
-    AMBIGUOUS = "ambiguous"
-    REFUSED = "refused"
-    NO_FACTS = "no-facts"
-
-    @property
-    def flagged(self) -> bool:
-        return self in (Outcome.NO_MATCH, Outcome.AMBIGUOUS, Outcome.REFUSED, Outcome.NO_FACTS)
+# The shared plan kinds (nodeforge/plan.py; ``flagged``: no-match, ambiguous,
+# refused, no-facts); classify plans these six, in this order.
+Outcome = PL.Kind
+KINDS = (PL.Kind.NOOP, PL.Kind.UPDATE, PL.Kind.NO_MATCH, PL.Kind.AMBIGUOUS, PL.Kind.REFUSED, PL.Kind.NO_FACTS)
 
 
 @dataclasses.dataclass
@@ -93,10 +87,7 @@ class Plan:
     skipped: dict[str, int] = dataclasses.field(default_factory=dict)   # scope ("" for none) -> nodes left out
 
     def counts(self) -> dict[str, int]:
-        out = {o.value: 0 for o in Outcome}
-        for n in self.nodes:
-            out[n.outcome.value] += 1
-        return out
+        return PL.counts(KINDS, (n.outcome for n in self.nodes))
 
     @property
     def flagged(self) -> list[NodeClass]:
@@ -226,6 +217,19 @@ class ApplyResult:
     def to_dict(self) -> dict:
         return {"name": self.name, "uuid": self.uuid, "outcome": self.outcome.value, "ok": self.ok,
                 "error": self.error}
+
+    def result(self) -> PL.Result:
+        """As the shared :class:`nodeforge.plan.Result` (a flagged node: failed, never attempted)."""
+        return PL.result(self.name, self.outcome, ok=self.ok, error=self.error)
+
+
+def exit_code(plan_: Plan, results: list[ApplyResult] | None = None) -> ExitCode:
+    """0: every node classified; 3: some flagged, or a write failed (never 1:
+    a node flagged is the file's to fix, not a failed run). ``results``: None
+    for a dry run (the plan's own verdict)."""
+    got = ([r.result() for r in results] if results is not None
+           else [PL.planned(n.name, n.outcome) for n in plan_.nodes])
+    return PL.exit_code(got, none_done_fails=False)
 
 
 def apply(plan_: Plan, provisioner: Provisioner, *, jobs: int = 1) -> list[ApplyResult]:

@@ -27,39 +27,26 @@ and :func:`apply_members` (called by :func:`apply`); see their section below.
 from __future__ import annotations
 
 import dataclasses
-import enum
 import threading
 import logging
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any, Callable
 
+from nodeforge import plan as P
 from nodeforge.ironic import constants as C
+from nodeforge.ironic.errorkind import ErrorKind
 from nodeforge.ironic.inventory import (ChassisSpec, CleanMode, Inventory, NodeSpec, PortGroupSpec, PortSpec,
                                        api_version_for, bmc_key, bmc_key_from_driver_info, normalize_mac)
 from nodeforge.ironic.provisioner import IronicError, Provisioner
-from nodeforge.redact import MASK, is_secret_field, scrub, scrub_obj
+from nodeforge.plan import FieldChange
+from nodeforge.redact import MASK, scrub
 
 log = logging.getLogger(__name__)
 
 
-class Action(str, enum.Enum):
-    CREATE = "create"
-    UPDATE = "update"
-    NOOP = "no-op"
-    ERROR = "error"
-
-
-@dataclasses.dataclass(frozen=True)
-class FieldChange:
-    field: str
-    current: Any
-    desired: Any
-
-    def to_dict(self) -> dict:
-        if is_secret_field(self.field):       # driver_info.ipmi_password: both sides masked by field
-            return {"field": self.field, "current": MASK if self.current is not None else None,
-                    "desired": self.desired if self.desired == "(rotated)" else MASK}
-        return scrub_obj({"field": self.field, "current": self.current, "desired": self.desired})
+# The shared plan kinds (nodeforge/plan.py); enroll plans these four, in this order.
+Action = P.Kind
+KINDS = (P.Kind.CREATE, P.Kind.UPDATE, P.Kind.NOOP, P.Kind.ERROR)
 
 
 @dataclasses.dataclass
@@ -73,7 +60,7 @@ class NodePlan:
     ports_to_add: list[str] = dataclasses.field(default_factory=list)
     macs_from_bmc: bool = False          # MACs read from the Redfish BMC (none in the inventory)
     error: str | None = None
-    error_kind: str = "conflict"         # report.HINTS key for an ERROR plan
+    error_kind: ErrorKind = ErrorKind.CONFLICT   # why an ERROR plan is one (report.HINTS key)
     provision_state: str | None = None
     _patch: list[dict] = dataclasses.field(default_factory=list, repr=False)
     bulk: "MemberPlan | None" = None     # python-ironicclient format: port groups and ports with fields
@@ -82,7 +69,7 @@ class NodePlan:
         return {"name": self.spec.name, "action": self.action.value, "uuid": self.uuid,
                 "matched_by": self.matched_by, "changes": [c.to_dict() for c in self.changes],
                 "ports_to_add": self.ports_to_add, "macs_from_bmc": self.macs_from_bmc, "error": scrub(self.error) if self.error else None,
-                "error_kind": self.error_kind if self.action is Action.ERROR else None,
+                "error_kind": str(self.error_kind) if self.action is Action.ERROR else None,
                 "location": str(self.spec.location)}
 
 
@@ -93,10 +80,7 @@ class Plan:
     chassis_applied: bool = False        # apply_chassis ran (once per plan)
 
     def counts(self) -> dict[str, int]:
-        out = {a.value: 0 for a in Action}
-        for n in self.nodes:
-            out[n.action.value] += 1
-        return out
+        return P.counts(KINDS, (n.action for n in self.nodes))
 
     def to_dict(self) -> dict:
         # python-ironicclient format: each node's port groups and ports, and the chassis.
@@ -223,7 +207,7 @@ def _plan_node(spec: NodeSpec, by_name, by_uuid, by_bmc, port_owner) -> NodePlan
     owner = (node.get("extra") or {}).get(C.EXTRA_SCOPE)
     if spec.scope and owner and owner != spec.scope:
         return dataclasses.replace(
-            p, action=Action.ERROR, uuid=None, error_kind="scope",
+            p, action=Action.ERROR, uuid=None, error_kind=ErrorKind.SCOPE,
             error=f"Ironic node {node.get('name') or node['uuid']} (matched by {matched}) belongs to scope "
                   f"'{owner}' (extra.{C.EXTRA_SCOPE}), not this inventory's '{spec.scope}': another inventory "
                   "enrolled it; not touched")
@@ -651,7 +635,12 @@ class EnrollResult:
     uuid: str | None = None
     ok: bool = True
     error: str | None = None
-    error_kind: str | None = None
+    error_kind: ErrorKind | None = None
+
+    def result(self) -> P.Result:
+        """As the shared :class:`nodeforge.plan.Result`."""
+        return P.result(self.name, self.action, ok=self.ok, error=self.error,
+                        error_kind=str(self.error_kind) if self.error_kind else None)
 
 
 DEFAULT_JOBS = 16
@@ -691,7 +680,7 @@ def apply(plan_: Plan, provisioner: Provisioner, *, jobs: int = DEFAULT_JOBS,
             apply_members(p, provisioner, uuid)
         except IronicError as exc:
             return EnrollResult(p.spec.name, p.action, uuid, ok=False, error=scrub(str(exc)),
-                                error_kind=exc.kind.value)
+                                error_kind=ErrorKind.of(exc.kind))
         return EnrollResult(p.spec.name, p.action, uuid)
 
     total = len(plan_.nodes)

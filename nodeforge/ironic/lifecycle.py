@@ -34,6 +34,7 @@ from typing import Callable
 
 from nodeforge.ironic import constants as C
 from nodeforge.ironic.constants import ProvisionState as PS, Verb
+from nodeforge.ironic.errorkind import ErrorKind
 from nodeforge.ironic.inventory import CleanMode, NodeSpec
 from nodeforge.ironic.pacing import Pacer
 from nodeforge.ironic.provisioner import IronicError, Provisioner
@@ -96,7 +97,7 @@ class Complete:
 
 @dataclasses.dataclass(frozen=True)
 class Failed:
-    error_type: str
+    error_type: ErrorKind | str     # an ErrorKind; a parked node's kind is read back from Ironic (may be older)
     message: str
 
 
@@ -108,8 +109,8 @@ class Retry:
 
 class OnError(str, enum.Enum):
     """How a refused :class:`Write` turns into the node's outcome (the writes after it are not made)."""
-    API = "api"          # retriable: Retry; else Failed("api")
-    REJECT = "reject"    # a stage's verb: retriable: Retry (2 s); else Failed("<stage>-rejected")
+    API = "api"          # retriable: Retry; else Failed(ErrorKind.API)
+    REJECT = "reject"    # a stage's verb: retriable: Retry (2 s); else Failed(ErrorKind.rejected(stage))
     RETRY = "retry"      # any refusal: Retry
     IGNORE = "ignore"    # logged; the Act's outcome stands
 
@@ -183,7 +184,7 @@ class Work:
     recovery_pending: bool = False   # counted on the node, its manage not accepted yet
     failures: int = 0
     result: NodeState | None = None
-    error_type: str | None = None
+    error_type: ErrorKind | str | None = None
     error: str | None = None
     node: dict = dataclasses.field(default_factory=dict)
     stage_seconds: dict[str, float] = dataclasses.field(default_factory=dict)
@@ -256,7 +257,7 @@ def _timed_out(w: Work, ctx: Ctx) -> bool:
 def on_enrolled(w: Work, ctx: Ctx) -> Outcome:
     if w.issued is Verb.MANAGE and w.node.get("last_error"):
         # Ironic sent it back: power credentials or BMC unreachable.
-        return Failed("power-credentials", w.node["last_error"])
+        return Failed(ErrorKind.POWER_CREDENTIALS, w.node["last_error"])
     if w.issued is Verb.MANAGE and not _timed_out(w, ctx):
         return Continue()  # the API answered before the state moved
     return _issue(w, ctx, Stage.MANAGE, Verb.MANAGE)
@@ -265,7 +266,7 @@ def on_enrolled(w: Work, ctx: Ctx) -> Outcome:
 def on_transient(w: Work, ctx: Ctx) -> Outcome:
     if _timed_out(w, ctx):
         state = w.node.get("provision_state")
-        failed = Failed(f"{w.stage.value}-timeout", f"still '{state}' after {ctx.policy.timeouts.get(w.stage):.0f}s")
+        failed = Failed(ErrorKind.timeout(w.stage), f"still '{state}' after {ctx.policy.timeouts.get(w.stage):.0f}s")
         if state in (PS.CLEAN_WAIT.value, PS.INSPECT_WAIT.value):
             return Act((Write(Verb.ABORT, on_error=OnError.IGNORE),), failed)
         return failed
@@ -280,7 +281,7 @@ def on_manageable(w: Work, ctx: Ctx) -> Outcome:
     elif w.issued is Verb.CLEAN:
         first, cp = [_checkpoint("cleaned")], "cleaned"
     elif w.issued is Verb.PROVIDE:
-        return Continue() if not _timed_out(w, ctx) else Failed("provide-timeout", "node stayed manageable")
+        return Continue() if not _timed_out(w, ctx) else Failed(ErrorKind.PROVIDE_TIMEOUT, "node stayed manageable")
     if w.spec.inspect and cp not in ("inspected", "cleaned"):
         return _then(first, _issue(w, ctx, Stage.INSPECT, Verb.INSPECT))
     cleaning = w.spec.cleaning
@@ -308,7 +309,7 @@ def on_failed(w: Work, ctx: Ctx) -> Outcome:
     killed and started again (any number of times) never grants a node more
     than ``max_recoveries``."""
     reason = scrub(w.node.get("last_error") or w.node.get("provision_state") or "")
-    kind = "clean-failed" if node_state(w.node) is NodeState.CLEAN_FAILED else "inspect-failed"
+    kind = ErrorKind.CLEAN_FAILED if node_state(w.node) is NodeState.CLEAN_FAILED else ErrorKind.INSPECT_FAILED
     w.recoveries = max(w.recoveries, persisted_recoveries(w.node))
     if w.issued is Verb.MANAGE and not _timed_out(w, ctx):
         return Continue()  # the recovery's manage is issued; wait for it to land
@@ -353,7 +354,7 @@ def on_in_use(w: Work, ctx: Ctx) -> Outcome:
 
 
 def on_unknown(w: Work, ctx: Ctx) -> Outcome:
-    return Failed("unexpected-state", f"provision state {w.node.get('provision_state')!r}")
+    return Failed(ErrorKind.UNEXPECTED_STATE, f"provision state {w.node.get('provision_state')!r}")
 
 
 HANDLERS: dict[NodeState, Handler] = {
@@ -385,6 +386,7 @@ def decide(w: Work, ctx: Ctx) -> Outcome:
     state = node_state(w.node)
     kind = parked(w.node)
     if kind and w.issued is None:
+        kind = _known(kind)
         # Parked by an earlier run: left alone until an operator unsets maintenance.
         return Failed(kind, f"parked in maintenance by an earlier run: {w.node['maintenance_reason']}")
     try:
@@ -393,8 +395,16 @@ def decide(w: Work, ctx: Ctx) -> Outcome:
         return _api_error(exc)
 
 
+def _known(kind: str) -> ErrorKind | str:
+    """A parked node's kind as an ErrorKind (kept as read when an older or hand-written reason names another)."""
+    try:
+        return ErrorKind(kind)
+    except ValueError:
+        return kind
+
+
 def _api_error(exc: IronicError) -> Outcome:
-    return Retry(f"{exc.kind.value}") if exc.kind.retriable else Failed("api", str(exc))
+    return Retry(f"{exc.kind.value}") if exc.kind.retriable else Failed(ErrorKind.API, str(exc))
 
 
 @dataclasses.dataclass
@@ -432,7 +442,7 @@ def settle(w: Work, ctx: Ctx, done: Performed) -> Outcome:
     if write.on_error is OnError.REJECT:
         if exc.kind.retriable:
             return Retry(f"{write.verb.value}: {exc.kind.value}", delay=2.0)
-        return Failed(f"{write.stage.value}-rejected", str(exc))
+        return Failed(ErrorKind.rejected(write.stage), str(exc))
     if write.on_error is OnError.RETRY:
         return Retry(f"{write.label}: {exc.kind.value}")
     if write.on_error is OnError.IGNORE:
@@ -516,7 +526,7 @@ def run(provisioner: Provisioner, works: list[Work], policy: Policy | None = Non
                 harvest(only_done=False)
                 for w in works:
                     if not w.done:
-                        w.error_type, w.error = "timeout", f"run timed out at stage {w.stage.value}"
+                        w.error_type, w.error = ErrorKind.TIMEOUT, f"run timed out at stage {w.stage.value}"
                 break
             try:
                 listed = provisioner.list_nodes(fields=POLL_FIELDS)
@@ -549,7 +559,7 @@ def run(provisioner: Provisioner, works: list[Work], policy: Policy | None = Non
             ctx = Ctx(provisioner, policy, busy, now)
             for w in deciding:
                 if w.uuid not in nodes:
-                    w.error_type, w.error = "deleted", "node disappeared from Ironic"
+                    w.error_type, w.error = ErrorKind.DELETED, "node disappeared from Ironic"
                     continue
                 outcome = decide(w, ctx)
                 if isinstance(outcome, Act):

@@ -5,32 +5,23 @@ Redfish (sushy, basic auth): reachable, credentials accepted, TLS chain valid
 reads serial number, model, boot mode, CPU, memory and NIC MACs.
 IPMI (``ipmitool -I lanplus``, password via ``IPMI_PASSWORD``/``-E``, never on
 the command line): ``power status``. Failures are classified per node
-(:class:`Failure`); passwords never appear in any message.
+(the bare-metal :class:`~nodeforge.ironic.errorkind.ErrorKind`: network, auth,
+tls, ambiguous-system, unsupported, error); passwords never appear in any message.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import enum
 import os
 import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
 from nodeforge.ironic.ipmi import ipmi_probe
-from nodeforge import transport
 from nodeforge.errors import MissingToolError
+from nodeforge.ironic.errorkind import ErrorKind
 from nodeforge.ironic.inventory import BmcKind, Inventory, NodeSpec
 from nodeforge.redact import scrub
-
-
-class Failure(str, enum.Enum):
-    NETWORK = "network"
-    AUTH = "auth"
-    TLS = "tls"
-    AMBIGUOUS_SYSTEM = "ambiguous-system"
-    UNSUPPORTED = "unsupported"
-    ERROR = "error"
 
 
 @dataclasses.dataclass
@@ -38,7 +29,7 @@ class Check:
     name: str
     bmc: str
     ok: bool
-    failure: Failure | None = None
+    failure: ErrorKind | None = None
     detail: str | None = None
     power_state: str | None = None
     facts: dict = dataclasses.field(default_factory=dict)
@@ -65,7 +56,7 @@ def check_redfish(spec: NodeSpec, timeout: float = 10.0) -> Check:
         else:
             members = root.get_system_collection().members_identities
             if len(members) != 1:
-                c.failure, c.detail = Failure.AMBIGUOUS_SYSTEM, (
+                c.failure, c.detail = ErrorKind.AMBIGUOUS_SYSTEM, (
                     f"{len(members)} systems behind this BMC; name one in the URL (/redfish/v1/Systems/ID)")
                 return c
             system = root.get_system(members[0])
@@ -88,23 +79,22 @@ def check_redfish(spec: NodeSpec, timeout: float = 10.0) -> Check:
         c.ok = True
     except sx.AccessError as exc:
         status = getattr(exc, "status_code", None)
-        refused = status is None or transport.kind_of(status) is transport.ErrorKind.AUTH
-        c.failure = Failure.AUTH if refused else Failure.ERROR
+        c.failure = ErrorKind.AUTH if status in (401, 403, None) else ErrorKind.ERROR
         c.detail = f"BMC refused the credentials (HTTP {status})"
     except sx.ResourceNotFoundError:
-        c.failure, c.detail = Failure.AMBIGUOUS_SYSTEM, f"system {b.system_id} not found on the BMC"
+        c.failure, c.detail = ErrorKind.AMBIGUOUS_SYSTEM, f"system {b.system_id} not found on the BMC"
     except sx.ConnectionError as exc:
         text = str(exc)
         if "CERTIFICATE_VERIFY_FAILED" in text or "SSLError" in text or "certificate" in text.lower():
-            c.failure, c.detail = Failure.TLS, "TLS certificate not trusted (set verify_ca to a CA bundle, or false)"
+            c.failure, c.detail = ErrorKind.TLS, "TLS certificate not trusted (set verify_ca to a CA bundle, or false)"
         else:
-            c.failure, c.detail = Failure.NETWORK, "BMC unreachable"
+            c.failure, c.detail = ErrorKind.NETWORK, "BMC unreachable"
     except requests.exceptions.SSLError:
-        c.failure, c.detail = Failure.TLS, "TLS handshake failed"
+        c.failure, c.detail = ErrorKind.TLS, "TLS handshake failed"
     except sx.SushyError as exc:
-        c.failure, c.detail = Failure.UNSUPPORTED, f"{type(exc).__name__}: {scrub(str(exc))[:200]}"
+        c.failure, c.detail = ErrorKind.UNSUPPORTED, f"{type(exc).__name__}: {scrub(str(exc))[:200]}"
     except Exception as exc:  # noqa: BLE001 - one bad BMC must not stop the batch
-        c.failure, c.detail = Failure.ERROR, f"{type(exc).__name__}"
+        c.failure, c.detail = ErrorKind.ERROR, f"{type(exc).__name__}"
     return c
 
 
@@ -120,7 +110,7 @@ def check_ipmi(spec: NodeSpec, timeout: float = 10.0) -> Check:
     try:
         proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
-        c.failure, c.detail = Failure.NETWORK, "no IPMI answer (timeout)"
+        c.failure, c.detail = ErrorKind.NETWORK, "no IPMI answer (timeout)"
         return c
     out = scrub((proc.stdout + proc.stderr).strip())
     if proc.returncode == 0 and "Chassis Power is" in out:
@@ -131,18 +121,18 @@ def check_ipmi(spec: NodeSpec, timeout: float = 10.0) -> Check:
         # Some BMCs (pyghmi's) answer a bad password like an absent BMC; an
         # unauthenticated capabilities probe tells the two apart.
         if ipmi_probe(b.host, b.port or 623):
-            c.failure, c.detail = Failure.AUTH, "BMC answers but refused the session (credentials)"
+            c.failure, c.detail = ErrorKind.AUTH, "BMC answers but refused the session (credentials)"
         else:
-            c.failure, c.detail = Failure.NETWORK, "BMC unreachable"
+            c.failure, c.detail = ErrorKind.NETWORK, "BMC unreachable"
         return c
     if "unauthorized name" in low or "rakp" in low or "password" in low or "authentication" in low:
-        c.failure, c.detail = Failure.AUTH, "BMC refused the credentials"
+        c.failure, c.detail = ErrorKind.AUTH, "BMC refused the credentials"
     elif "no response" in low or "timeout" in low or "connection" in low:
-        c.failure, c.detail = Failure.NETWORK, "BMC unreachable"
+        c.failure, c.detail = ErrorKind.NETWORK, "BMC unreachable"
     elif "cipher" in low:
-        c.failure, c.detail = Failure.UNSUPPORTED, "no common cipher suite"
+        c.failure, c.detail = ErrorKind.UNSUPPORTED, "no common cipher suite"
     else:
-        c.failure, c.detail = Failure.ERROR, out[-200:]
+        c.failure, c.detail = ErrorKind.ERROR, out[-200:]
     return c
 
 

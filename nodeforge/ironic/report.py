@@ -1,8 +1,10 @@
 """Per-node enrollment report: table rows, JSON and JUnit XML, plus the exit code.
 
 Every row names the node, the action taken on it, the stage it reached, its
-final state, the last error (scrubbed) and a hint. Exit code: 0 all good,
-:attr:`ExitCode.PARTIAL` when some nodes failed, 1 when none succeeded.
+final state, the last error (scrubbed) and a hint (:data:`HINTS`, keyed by
+the bare-metal :class:`~nodeforge.ironic.errorkind.ErrorKind`). Exit code
+(:func:`nodeforge.plan.exit_code`): 0 all good, :attr:`ExitCode.PARTIAL`
+when some nodes failed, 1 when none succeeded.
 """
 
 from __future__ import annotations
@@ -11,25 +13,27 @@ import dataclasses
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from nodeforge import plan as P
 from nodeforge.errors import ExitCode
+from nodeforge.ironic.errorkind import ErrorKind as K
 from nodeforge.redact import scrub, scrub_obj
 
-HINTS = {
-    "power-credentials": "Ironic could not talk to the BMC: check the address and the credential reference; "
+HINTS: dict[K, str] = {
+    K.POWER_CREDENTIALS: "Ironic could not talk to the BMC: check the address and the credential reference; "
                          "run 'nodeforge baremetal preflight FILE'",
-    "conflict": "the MAC or BMC is already enrolled under another node: remove the duplicate from the "
+    K.CONFLICT: "the MAC or BMC is already enrolled under another node: remove the duplicate from the "
                 "inventory or delete the stale Ironic node",
-    "duplicate": "the name or MAC already exists in Ironic",
-    "scope": "another inventory (another ownership scope) enrolled this node: enroll it from that inventory, or "
+    K.DUPLICATE: "the name or MAC already exists in Ironic",
+    K.SCOPE: "another inventory (another ownership scope) enrolled this node: enroll it from that inventory, or "
              "give this inventory the same 'scope:' (an inventory without one gets a scope derived from its path)",
-    "clean-failed": "parked in maintenance (see maintenance_reason); fix the cause, unset maintenance, re-run",
-    "inspect-failed": "parked in maintenance (see maintenance_reason); fix the cause, unset maintenance, re-run",
-    "manage-timeout": "the BMC did not answer in time; run 'nodeforge baremetal preflight FILE'",
-    "clean-timeout": "cleaning did not finish: without a ramdisk use cleaning 'none' or manual with "
+    K.CLEAN_FAILED: "parked in maintenance (see maintenance_reason); fix the cause, unset maintenance, re-run",
+    K.INSPECT_FAILED: "parked in maintenance (see maintenance_reason); fix the cause, unset maintenance, re-run",
+    K.MANAGE_TIMEOUT: "the BMC did not answer in time; run 'nodeforge baremetal preflight FILE'",
+    K.CLEAN_TIMEOUT: "cleaning did not finish: without a ramdisk use cleaning 'none' or manual with "
                      "disable_ramdisk (docs/inventory.md)",
-    "provide-timeout": "automated cleaning did not finish: without a ramdisk use cleaning 'none' "
+    K.PROVIDE_TIMEOUT: "automated cleaning did not finish: without a ramdisk use cleaning 'none' "
                        "(docs/inventory.md)",
-    "timeout": "re-run: nodeforge resumes where each node stands",
+    K.TIMEOUT: "re-run: nodeforge resumes where each node stands",
 }
 
 
@@ -41,16 +45,27 @@ class NodeReport:
     stage: str
     state: str | None
     ok: bool
-    error_type: str | None = None
+    error_type: str | None = None   # an ErrorKind's value
     error: str | None = None
     seconds: float | None = None
+
+    def __post_init__(self):
+        if self.error_type is not None:
+            self.error_type = str(self.error_type)   # an ErrorKind: its value (JSON, YAML, JUnit)
 
     @property
     def hint(self) -> str | None:
         return HINTS.get(self.error_type or "") if not self.ok else None
 
+    def result(self) -> P.Result:
+        """This row as the shared :class:`nodeforge.plan.Result`."""
+        kind = P.Kind(self.action) if self.action in P.Kind._value2member_map_ else P.Kind.NOOP
+        return P.Result(self.name, kind, P.Status.DONE if self.ok else P.Status.FAILED, self.error,
+                        self.error_type)
+
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
+        d["error_type"] = str(self.error_type) if self.error_type is not None else None
         d["error"] = scrub(self.error) if self.error else None
         d["hint"] = self.hint
         return d
@@ -70,11 +85,7 @@ class Report:
         return [n for n in self.nodes if not n.ok]
 
     def exit_code(self) -> ExitCode:
-        if not self.failed:
-            return ExitCode.OK
-        if len(self.failed) == len(self.nodes):
-            return ExitCode.FAILURE
-        return ExitCode.PARTIAL
+        return P.exit_code(n.result() for n in self.nodes)
 
     def to_dict(self) -> dict:
         return scrub_obj({"command": self.command, "ok": len(self.nodes) - len(self.failed),
@@ -92,7 +103,7 @@ class Report:
             case = ET.SubElement(suite, "testcase", classname=f"nodeforge.{self.command}", name=n.name,
                                  time=f"{n.seconds or 0:.2f}")
             if not n.ok:
-                fail = ET.SubElement(case, "failure", type=n.error_type or "error",
+                fail = ET.SubElement(case, "failure", type=str(n.error_type or "error"),
                                      message=scrub(n.error or "failed"))
                 fail.text = scrub(f"stage: {n.stage}\nstate: {n.state}\nhint: {n.hint or ''}")
         return ET.tostring(suite, encoding="unicode", xml_declaration=True)

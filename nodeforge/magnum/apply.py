@@ -33,15 +33,14 @@ Plan (pure: resolutions + Magnum's templates and clusters as plain dicts, see
 from __future__ import annotations
 
 import dataclasses
-import enum
 import hashlib
 import json
 import logging
 import re
 from typing import Any
 
-from nodeforge import templates as T
-from nodeforge.errors import ConfigError
+from nodeforge import plan as PL, templates as T
+from nodeforge.errors import ConfigError, ExitCode
 from nodeforge.magnum import client as mc
 
 log = logging.getLogger(__name__)
@@ -59,12 +58,12 @@ class TemplateInputError(ConfigError):
     message = "{count} problem(s) in the template file(s), nothing was written:\n  {details}"
 
 
-class Action(str, enum.Enum):
-    CREATE = "create"              # first version
-    NEW_VERSION = "new-version"    # content changed: version N+1, older ones hidden
-    UPDATE = "update"              # public/hidden/tags of the current version, or hiding older versions
-    NOOP = "no-op"
-    BROKEN = "broken"              # links broken (no approved image, ...): not written
+# The shared plan kinds (nodeforge/plan.py); template apply plans these five, in this order:
+# create (first version); new-version (content changed: version N+1, older ones hidden); update
+# (public/hidden/tags of the current version, or hiding older versions); no-op; broken (links
+# broken: no approved image, ...: not written).
+Action = PL.Kind
+KINDS = (PL.Kind.CREATE, PL.Kind.NEW_VERSION, PL.Kind.UPDATE, PL.Kind.NOOP, PL.Kind.BROKEN)
 
 
 def versioned_name(name: str, version: int) -> str:
@@ -116,17 +115,8 @@ def _version(tmpl: dict) -> int:
 
 # ----------------------------------------------------------------------------- plan
 
-@dataclasses.dataclass(frozen=True)
-class Change:
-    field: str
-    current: Any
-    desired: Any
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    def __str__(self) -> str:
-        return f"{self.field}: {self.current} -> {self.desired}"
+# One field of the current version before -> after (str: ``field: before -> after``).
+Change = PL.FieldChange
 
 
 @dataclasses.dataclass
@@ -254,10 +244,7 @@ class Plan:
     templates: list[TemplatePlan]
 
     def counts(self) -> dict[str, int]:
-        out = {a.value: 0 for a in Action}
-        for p in self.templates:
-            out[p.action.value] += 1
-        return out
+        return PL.counts(KINDS, (p.action for p in self.templates))
 
     @property
     def writes(self) -> int:
@@ -298,6 +285,19 @@ class Result:
         d = dataclasses.asdict(self)
         d["action"] = self.action.value
         return d
+
+    def result(self) -> PL.Result:
+        """As the shared :class:`nodeforge.plan.Result` (broken: failed, never attempted)."""
+        return PL.result(self.template, self.action, ok=self.ok, error=self.error)
+
+
+def exit_code(plan_: Plan, results: list[Result] | None = None) -> ExitCode:
+    """0: applied (or nothing to do); 3: some templates broken or a write
+    failed (bad input is refused before any plan, exit 2). ``results``: None
+    for a dry run (the plan's own verdict)."""
+    got = ([r.result() for r in results] if results is not None
+           else [PL.planned(p.name, p.action) for p in plan_.templates])
+    return PL.exit_code(got, none_done_fails=False)
 
 
 def _as_project(conn, project_id: str | None, cache: dict[str, Any]):

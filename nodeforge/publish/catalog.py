@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import enum
 import logging
 
+from nodeforge import plan as PL
 from nodeforge.errors import NodeforgeError
 from nodeforge.imageverify import verifyreport
 from nodeforge.publish import glance as g
@@ -40,12 +40,10 @@ class PromoteRefused(NodeforgeError):
     message = "cannot promote {image}: {detail}"
 
 
-class Action(str, enum.Enum):
-    APPROVE = "approve"
-    KEEP = "keep"              # stays approved and listed
-    HIDE = "hide"              # approved, bootable by ID, unlisted
-    DEACTIVATE = "deactivate"
-    DELETE = "delete"
+# The shared plan kinds (nodeforge/plan.py); a promote plans these five: approve (the promoted
+# image); keep (stays approved and listed); hide (approved, bootable by ID, unlisted); deactivate; delete.
+Action = PL.Kind
+KINDS = (PL.Kind.APPROVE, PL.Kind.KEEP, PL.Kind.HIDE, PL.Kind.DEACTIVATE, PL.Kind.DELETE)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -224,9 +222,22 @@ def _side_images_public(conn, image: dict) -> None:
                           f"publicizing {what} {side_id}")
 
 
-def promote(conn, ref: str, policy: RetentionPolicy, *, dry_run: bool = False,
-            scope: str | None = None) -> list[Step]:
-    """Promote ``ref`` within its scope (``scope``: see :func:`promote_scope`)."""
+@dataclasses.dataclass
+class PromotePlan:
+    """What promoting an image does: its steps (the promotion first) and the
+    images they act on, as read when planning."""
+
+    steps: list[Step]
+    images: dict[str, dict]
+
+    def counts(self) -> dict[str, int]:
+        return PL.counts(KINDS, (s.action for s in self.steps))
+
+
+def plan(conn, ref: str, policy: RetentionPolicy, *, scope: str | None = None) -> PromotePlan:
+    """Plan promoting ``ref`` within its scope (``scope``: see
+    :func:`promote_scope`); reads Glance (and Magnum's users), writes nothing.
+    Raises when the image may not be promoted (state, verify report)."""
     g.check_scope(scope)
     image = g.find_image(conn, ref)
     check_promotable(image)
@@ -235,9 +246,20 @@ def promote(conn, ref: str, policy: RetentionPolicy, *, dry_run: bool = False,
     approved = g.list_images(conn, **group_filters(image, own))
     # Templates may name their image by name: resolve names among the group's images.
     steps = plan_promote(image, approved, policy, scope=own, users=_users(conn, [image, *approved]))
-    if not dry_run:
-        apply_promote(conn, steps, {i["id"]: i for i in [image, *approved]})
-    return steps
+    return PromotePlan(steps, {i["id"]: i for i in [image, *approved]})
+
+
+def apply(conn, plan_: PromotePlan) -> list[Step]:
+    """Carry out a :func:`plan` (the promotion first); the steps made."""
+    apply_promote(conn, plan_.steps, plan_.images)
+    return plan_.steps
+
+
+def promote(conn, ref: str, policy: RetentionPolicy, *, dry_run: bool = False,
+            scope: str | None = None) -> list[Step]:
+    """:func:`plan`, then :func:`apply` unless ``dry_run``; the steps."""
+    plan_ = plan(conn, ref, policy, scope=scope)
+    return plan_.steps if dry_run else apply(conn, plan_)
 
 
 # --------------------------------------------------------------------------

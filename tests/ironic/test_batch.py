@@ -1,0 +1,94 @@
+"""The enroll orchestration in the library (nodeforge/ironic/batch.py), called
+without click, on the in-memory fake (the real Ironic: test_enroll_devcloud.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from nodeforge.errors import ExitCode
+from nodeforge.ironic import batch, inventory as inv
+from nodeforge.ironic.errorkind import ErrorKind
+from nodeforge.ironic.report import HINTS
+from tests.support.ironic import FakeProvisioner
+
+
+class Clock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+    def sleep(self, s):
+        self.t += s
+
+
+@pytest.fixture
+def inventory(data_dir, bmc_password):
+    return inv.load(data_dir / "nodeforge.yaml")
+
+
+def run(inventory, fake, **settings):
+    s = batch.Settings(**settings)
+    clock = Clock()
+    plan = batch.plan(inventory, fake, s)
+    return plan, batch.apply(plan, inventory, fake, s, clock=clock, sleep=clock.sleep)
+
+
+def test_plan_apply_lifecycle_one_report_then_zero_writes(inventory):
+    fake = FakeProvisioner()
+    plan, report = run(inventory, fake, macs_from_bmc=False)
+    assert plan.counts()["create"] == len(inventory.nodes)
+    assert [n.name for n in report.nodes] == [s.name for s in inventory.nodes]
+    assert all(n.ok and n.action == "create" and n.state == "available" for n in report.nodes), report.to_dict()
+    assert report.exit_code() is ExitCode.OK and report.writes == fake.writes > 0
+    # the second run of the same file: every node a no-op, nothing written
+    writes = fake.writes
+    again, second = run(inventory, fake, macs_from_bmc=False)
+    assert again.counts() == {"create": 0, "update": 0, "no-op": len(inventory.nodes), "error": 0}
+    assert fake.writes == writes and second.writes == writes   # the report counts the provisioner's writes
+    assert all(n.ok and n.action == "no-op" for n in second.nodes)
+
+
+def test_no_lifecycle_leaves_nodes_enrolled(inventory):
+    fake = FakeProvisioner()
+    _, report = run(inventory, fake, lifecycle=False, macs_from_bmc=False)
+    assert {n.state for n in report.nodes} == {"enroll"} and {n.stage for n in report.nodes} == {"enroll"}
+    assert not any(c[0].startswith("provision:") for c in fake.calls)
+
+
+def test_failures_carry_one_error_kind_and_its_hint(inventory):
+    fake = FakeProvisioner({"ipmi-node-01": {"manage": "fail:Failed to get power state: 401"}})
+    # fake-0001's MAC already belongs to another node: the plan refuses it
+    other = fake.create_node({"name": "someone-else", "driver": "fake-hardware"})
+    fake.create_port(other["uuid"], "52:54:00:00:00:01")
+    _, report = run(inventory, fake, macs_from_bmc=False)
+    by = {n.name: n for n in report.nodes}
+    assert by["fake-0001"].error_type == ErrorKind.CONFLICT and not by["fake-0001"].ok
+    assert by["fake-0001"].hint == HINTS[ErrorKind.CONFLICT]
+    assert by["ipmi-node-01"].error_type == "power-credentials"
+    assert by["ipmi-node-01"].hint == HINTS[ErrorKind.POWER_CREDENTIALS]
+    assert by["rf-node-001"].ok
+    assert report.exit_code() is ExitCode.PARTIAL
+    doc = json.loads(json.dumps(report.to_dict()))       # plain strings in the document
+    assert {n["name"]: n["error_type"] for n in doc["nodes"]}["ipmi-node-01"] == "power-credentials"
+    assert 'type="conflict"' in report.junit()
+
+
+def test_every_node_failing_is_exit_1(inventory):
+    fake = FakeProvisioner({s.name: {"manage": "fail:no BMC"} for s in inventory.nodes})
+    _, report = run(inventory, fake, macs_from_bmc=False)
+    assert not any(n.ok for n in report.nodes)
+    assert report.exit_code() is ExitCode.FAILURE
+
+
+def test_plan_rows_mask_secrets(inventory, monkeypatch):
+    fake = FakeProvisioner()
+    run(inventory, fake, lifecycle=False, macs_from_bmc=False)
+    monkeypatch.setenv("NF_TEST_BMC_PASSWORD", "rotated-pw-4242")
+    plan = batch.plan(inv.load(inventory.path), fake, batch.Settings(macs_from_bmc=False))
+    rows = batch.plan_rows(plan)
+    assert any("(rotated)" in r["changes"] for r in rows)
+    assert "rotated-pw-4242" not in json.dumps(rows) + json.dumps(plan.to_dict())
