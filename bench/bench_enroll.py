@@ -385,7 +385,7 @@ class Bench:
 
     def preflight(self, tmp: Path, count: int) -> tuple[float, dict]:
         from nodeforge.devcloud import bmc
-        from nodeforge.fsutil import atomic_write
+        from nodeforge.base.fs import atomic_write
 
         creds = bmc.credentials(self.cloud.paths)
         pw = tmp / "redfish.pw"

@@ -131,7 +131,8 @@ def main() -> int:
         print(f"image: {args.size_mib} MiB written before any timing; order per round: "
               + " | ".join("+".join(o) for o in order), flush=True)
         if args.dry_run:
-            from nodeforge.imagebuild import builddir, checksums
+            from nodeforge.imagebuild import checksums
+            from nodeforge.imageverify import builddir
 
             d = make_build(root, image, h256, h512)
             bad = checksums.verify_sums(d)

@@ -44,7 +44,8 @@ import pytest
 
 from nodeforge.demo.fixtures import make_demo, publish_patch, write_sources
 from nodeforge.devcloud.upstream_mirror import MirrorServer
-from nodeforge.imagebuild import build as build_mod, builddir
+from nodeforge.imagebuild import build as build_mod
+from nodeforge.imageverify import builddir
 from nodeforge.publish import catalog, glance as g
 from nodeforge.pipeline import Pipeline, PipelineConfig, stages as pipeline_stages
 from nodeforge.pipeline import runrecord as rr

@@ -24,7 +24,7 @@ import yaml
 
 from nodeforge import cli
 from nodeforge.compute import flavors as F
-from nodeforge.imagebuild import builddir
+from nodeforge.imageverify import builddir
 from nodeforge.publish import catalog, glance as g
 from nodeforge.publish.retention import RetentionPolicy
 from tests.imagebuild.builddir_factory import make_build_dir

@@ -1,5 +1,10 @@
 """Files written so that readers see the old or the new content, never a
-mix, and never with looser permissions than intended; plus an advisory lock."""
+mix, and never with looser permissions than intended; plus an advisory lock.
+
+The one home of atomic replacement: :func:`atomic_write` for content in
+memory, :func:`move_into_place` for a file or directory produced beside its
+target (a download's ``.part``, a build directory staged as ``.partial``).
+``tests/test_import_graph.py`` fails on an ``os.replace``/``rename`` elsewhere."""
 
 from __future__ import annotations
 
@@ -44,6 +49,14 @@ def atomic_write(path: Path, data: bytes | str, mode: int | None = None) -> Path
     finally:
         os.close(dirfd)
     return path
+
+
+def move_into_place(src: Path, dest: Path) -> Path:
+    """Rename ``src`` over ``dest`` in one step (same file system): readers see
+    the old or the new one, never a mix. A directory ``dest`` must not exist
+    (or be empty). Returns ``dest``."""
+    os.replace(src, dest)
+    return Path(dest)
 
 
 @contextlib.contextmanager

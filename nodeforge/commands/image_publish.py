@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 
 from nodeforge import options, output
-from nodeforge.imagebuild import builddir
+from nodeforge.imageverify import builddir
 from nodeforge.publish import catalog, glance, retention, signing
 
 VARIANTS = click.Choice(sorted(builddir.VARIANT_FORMATS))
@@ -28,8 +28,7 @@ def _retention_option(fn):
 
 @click.command()
 @click.argument("build_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option("--variant", "variants", multiple=True, type=VARIANTS,
-              help="Only this variant (repeatable).  [default: every image in the build]")
+@options.variants()
 @click.option("--sign-key", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Private key (PEM/DER, RSA or EC P-384/P-521) to sign the image data with.")
 @click.option("--sign-key-passphrase", "passphrase_ref", metavar="REF",

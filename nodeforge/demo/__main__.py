@@ -34,7 +34,7 @@ from nodeforge.devcloud import bmc
 from nodeforge.devcloud.cloud import ADMIN_CLOUD, SYSTEM_CLOUD
 from nodeforge.devcloud.paths import Paths
 from nodeforge.devcloud.upstream_mirror import MirrorServer
-from nodeforge.fsutil import atomic_write
+from nodeforge.base.fs import atomic_write
 from nodeforge.pins import lockfile as lf
 from nodeforge.publish import catalog
 from nodeforge.pipeline import Pipeline, PipelineConfig, PipelineFailed

@@ -10,7 +10,7 @@ from typing import Iterable
 
 import yaml
 
-from nodeforge import fsutil, hosttools
+from nodeforge.base import fs, runner
 from nodeforge.devcloud import credentials, openstack
 from nodeforge.devcloud.paths import Paths
 from nodeforge.devcloud.process import ServiceSpec, Supervisor
@@ -105,7 +105,7 @@ class DevCloud:
         """
         names = select(only)
         tools = ["ss"] + (["ipmitool"] if {"ironic", "ipmi-bmc"} & set(names) else [])
-        hosttools.require(*tools)
+        runner.require(*tools)
         ctx = self._context()
         started: list[str] = []
         results: dict[str, dict] = {}
@@ -206,7 +206,7 @@ class DevCloud:
             MEMBER_CLOUD: cloud("nodeforge-member", MEMBER_PROJECT, "member_password"),
             SYSTEM_CLOUD: cloud("admin", None, "admin_password"),
         }}
-        return fsutil.atomic_write(self.paths.clouds_yaml, yaml.safe_dump(data, sort_keys=False), 0o600)
+        return fs.atomic_write(self.paths.clouds_yaml, yaml.safe_dump(data, sort_keys=False), 0o600)
 
     def env(self) -> dict[str, str]:
         return {"OS_CLIENT_CONFIG_FILE": str(self.paths.clouds_yaml), "OS_CLOUD": ADMIN_CLOUD}

@@ -9,7 +9,7 @@ import json
 import secrets
 from pathlib import Path
 
-from nodeforge import fsutil
+from nodeforge.base import fs
 from nodeforge.redact import Secret
 
 USERS = ("admin", "member", "glance", "nova", "placement", "barbican", "ironic", "magnum", "neutron",
@@ -24,12 +24,12 @@ def _generate() -> dict[str, str]:
 
 def load(etc: Path) -> dict[str, Secret]:
     path = etc / "credentials.json"
-    with fsutil.locked(etc / ".credentials.lock"):
+    with fs.locked(etc / ".credentials.lock"):
         raw = json.loads(path.read_text()) if path.exists() else {}
         # A state directory made before a service was added gets that
         # service's secret now; existing values are never changed.
         missing = {k: v for k, v in _generate().items() if k not in raw}
         if missing:
             raw.update(missing)
-            fsutil.atomic_write(path, json.dumps(raw), 0o600)
+            fs.atomic_write(path, json.dumps(raw), 0o600)
     return {k: Secret(v) for k, v in raw.items()}

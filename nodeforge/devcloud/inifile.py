@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nodeforge import fsutil
+from nodeforge.base import fs
 
 from nodeforge.redact import Secret
 
@@ -27,4 +27,4 @@ def render(sections: dict[str, dict[str, object]]) -> str:
 
 def write(path: Path, sections: dict[str, dict[str, object]]) -> Path:
     """Write atomically with mode 0600 (config files hold service passwords)."""
-    return fsutil.atomic_write(path, render(sections), 0o600)
+    return fs.atomic_write(path, render(sections), 0o600)

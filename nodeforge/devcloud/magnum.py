@@ -22,7 +22,7 @@ import shutil
 import sqlite3
 from pathlib import Path
 
-from nodeforge import fsutil
+from nodeforge.base import fs
 from nodeforge.devcloud import inifile, rabbitmq
 from nodeforge.devcloud.openstack import HOST, REGION, Context, http_health, port, url
 from nodeforge.devcloud.paths import Paths
@@ -94,7 +94,7 @@ def _write_config(ctx: Context) -> tuple[Path, Path, Path]:
     for d in (state / "locks", _home(ctx) / ".kube"):
         d.mkdir(parents=True, exist_ok=True)
     kubeconfig = _home(ctx) / ".kube" / "config"
-    fsutil.atomic_write(kubeconfig, PLACEHOLDER_KUBECONFIG, 0o600)
+    fs.atomic_write(kubeconfig, PLACEHOLDER_KUBECONFIG, 0o600)
     shutil.copy(ctx.venv_etc("magnum") / "api-paste.ini", conf_dir / "api-paste.ini")
     client = {"region_name": REGION, "endpoint_type": "publicURL"}
     inifile.write(conf_dir / "magnum.conf", {

@@ -24,7 +24,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from nodeforge import fsutil
+from nodeforge.base import fs
 from nodeforge.devcloud.paths import Paths
 
 CA_NAME = "nodeforge devcloud CA"
@@ -185,12 +185,12 @@ def _key_pem(key) -> bytes:
 
 
 def _write(path: Path, data: bytes, mode: int) -> None:
-    fsutil.atomic_write(path, data, mode)
+    fs.atomic_write(path, data, mode)
 
 
 @contextlib.contextmanager
 def _locked(directory: Path) -> Iterator[None]:
     directory.mkdir(parents=True, exist_ok=True)
     os.chmod(directory, 0o700)
-    with fsutil.locked(directory / ".lock"):
+    with fs.locked(directory / ".lock"):
         yield

@@ -32,7 +32,7 @@ import socket
 import subprocess
 from pathlib import Path
 
-from nodeforge import hosttools
+from nodeforge.base import runner
 from nodeforge.devcloud.paths import Paths, port_offset
 from nodeforge.devcloud.process import ServiceSpec
 from nodeforge.errors import MissingToolError
@@ -117,7 +117,7 @@ def _require() -> dict[str, str]:
     server = SBIN / "rabbitmq-server"
     if not server.exists():
         raise MissingToolError(tool="rabbitmq-server", package="rabbitmq-server")
-    tools = hosttools.require("epmd")
+    tools = runner.require("epmd")
     return {"server": str(server), "epmd": tools["epmd"]}
 
 
@@ -140,11 +140,11 @@ def write_config(paths: Paths, creds: dict[str, Secret]) -> None:
         "log.console": "false",
     }
     text = "".join(f"{k} = {v.reveal() if isinstance(v, Secret) else v}\n" for k, v in lines.items())
-    from nodeforge import fsutil
+    from nodeforge.base import fs
 
-    fsutil.atomic_write(d["etc"] / "rabbitmq.conf", text, 0o600)
-    fsutil.atomic_write(d["etc"] / "enabled_plugins", "[].\n", 0o600)
-    fsutil.atomic_write(d["etc"] / "rabbitmq-env.conf", "# nodeforge: everything is in the environment\n", 0o600)
+    fs.atomic_write(d["etc"] / "rabbitmq.conf", text, 0o600)
+    fs.atomic_write(d["etc"] / "enabled_plugins", "[].\n", 0o600)
+    fs.atomic_write(d["etc"] / "rabbitmq-env.conf", "# nodeforge: everything is in the environment\n", 0o600)
 
 
 def amqp_health(port: int):

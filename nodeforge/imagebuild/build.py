@@ -34,14 +34,13 @@ import json
 import logging
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Callable
 
-from nodeforge import hosttools
+from nodeforge.base import fs, runner
 from nodeforge.errors import ConfigError, NodeforgeError
 from nodeforge.imagebuild import checksums, disk, manifest as mf, package_base as pb, render as rd
 from nodeforge.pins import lockfile as lf
@@ -156,10 +155,10 @@ def preflight(req: BuildRequest) -> Plan:
     if req.arch not in lock.architectures:
         raise PreflightError(detail=f"architecture {req.arch.value} is not pinned in {req.lockfile_path}")
 
-    hosttools.require(*HOST_TOOLS, path=os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"]))
+    runner.require(*HOST_TOOLS, path=runner.sbin_path())
     dic = Path(sys.prefix) / "bin" / "disk-image-create"
     if not dic.exists():
-        found = shutil.which("disk-image-create")
+        found = runner.which("disk-image-create")
         if not found:
             raise PreflightError(detail="diskimage-builder's disk-image-create is not installed",
                                  hint="run 'make setup' (installs diskimage-builder into .venv)")
@@ -278,24 +277,12 @@ class _Log:
         self.fh.close()
 
 
-def _priv(argv: list[str]) -> list[str]:
-    return argv if os.geteuid() == 0 else ["sudo", "-n", *argv]
+_priv = runner.as_root
 
 
 def _run_logged(argv: list[str], logf: _Log, *, env=None, what: str) -> None:
-    logf.write(f"$ {' '.join(argv)}")
-    logf.fh.flush()
-    proc = subprocess.run(argv, stdout=logf.fh, stderr=subprocess.STDOUT, env=env)
-    if proc.returncode != 0:
-        raise BuildError(detail=f"{what} exited {proc.returncode}; see the log {logf.fh.name}:\n"
-                                f"{_tail(Path(logf.fh.name))}")
-
-
-def _tail(path: Path, lines: int = 25) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""
+    logf.write(f"$ {runner.command_line(argv)}")
+    runner.run(argv, stdout=logf.fh, env=env, what=what, error=BuildError)
 
 
 def dib_version(dic: str) -> str:
@@ -303,7 +290,7 @@ def dib_version(dic: str) -> str:
         from importlib.metadata import version
         return version("diskimage-builder")
     except Exception:  # pragma: no cover - not installed as a distribution
-        return subprocess.run([dic, "--version"], capture_output=True, text=True).stdout.strip()
+        return runner.output([dic, "--version"], check=False).strip()
 
 
 def build(req: BuildRequest, plan: Plan | None = None) -> BuildResult:
@@ -322,7 +309,7 @@ def build(req: BuildRequest, plan: Plan | None = None) -> BuildResult:
         logf.step(f"done in {seconds['total']:.0f}s")
         logf.close()
         os.chmod(stage, 0o755)
-        os.rename(stage, plan.out)   # atomic: the build directory appears complete or not at all
+        fs.move_into_place(stage, plan.out)   # atomic: the build directory appears complete or not at all
         return dataclasses.replace(result, out=plan.out, seconds=seconds)
     except BaseException:
         logf.close()
@@ -335,7 +322,7 @@ def build(req: BuildRequest, plan: Plan | None = None) -> BuildResult:
         raise
     finally:
         if not req.keep_work:
-            subprocess.run(_priv(["rm", "-rf", "--one-file-system", str(work)]), check=False)
+            runner.run(["rm", "-rf", "--one-file-system", str(work)], privileged=True, check=False)
 
 
 def _dib_env(plan: Plan, elements_path: Path, image_cache: Path, extra: dict[str, str]) -> dict[str, str]:
@@ -499,19 +486,19 @@ def _build(plan: Plan, work: Path, stage: Path, logf: _Log, build_time, seconds)
         diskwork = work / f"disk-{variant}"
         diskwork.mkdir()
         disk.assemble(tree, raw, root_uuid=root_uuid, esp_id=esp_id, workdir=diskwork, log=logf)
-        subprocess.run(_priv(["rm", "-rf", "--one-file-system", str(tree)]), check=False)
+        runner.run(["rm", "-rf", "--one-file-system", str(tree)], privileged=True, check=False)
         if images[variant].endswith(".qcow2"):
             disk.to_qcow2(raw, stage / images[variant], log=logf)
             raw.unlink()
         else:
-            os.replace(raw, stage / images[variant]) if _same_fs(raw, stage) else shutil.move(raw, stage / images[variant])
+            fs.move_into_place(raw, stage / images[variant]) if _same_fs(raw, stage) else shutil.move(raw, stage / images[variant])
         seconds[f"disk_{variant}"] = time.monotonic() - t
 
     # -- outputs -----------------------------------------------------------------------
     t = time.monotonic()
     logf.step("SBOM and checksums")
     (stage / "sbom.cdx.json").write_text(mf.sbom(manifest))
-    checksums.write_sums(stage, [*images.values(), "manifest.json", "sbom.cdx.json"])
+    checksums.sum_files(stage, [*images.values(), "manifest.json", "sbom.cdx.json"])
     seconds["checksums"] = time.monotonic() - t
     return BuildResult(stage, images, manifest, seconds, {"key": base.key, "reused": reused})
 

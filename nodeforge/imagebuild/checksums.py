@@ -4,20 +4,22 @@ Every file is read in large blocks once; each block feeds both hashes. On
 CPython, hashlib releases the GIL for updates over 2 KiB, so the two digests
 run on two threads overlapped with the next read: the wall time is close to
 the slower hash alone, not the sum of both (``bench/bench_checksums.py``).
-The files are in ``sha256sum``/``sha512sum -c`` format (``<hex>  <name>``).
+The files are in ``sha256sum``/``sha512sum -c`` format (``<hex>  <name>``),
+read and written by :mod:`nodeforge.base.sums`.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import hashlib
-import os
 from pathlib import Path
 from typing import Iterable
 
+from nodeforge.base import sums
+from nodeforge.base.sums import SUMS_FILES  # noqa: F401 - re-exported (boottest)
+
 CHUNK = 8 << 20
 ALGORITHMS = ("sha256", "sha512")
-SUMS_FILES = {"sha256": "SHA256SUMS", "sha512": "SHA512SUMS"}
 
 
 def digest_file(path: Path | str, algorithms: Iterable[str] = ALGORITHMS, *,
@@ -39,35 +41,22 @@ def digest_file(path: Path | str, algorithms: Iterable[str] = ALGORITHMS, *,
     return {name: h.hexdigest() for name, h in hashers.items()}
 
 
-def write_sums(directory: Path, names: Iterable[str]) -> dict[str, dict[str, str]]:
-    """Write SHA256SUMS and SHA512SUMS in ``directory`` for ``names`` (relative
-    to it); returns ``{name: {"sha256": ..., "sha512": ...}}``."""
+def sum_files(directory: Path, names: Iterable[str]) -> dict[str, dict[str, str]]:
+    """Digest ``names`` (relative to ``directory``, each read once) and write
+    SHA256SUMS and SHA512SUMS for them; returns ``{name: {"sha256": ..., "sha512": ...}}``."""
     directory = Path(directory)
     results = {name: digest_file(directory / name) for name in sorted(names)}
-    for algo, sums_name in SUMS_FILES.items():
-        text = "".join(f"{d[algo]}  {name}\n" for name, d in results.items())
-        tmp = directory / f".{sums_name}.tmp"
-        tmp.write_text(text)
-        os.replace(tmp, directory / sums_name)
+    sums.write_sums(directory, results)
     return results
 
 
-def read_sums(path: Path) -> dict[str, str]:
-    """``{name: hex}`` from a ``*SUMS`` file."""
-    out = {}
-    for line in Path(path).read_text().splitlines():
-        if line.strip():
-            digest, _, name = line.partition("  ")
-            out[name.lstrip("*")] = digest
-    return out
-
-
-def verify_sums(directory: Path) -> list[str]:
-    """Names whose content does not match SHA256SUMS/SHA512SUMS (empty: all good)."""
+def verify_sums(directory: Path, *, error=sums.SumsError) -> list[str]:
+    """Names whose content does not match SHA256SUMS/SHA512SUMS (empty: all good);
+    a malformed line raises ``error`` (naming the file and line)."""
     directory = Path(directory)
     expected: dict[str, dict[str, str]] = {}
     for algo, sums_name in SUMS_FILES.items():
-        for name, digest in read_sums(directory / sums_name).items():
+        for name, digest in sums.read_sums(directory / sums_name, error=error).items():
             expected.setdefault(name, {})[algo] = digest
     bad = []
     for name, want in sorted(expected.items()):

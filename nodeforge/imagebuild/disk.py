@@ -26,10 +26,10 @@ from __future__ import annotations
 import dataclasses
 import os
 import struct
-import subprocess
 import uuid
 from pathlib import Path
 
+from nodeforge.base import qemuimg, runner
 from nodeforge.errors import NodeforgeError
 
 SECTOR = 512
@@ -86,13 +86,8 @@ def _round_up(n: int, unit: int) -> int:
     return (n + unit - 1) // unit * unit
 
 
-def _run(argv: list[str], log=None, **kw) -> subprocess.CompletedProcess:
-    proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
-    if log is not None:
-        log.write(f"$ {' '.join(argv)}\n{proc.stdout}")
-    if proc.returncode != 0:
-        raise DiskError(detail=f"{argv[0]} failed (exit {proc.returncode}): {proc.stdout.strip()[-800:]}")
-    return proc
+def _run(argv: list[str], log=None, **kw) -> runner.CompletedProcess:
+    return runner.run(argv, log=log, error=DiskError, **kw)
 
 
 def tree_size(tree: Path) -> int:
@@ -259,5 +254,4 @@ def install_bios(disk: Path, boot_img: bytes, core_img: bytes, first_sector: int
 
 
 def to_qcow2(raw: Path, dest: Path, log=None) -> None:
-    _run(["qemu-img", "convert", "-f", "raw", "-O", "qcow2",
-          str(raw), str(dest)], log)
+    qemuimg.convert(raw, dest, src_fmt="raw", dest_fmt="qcow2", log=log, error=DiskError)

@@ -39,15 +39,16 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 import tempfile
 from pathlib import Path
 from typing import Callable, Iterator
 
 import yaml
 
-from nodeforge.errors import NodeforgeError
+from nodeforge.base import fs, runner
+from nodeforge.errors import ConfigError, NodeforgeError
 from nodeforge.pins.cache import sha256_file
+from nodeforge.schema import loader
 
 RECIPE = "nodeforge-package-base/1"
 ELEMENT = "nodeforge-package-base"
@@ -69,9 +70,9 @@ def union_packages(elements_dir: Path, names: list[str]) -> dict:
         if not path.is_file():
             continue
         try:
-            data = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as exc:
-            raise PackageBaseError(detail=f"{path}: {exc}") from None
+            data = loader.load(path).data or {}
+        except ConfigError as exc:
+            raise PackageBaseError(detail=str(exc)) from None
         if not isinstance(data, dict):
             raise PackageBaseError(detail=f"{path}: expected a mapping of package names")
         for pkg, spec in data.items():
@@ -221,9 +222,9 @@ class BaseCache:
             produce(tar)
             if not tar.is_file() or tar.stat().st_size == 0:
                 raise PackageBaseError(detail=f"no tarball was written for {key}")
-            test = subprocess.run(["gzip", "-t", str(tar)], capture_output=True, text=True)
+            test = runner.run(["gzip", "-t", str(tar)], merge=False, check=False)
             if test.returncode != 0:
-                raise PackageBaseError(detail=f"the new tarball for {key} is damaged: {test.stderr.strip()}")
+                raise PackageBaseError(detail=f"the new tarball for {key} is damaged: {runner.tail_of(test.stderr)}")
             meta = {"key": key, "sha256": sha256_file(tar), "size": tar.stat().st_size,
                     "created": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
                     "inputs": inputs or {}}
@@ -235,7 +236,7 @@ class BaseCache:
             final = self.path(key)
             if final.exists():   # damaged or stale: replace it
                 self._remove(final)
-            os.rename(tmp, final)
+            fs.move_into_place(tmp, final)
             return Entry(key, final, meta)
         except BaseException:
             self._remove(tmp)
@@ -246,7 +247,7 @@ class BaseCache:
             return
         trash = path.with_name(f".{path.name}.trash.{os.getpid()}")
         try:
-            os.rename(path, trash)
+            fs.move_into_place(path, trash)
         except OSError:
             trash = path
         shutil.rmtree(trash, ignore_errors=True)
@@ -262,20 +263,10 @@ def tar_to_base(dib_tar: Path, dest: Path, *, log=None) -> None:
         for name, mode in (("proc", 0o555), ("sys", 0o555), ("dev", 0o755)):
             os.mkdir(os.path.join(d, name))
             os.chmod(os.path.join(d, name), mode)
-        _run(["tar", "--numeric-owner", "--owner=0", "--group=0", "-rf", str(dib_tar), "-C", d,
-              "./proc", "./sys", "./dev"], log)
+        runner.run(["tar", "--numeric-owner", "--owner=0", "--group=0", "-rf", str(dib_tar), "-C", d,
+                    "./proc", "./sys", "./dev"], log=log, error=PackageBaseError)
     with open(dest, "wb") as out:
-        proc = subprocess.run(["gzip", "-1", "-n", "-c", str(dib_tar)], stdout=out, stderr=subprocess.PIPE)
-    if proc.returncode != 0:
-        raise PackageBaseError(detail=f"gzip failed: {proc.stderr.decode(errors='replace').strip()}")
-
-
-def _run(argv: list[str], log=None) -> None:
-    proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if log is not None:
-        log.write(f"$ {' '.join(argv)}\n{proc.stdout}")
-    if proc.returncode != 0:
-        raise PackageBaseError(detail=f"{argv[0]} failed (exit {proc.returncode}): {proc.stdout.strip()[-800:]}")
+        runner.run(["gzip", "-1", "-n", "-c", str(dib_tar)], stdout=out, merge=False, error=PackageBaseError)
 
 
 def image_cache_for(entry: Entry, dest: Path, shared_cache: Path, *, distro_name: str, release: str,

@@ -53,12 +53,14 @@ import uuid
 from pathlib import Path
 from typing import Callable
 
-from nodeforge import hosttools
-from nodeforge.fsutil import atomic_write
-from nodeforge.errors import MissingToolError, NodeforgeError
-from nodeforge.imagebuild import builddir, checksums
+from nodeforge.base import qemuimg, runner
+from nodeforge.base.fs import atomic_write
+from nodeforge.errors import ConfigError, MissingToolError, NodeforgeError
+from nodeforge.imagebuild import checksums
+from nodeforge.imageverify import builddir
 from nodeforge.imageverify import verify_guest, verifychecks as vc, verifyreport
 from nodeforge.pins.cache import Cache
+from nodeforge.schema import loader
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +128,7 @@ class VariantResult:
 # --- host capabilities ------------------------------------------------------------------
 
 def require_tools() -> dict[str, str]:
-    return hosttools.require(*TOOLS, path=os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"]))
+    return runner.require(*TOOLS, path=runner.sbin_path())
 
 
 def ovmf() -> tuple[Path, Path]:
@@ -200,8 +202,8 @@ class Ext4Reader:
         self.spec = f"{disk}?offset={offset}"
         self.debugfs = debugfs
 
-    def _run(self, request: str) -> subprocess.CompletedProcess:
-        return subprocess.run([self.debugfs, "-R", request, self.spec], capture_output=True)
+    def _run(self, request: str) -> runner.CompletedProcess:
+        return runner.run([self.debugfs, "-R", request, self.spec], merge=False, text=False, check=False)
 
     def listdir(self, path: str) -> dict[str, dict] | None:
         """``{name: {mode, size}}`` of a directory, None if it does not exist."""
@@ -292,12 +294,10 @@ def artifact_expectations(manifest: dict, cache: Cache) -> dict[str, dict]:
 def hardening_controls(manifest: dict, image_doc: dict | None, profile_path: Path = PROFILE) -> tuple[list, str]:
     """The controls to check: the repository's profile when it is the build's
     profile and version, else the one recorded inside the image."""
-    import yaml
-
     want = manifest.get("hardening") or {}
     try:
-        repo = yaml.safe_load(profile_path.read_text())
-    except (OSError, ValueError):
+        repo = loader.load(profile_path).data
+    except (OSError, ValueError, ConfigError):
         repo = None
     if isinstance(repo, dict) and (repo.get("profile"), str(repo.get("version"))) == \
             (want.get("profile"), str(want.get("version"))):
@@ -351,10 +351,8 @@ def make_seed(path: Path, label: str, files: dict[str, bytes], genisoimage: str 
         target = tree / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)
-    proc = subprocess.run([genisoimage, "-quiet", "-output", str(path), "-volid", label, "-joliet", "-rock",
-                           str(tree)], capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise NodeforgeError(f"genisoimage failed: {proc.stderr.strip()[-500:]}")
+    runner.run([genisoimage, "-quiet", "-output", str(path), "-volid", label, "-joliet", "-rock", str(tree)],
+               merge=False, tail_chars=500)
     shutil.rmtree(tree)
     return path
 
@@ -475,7 +473,7 @@ def refuse_bad_checksums(path: Path) -> None:
     for sums in checksums.SUMS_FILES.values():
         if not (path / sums).is_file():
             raise VerifyRefused(path=path, detail=f"no {sums}")
-    bad = checksums.verify_sums(path)
+    bad = checksums.verify_sums(path, error=VerifyRefused)
     if bad:
         raise VerifyRefused(path=path, detail=f"{', '.join(bad)} do(es) not match SHA256SUMS/SHA512SUMS",
                             hint="the build directory was changed after the build; rebuild it")
@@ -544,8 +542,7 @@ def _verify_variant(ctx: _Context, variant: str) -> tuple[VariantResult, BootErr
         instance = str(uuid.uuid4())
         probes = vc.probes(exp, probe_id=instance, wait_seconds=max(60, int(req.timeout * 0.6)))
         overlay = work / "overlay.qcow2"
-        _run([tools["qemu-img"], "create", "-q", "-f", "qcow2", "-b", str(image.path.resolve()),
-              "-F", image.disk_format, str(overlay), str(virtual + req.grow)])
+        qemuimg.overlay(image.path, image.disk_format, overlay, virtual + req.grow, qemu_img=tools["qemu-img"])
         label, files = seed_files(variant, probes, instance)
         seed = make_seed(work / "seed.iso", label, files, tools["genisoimage"])
         fw = None
@@ -601,7 +598,7 @@ def _offline(build: builddir.BuildDir, manifest: dict, variant: str, tools: dict
     raw = image.path
     if image.disk_format == "qcow2":
         raw = work / "image.raw"
-        _run([tools["qemu-img"], "convert", "-f", "qcow2", "-O", "raw", str(image.path), str(raw)])
+        qemuimg.convert(image.path, raw, src_fmt="qcow2", dest_fmt="raw", qemu_img=tools["qemu-img"])
     try:
         pre = image_facts(raw, [], tools["debugfs"])  # hardening.json first: it may define the controls
         controls, source = hardening_controls(manifest, pre.get("hardening"), profile_path)
@@ -609,7 +606,7 @@ def _offline(build: builddir.BuildDir, manifest: dict, variant: str, tools: dict
     finally:
         if raw != image.path:
             raw.unlink(missing_ok=True)
-    virtual = _virtual_size(tools["qemu-img"], image.path, image.disk_format)
+    virtual = qemuimg.virtual_size(image.path, image.disk_format, qemu_img=tools["qemu-img"])
     exp = vc.Expectations(
         variant=variant, artifacts=artifacts, controls=controls,
         hardening=manifest.get("hardening") or {}, controls_source=source,
@@ -660,9 +657,7 @@ def write_report(root: Path, build: builddir.BuildDir, results: list[VariantResu
            "variants": {k: variants[k] for k in sorted(variants)}}
     text = json.dumps(doc, indent=2) + "\n"
     doc = verifyreport.parse(text, f"{path} (about to be written)")
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    atomic_write(path, text)
     return doc
 
 
@@ -672,15 +667,3 @@ def read_report(root: Path) -> dict:
     is this build's and for these image bytes is :func:`builddir.load`'s verdict."""
     path = Path(root) / builddir.VERIFY
     return verifyreport.parse(path.read_bytes(), str(path))
-
-
-def _virtual_size(qemu_img: str, path: Path, fmt: str) -> int:
-    out = _run([qemu_img, "info", "--output", "json", "-f", fmt, str(path)])
-    return int(json.loads(out)["virtual-size"])
-
-
-def _run(argv: list[str]) -> str:
-    proc = subprocess.run(argv, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise NodeforgeError(f"{Path(argv[0]).name} failed ({proc.returncode}): {proc.stderr.strip()[-500:]}")
-    return proc.stdout

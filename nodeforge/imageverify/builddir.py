@@ -31,9 +31,9 @@ import datetime
 import hashlib
 import json
 import logging
-import re
 from pathlib import Path
 
+from nodeforge.base import sums as sums_mod
 from nodeforge.errors import ExitCode, NodeforgeError
 from nodeforge.imageverify import verifyreport
 from nodeforge.imageverify.verifyreport import VerifyStatus  # noqa: F401 - re-exported (publish, pipeline)
@@ -42,13 +42,12 @@ log = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
 VERIFY = "verify.json"
-SUMS = {"sha256": "SHA256SUMS", "sha512": "SHA512SUMS"}
+SUMS = sums_mod.SUMS_FILES
 SBOM = "sbom.cdx.json"
 
 # Variant -> (disk format, file extensions that mean it).
 VARIANT_FORMATS = {"vm": "qcow2", "baremetal": "raw"}
 _EXT_VARIANT = {".qcow2": "vm", ".raw": "baremetal", ".img": "baremetal"}
-_SUMS_LINE = re.compile(r"^(?P<hex>[0-9a-fA-F]+) [ *](?P<name>.+)$")
 _DEB_ARCH = {"amd64": "x86_64", "arm64": "aarch64", "x86_64": "x86_64", "aarch64": "aarch64"}
 
 
@@ -135,24 +134,9 @@ class BuildDir:
 
 
 def read_sums(path: Path) -> dict[str, str]:
-    """``{file name: lower-case hex}`` from a sha*sum file; {} if it is missing."""
-    if not path.is_file():
-        return {}
-    sums: dict[str, str] = {}
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        m = _SUMS_LINE.match(line.strip())
-        if not m:
-            raise BuildDirError(path=path, detail=f"line {lineno} is not '<hex>  <file>'")
-        sums[Path(m["name"]).name] = m["hex"].lower()
-    return sums
-
-
-def write_sums(directory: Path, files: dict[str, dict[str, str]]) -> None:
-    """Write SHA256SUMS/SHA512SUMS from ``{name: {"sha256": .., "sha512": ..}}`` (tests, tooling)."""
-    for algo, fname in SUMS.items():
-        (directory / fname).write_text("".join(f"{d[algo]}  {n}\n" for n, d in sorted(files.items())))
+    """``{file name: lower-case hex}`` from a sha*sum file (:mod:`nodeforge.base.sums`); {} if it is missing."""
+    return {Path(name).name: digest
+            for name, digest in sums_mod.read_sums(path, missing_ok=True, error=BuildDirError).items()}
 
 
 def load(path: Path | str) -> BuildDir:

@@ -45,7 +45,7 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from nodeforge.errors import ConfigError, ExitCode
 from nodeforge.imagebuild import yamlfile
 from nodeforge.ironic import constants as C
-from nodeforge.ironic import secrets as secrets_mod
+from nodeforge.base import secrets as secrets_mod
 from nodeforge.redact import MASK, Secret, scrub_obj
 
 SCHEMA_VERSION = 1

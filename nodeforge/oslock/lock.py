@@ -32,7 +32,7 @@ from pathlib import Path
 
 import yaml
 
-from nodeforge import fsutil
+from nodeforge.base import fs
 from nodeforge.errors import ConfigError
 
 SCHEMA_VERSION = 1
@@ -137,7 +137,7 @@ class PackageLock:
 
     def save(self, path: Path | None = None) -> Path:
         target = Path(path or self.path)
-        fsutil.atomic_write(target, self.dumps())
+        fs.atomic_write(target, self.dumps())
         return target
 
 

@@ -60,7 +60,7 @@ from typing import Iterable
 from nodeforge import transport
 from nodeforge.errors import NodeforgeError, UsageError
 from nodeforge.imageverify import verifyreport
-from nodeforge.imagebuild.builddir import BuildDir, VariantImage, VerifyStatus
+from nodeforge.imageverify.builddir import BuildDir, VariantImage, VerifyStatus
 from nodeforge.publish import provenance
 from nodeforge.publish.retention import RetentionPolicy
 from nodeforge import scope as IC

@@ -14,7 +14,7 @@ signs the finished digest (``Prehashed``). When the signing hash is SHA-256 or
 SHA-512 the pass's own hash object is reused, so signing costs no extra hashing.
 
 Private keys are PEM or DER files. An encrypted key's passphrase comes from a
-reference (``env:VAR`` or ``file:PATH``, as :mod:`nodeforge.ironic.secrets`
+reference (``env:VAR`` or ``file:PATH``, as :mod:`nodeforge.base.secrets`
 resolves it), never from the command line; neither the key nor the passphrase
 appears in any message.
 """
@@ -87,7 +87,7 @@ class Signer:
 
 def load_signer(key_path: Path | str, passphrase_ref: str | None = None, *, hash_method: str = "SHA-256") -> Signer:
     """Load a signing key. ``passphrase_ref`` is ``env:VAR`` or ``file:PATH``."""
-    from nodeforge.ironic.secrets import Resolver, SecretRefError
+    from nodeforge.base.secrets import Resolver, SecretRefError
 
     if hash_method not in HASH_METHODS:
         raise SigningError(detail=f"hash method '{hash_method}' is not one Glance verifies "

@@ -48,7 +48,7 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.constructor import DuplicateKeyError
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
-from nodeforge import fsutil
+from nodeforge.base import fs
 from nodeforge.errors import ConfigError
 from nodeforge.schema.problems import Problem, SchemaError
 
@@ -638,5 +638,5 @@ def dumps(doc) -> str:
 
 def atomic_write(path, text: str) -> None:
     """Replace ``path`` with ``text`` so readers see the old or the new file,
-    never a mix (see :func:`nodeforge.fsutil.atomic_write`)."""
-    fsutil.atomic_write(Path(path), text)
+    never a mix (see :func:`nodeforge.fs.atomic_write`)."""
+    fs.atomic_write(Path(path), text)

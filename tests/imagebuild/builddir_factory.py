@@ -20,7 +20,7 @@ import subprocess
 import uuid
 from pathlib import Path
 
-from nodeforge.imagebuild.builddir import write_sums
+from nodeforge.base.sums import write_sums
 from tests.imagebuild.verify_fixture import write_verify
 
 # A few hundred packages make a manifest of realistic size (~25 KiB).

@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from nodeforge import cli
-from nodeforge.imagebuild import builddir
+from nodeforge.imageverify import builddir
 from nodeforge.imageverify import boottest, verify_guest, verifychecks as vc
 from nodeforge.pins.cache import Cache
 from tests.imagebuild.builddir_factory import make_build_dir

@@ -89,7 +89,7 @@ def test_missing_host_tool(fixture_lock, tmp_path, monkeypatch):
 def test_missing_host_tool_names_the_package(fixture_lock, tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     monkeypatch.setattr(build, "HOST_TOOLS", ("mdir",))
-    monkeypatch.setattr("nodeforge.hosttools.shutil.which", lambda tool, path=None: None)
+    monkeypatch.setattr("nodeforge.base.runner.shutil.which", lambda tool, path=None: None)
     with pytest.raises(MissingToolError) as exc:
         build.preflight(_req(fixture_lock, tmp_path))
     assert "'mdir'" in str(exc.value) and "'mtools'" in str(exc.value) and "make setup" in str(exc.value)

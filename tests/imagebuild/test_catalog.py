@@ -11,7 +11,7 @@ import pytest
 
 from nodeforge import cli
 from nodeforge.errors import ConfigError
-from nodeforge.imagebuild import builddir
+from nodeforge.imageverify import builddir
 from nodeforge.publish import catalog, glance as g, retention
 from nodeforge.publish.retention import Expire, RetentionPolicy
 from tests.imagebuild.builddir_factory import make_build_dir

@@ -39,7 +39,7 @@ def test_reads_each_file_once(tmp_path, monkeypatch):
 def test_sums_files_pass_coreutils_check(tmp_path):
     for name, content in {"a.qcow2": b"one", "b.raw": b"two" * 1000, "manifest.json": b"{}"}.items():
         (tmp_path / name).write_bytes(content)
-    checksums.write_sums(tmp_path, ["a.qcow2", "b.raw", "manifest.json"])
+    checksums.sum_files(tmp_path, ["a.qcow2", "b.raw", "manifest.json"])
     for tool, sums in (("sha256sum", "SHA256SUMS"), ("sha512sum", "SHA512SUMS")):
         proc = subprocess.run([tool, "-c", sums], cwd=tmp_path, capture_output=True, text=True)
         assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from nodeforge.imagebuild import checksums, manifest as mf
+from nodeforge.base import sums as base_sums
+from nodeforge.imagebuild import manifest as mf
 from nodeforge.pins import lockfile
 from nodeforge.pins.lockfile import Arch, Component
 
@@ -86,7 +87,7 @@ def test_checksums_pass_coreutils(built_image):
     for tool, sums in (("sha256sum", "SHA256SUMS"), ("sha512sum", "SHA512SUMS")):
         proc = subprocess.run([tool, "-c", sums], cwd=built_image.path, capture_output=True, text=True)
         assert proc.returncode == 0, proc.stdout + proc.stderr
-    names = set(checksums.read_sums(built_image.path / "SHA256SUMS"))
+    names = set(base_sums.read_sums(built_image.path / "SHA256SUMS"))
     assert set(built_image.manifest["images"].values()) <= names and "manifest.json" in names
 
 

@@ -16,7 +16,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from nodeforge import cli
-from nodeforge.imagebuild import builddir
+from nodeforge.imageverify import builddir
 from nodeforge.publish import glance as g
 from tests.imagebuild.builddir_factory import make_build_dir
 from tests.imagebuild.glance_fixtures import admin, member, policy, tracker  # noqa: F401 - fixtures

@@ -21,10 +21,10 @@ import pytest
 
 from nodeforge import cli
 from nodeforge.errors import UsageError
-from nodeforge.imagebuild import builddir
+from nodeforge.imageverify import builddir
 from nodeforge.pins import lockfile
 from nodeforge.publish import catalog, glance as g
-from nodeforge.imagebuild.builddir import write_sums
+from nodeforge.base.sums import write_sums
 from nodeforge.publish.retention import Expire, RetentionPolicy
 from nodeforge.ironic import constants as IC
 from nodeforge.pipeline import PipelineConfig

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from nodeforge import cli
-from nodeforge.imagebuild import builddir
+from nodeforge.imageverify import builddir
 from nodeforge.imageverify import boottest, verifyreport
 from nodeforge.publish import catalog, glance as g
 from nodeforge.publish.retention import RetentionPolicy

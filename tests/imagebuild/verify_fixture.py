@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from nodeforge.imagebuild import builddir
+from nodeforge.imageverify import builddir
 from nodeforge.imageverify import boottest, verifychecks as vc
 
 REPO = Path(__file__).resolve().parents[2]

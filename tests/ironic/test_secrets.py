@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nodeforge.ironic import secrets as s
+from nodeforge.base import secrets as s
 from nodeforge.redact import Secret, scrub
 
 

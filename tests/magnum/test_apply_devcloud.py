@@ -34,7 +34,7 @@ import yaml
 from nodeforge import cli
 from nodeforge.compute import flavors as F
 from nodeforge.devcloud import magnum as dc_magnum
-from nodeforge.imagebuild import builddir
+from nodeforge.imageverify import builddir
 from nodeforge.publish import catalog, glance as g
 from nodeforge.publish.retention import RetentionPolicy
 from nodeforge.magnum import client as mc

@@ -29,7 +29,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from nodeforge import fsutil
+from nodeforge.base import fs
 from nodeforge.devcloud.paths import Paths
 from nodeforge.errors import ConfigError
 from nodeforge.redact import Secret
@@ -277,7 +277,7 @@ def ensure_credentials(paths: Paths, ipmi_count: int = DEFAULT_IPMI_COUNT) -> Cr
     path = credentials_path(paths)
     path.parent.mkdir(parents=True, exist_ok=True)
     os.chmod(path.parent, 0o700)
-    with fsutil.locked(path.parent / ".lock"):
+    with fs.locked(path.parent / ".lock"):
         return _ensure_credentials_locked(path, ipmi_count)
 
 
@@ -334,4 +334,4 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 def write_private_json(path: Path, data: Any) -> None:
     """Write JSON atomically with mode 0600 from the first byte."""
-    fsutil.atomic_write(path, json.dumps(data, indent=1, sort_keys=True) + "\n", 0o600)
+    fs.atomic_write(path, json.dumps(data, indent=1, sort_keys=True) + "\n", 0o600)

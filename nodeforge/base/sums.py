@@ -1,0 +1,67 @@
+"""SHA256SUMS / SHA512SUMS files (``sha256sum -c`` format): the one reader
+and writer.
+
+A line is ``<hex>  <name>`` (``<hex> *<name>`` in binary mode). :func:`parse`
+is strict by default (a bad line is an error naming the file and line);
+``strict=False`` skips lines that are not checksum lines (upstream files mix
+in comments or other algorithms). :func:`write_sums` writes each file
+atomically (:func:`nodeforge.base.fs.atomic_write`).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Mapping
+
+from nodeforge.base.fs import atomic_write
+from nodeforge.errors import ConfigError, NodeforgeError
+
+SUMS_FILES = {"sha256": "SHA256SUMS", "sha512": "SHA512SUMS"}
+LINE = re.compile(r"^(?P<hex>[0-9a-fA-F]+) [ *](?P<name>.+)$")
+
+
+class SumsError(ConfigError):
+    """A line of a SUMS file is not ``<hex>  <name>``: ``{path}: line N ...``."""
+
+
+def parse(text: str, *, source: str = "<SUMS>", strict: bool = True,
+          error: type[NodeforgeError] = SumsError) -> dict[str, str]:
+    """``{name: lower-case hex}`` in file order (the name as written, without
+    the binary-mode ``*``)."""
+    out: dict[str, str] = {}
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        m = LINE.match(line.strip())
+        if not m:
+            if strict:
+                raise error(path=source, detail=f"line {lineno} is not '<hex>  <file>'")
+            continue
+        out[m["name"]] = m["hex"].lower()
+    return out
+
+
+def read_sums(path: Path | str, *, missing_ok: bool = False, error: type[NodeforgeError] = SumsError,
+              ) -> dict[str, str]:
+    """:func:`parse` of a file; ``{}`` for a missing file when ``missing_ok``."""
+    path = Path(path)
+    if missing_ok and not path.is_file():
+        return {}
+    return parse(path.read_text(encoding="utf-8"), source=str(path), error=error)
+
+
+def format_sums(digests: Mapping[str, str]) -> str:
+    """``<hex>  <name>`` lines for ``{name: hex}``, in the mapping's order."""
+    return "".join(f"{digest}  {name}\n" for name, digest in digests.items())
+
+
+def write_sums(directory: Path | str, files: Mapping[str, Mapping[str, str]]) -> dict[str, Path]:
+    """Write SHA256SUMS and SHA512SUMS in ``directory`` from
+    ``{name: {"sha256": hex, "sha512": hex}}`` (names sorted); returns the paths."""
+    directory = Path(directory)
+    written = {}
+    for algo, fname in SUMS_FILES.items():
+        text = format_sums({name: d[algo] for name, d in sorted(files.items())})
+        written[algo] = atomic_write(directory / fname, text)
+    return written
