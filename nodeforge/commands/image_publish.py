@@ -28,7 +28,8 @@ def _retention_option(fn):
 
 @click.command()
 @click.argument("build_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@options.variants()
+@click.option("--variant", "variants", multiple=True, type=VARIANTS,
+              help="Only this variant (repeatable).  [default: every image in the build]")
 @click.option("--sign-key", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Private key (PEM/DER, RSA or EC P-384/P-521) to sign the image data with.")
 @click.option("--sign-key-passphrase", "passphrase_ref", metavar="REF",
