@@ -33,8 +33,10 @@ def test_schema_valid(path, schema):
 def test_schema_check_catches_mistakes(tmp_path):
     """The validation is real: an unquoted 'key: value' in a script line is rejected."""
     bad = tmp_path / "bad.gitlab-ci.yml"
-    bad.write_text(GITLAB.read_text().replace("'git commit -m \"versions.yaml: new", "git commit -m \"versions.yaml: new")
-                   .replace("manifests/versions.yaml'\n", "manifests/versions.yaml\n", 1))
+    bad.write_text(GITLAB.read_text().replace("'git commit -m \"versions.yaml, os-packages.lock.yaml: ",
+                                              "git commit -m \"versions.yaml, os-packages.lock.yaml: ")
+                   .replace("manifests/os-packages.lock.yaml'\n", "manifests/os-packages.lock.yaml\n", 1))
+    assert bad.read_text() != GITLAB.read_text()
     assert _run(BIN / "check-jsonschema", "--builtin-schema", "vendor.gitlab-ci", bad).returncode != 0
 
 
@@ -63,7 +65,15 @@ def test_github_workflow_does_the_job():
     assert "10) echo \"new_release=true\"" in text                    # exit 10 means a new release
     assert wf["jobs"]["pipeline"]["needs"] == "check"
     pr = [s for s in steps["pipeline"] if "create-pull-request" in s.get("uses", "")]
-    assert pr and pr[0]["with"]["add-paths"] == "manifests/versions.yaml"
+    # Both locks go into the pull request (a package update moves only the OS package lock), the body is
+    # the run's pr-body.md (the Kubernetes pins and the OS package table), the title says what triggered it.
+    assert pr and pr[0]["with"]["add-paths"].split() == ["manifests/versions.yaml", "manifests/os-packages.lock.yaml"]
+    assert pr[0]["with"]["body-path"] == "pr-body.md" and "pr-body.md\" >> pr-body.md" in text
+    assert "needs.check.outputs.trigger" in pr[0]["with"]["title"]
+    assert "OS package update(s)" in text and "kubernetes_new_release" in text
+    # The pipeline job sees the same Debian mirrors as the check.
+    env = wf["jobs"]["pipeline"]["env"]
+    assert env["NODEFORGE_DEBIAN_SECURITY_MIRROR"] == wf["jobs"]["check"]["env"]["NODEFORGE_DEBIAN_SECURITY_MIRROR"]
     assert "secrets.NODEFORGE_CLOUDS_YAML" in text and "cat \"$OS_CLIENT_CONFIG_FILE\"" not in text
 
 
@@ -75,3 +85,13 @@ def test_gitlab_pipeline_does_the_job():
     assert any("nodeforge pipeline run" in line for line in doc["release-pipeline"]["script"])
     assert any("merge_requests" in line for line in doc["release-merge-request"]["script"])
     assert doc["release-pipeline"]["resource_group"]   # one pipeline run at a time
+    assert "bookworm" in doc["release-check"]["image"]   # Debian: gpgv and debian-archive-keyring for the package watch
+    mr = "\n".join(doc["release-merge-request"]["script"])
+    assert "manifests/os-packages.lock.yaml" in mr and "pr-body.md" in mr and "$TRIGGER" in mr
+    assert "manifests/os-packages.lock.yaml" in doc["release-pipeline"]["artifacts"]["paths"]
+
+
+def test_zuul_commits_both_locks():
+    run_text = (ZUUL.parent / "playbooks" / "release-pipeline.yaml").read_text()
+    assert "manifests/os-packages.lock.yaml" in run_text and "pr-body.md" in run_text
+    assert "failed_when: check.rc not in [0, 10]" in run_text and "when: check.rc == 10" in run_text
