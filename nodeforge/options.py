@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from pathlib import Path
 
 import click
 
@@ -108,3 +109,49 @@ def _check_scope(ctx, param, value):
 def scope(help_text: str):
     """``--scope SCOPE``: an ownership scope (images, nodes), checked by the shared rule."""
     return click.option("--scope", "scope", metavar="SCOPE", callback=_check_scope, help=help_text)
+
+
+# -- options shared by several commands: one definition each (same names, envvars and defaults
+#    everywhere; the help, where a command says more about its use, is the command's).
+
+CACHE_DIR_ENV = "NODEFORGE_CACHE_DIR"
+WORK_DIR_ENV = "NODEFORGE_WORK_DIR"
+LOCKFILE_ENV = "NODEFORGE_LOCKFILE"
+SOURCES_ENV = "NODEFORGE_SOURCES"
+
+
+def cache_dir(help: str = "Artifact cache.  [default: $XDG_CACHE_HOME/nodeforge/artifacts]"):
+    """``--cache-dir DIR`` ($NODEFORGE_CACHE_DIR): the artifact cache (nodeforge/pins/cache.py)."""
+    return click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path), envvar=CACHE_DIR_ENV,
+                        help=help)
+
+
+def work_dir(help: str = "Scratch space (several GiB, removed afterwards).  [default: $TMPDIR]"):
+    """``--work-dir DIR`` ($NODEFORGE_WORK_DIR): scratch space for build and verify."""
+    return click.option("--work-dir", type=click.Path(file_okay=False, path_type=Path), envvar=WORK_DIR_ENV,
+                        help=help)
+
+
+def lockfile(help: str = "The version lockfile.", default=None):
+    """``--lockfile FILE`` ($NODEFORGE_LOCKFILE, passed as ``lockfile_path``): the version lockfile.
+    ``default``: a path or a callable (default: :data:`nodeforge.pins.lockfile.DEFAULT_PATH`)."""
+    if default is None:
+        from nodeforge.pins import lockfile as lockfile_mod
+
+        default = lockfile_mod.DEFAULT_PATH
+    return click.option("--lockfile", "lockfile_path", type=click.Path(dir_okay=False, path_type=Path),
+                        envvar=LOCKFILE_ENV, default=default, show_default="manifests/versions.yaml", help=help)
+
+
+def sources(help: str = "Artifact mirror settings.  [default: sources.yaml beside the lockfile]"):
+    """``--sources FILE`` ($NODEFORGE_SOURCES, passed as ``sources_file``): mirror settings."""
+    return click.option("--sources", "sources_file", type=click.Path(dir_okay=False, path_type=Path),
+                        envvar=SOURCES_ENV, help=help)
+
+
+def variants(help: str = "Only this variant (repeatable).  [default: every image in the build]"):
+    """``--variant NAME`` (repeatable, passed as ``variants``): image variants of a build directory."""
+    from nodeforge.imageverify import builddir
+
+    return click.option("--variant", "variants", multiple=True, type=click.Choice(sorted(builddir.VARIANT_FORMATS)),
+                        help=help)

@@ -12,10 +12,7 @@ from nodeforge.pins import lockfile
 from nodeforge.pins.lockfile import Arch
 
 
-def _lockfile_option(fn):
-    return click.option("--lockfile", "lockfile_path", type=click.Path(dir_okay=False, path_type=Path),
-                        envvar="NODEFORGE_LOCKFILE", default=lockfile.DEFAULT_PATH,
-                        show_default="manifests/versions.yaml", help="The version lockfile.")(fn)
+_lockfile_option = options.lockfile()
 
 
 def _variants(ctx, param, value: str) -> tuple[str, ...]:
@@ -57,14 +54,11 @@ def render(app, minor, out, arch, lockfile_path):
               callback=_variants, help="Comma-separated variants to build from the one root filesystem.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path),
               help="Build directory to create (must not exist).  [default: build/images/k8s-<version>-<time>]")
-@click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path), envvar="NODEFORGE_CACHE_DIR",
-              help="Artifact cache.  [default: $XDG_CACHE_HOME/nodeforge/artifacts]")
+@options.cache_dir()
 @click.option("--dib-cache", type=click.Path(file_okay=False, path_type=Path), envvar=build_mod.ENV_DIB_CACHE,
               help="debootstrap tarball and apt archive cache.  [default: $XDG_CACHE_HOME/nodeforge/dib]")
-@click.option("--work-dir", type=click.Path(file_okay=False, path_type=Path), envvar=build_mod.ENV_WORK_DIR,
-              help="Scratch space (several GiB, removed afterwards).  [default: $TMPDIR]")
-@click.option("--sources", "sources_file", type=click.Path(dir_okay=False, path_type=Path),
-              envvar="NODEFORGE_SOURCES", help="Artifact mirror settings.  [default: sources.yaml beside the lockfile]")
+@options.work_dir()
+@options.sources()
 @click.option("--offline", is_flag=True, help="Never download: every pinned artifact must be in the cache.")
 @click.option("--keep-work", is_flag=True, help="Keep the scratch directory (for debugging).")
 @click.option("--rebuild-package-base", is_flag=True,

@@ -15,14 +15,9 @@ from nodeforge.pins.sources import Sources
 
 def _common(fn):
     """Options every release command takes (--output etc. come from options.add_common_options)."""
-    fn = click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path), envvar="NODEFORGE_CACHE_DIR",
-                      help="Download cache.  [default: $XDG_CACHE_HOME/nodeforge/artifacts]")(fn)
-    fn = click.option("--sources", "sources_file", type=click.Path(dir_okay=False, path_type=Path),
-                      envvar="NODEFORGE_SOURCES",
-                      help="Mirror settings.  [default: sources.yaml beside the lockfile]")(fn)
-    fn = click.option("--lockfile", "lockfile_path", type=click.Path(dir_okay=False, path_type=Path),
-                      envvar="NODEFORGE_LOCKFILE", default=lockfile.DEFAULT_PATH, show_default="manifests/versions.yaml",
-                      help="The version lockfile.")(fn)
+    fn = options.cache_dir("Download cache.  [default: $XDG_CACHE_HOME/nodeforge/artifacts]")(fn)
+    fn = options.sources("Mirror settings.  [default: sources.yaml beside the lockfile]")(fn)
+    fn = options.lockfile()(fn)
     return fn
 
 
@@ -182,9 +177,7 @@ def prefetch(app, minors, arches, bundle, jobs, lockfile_path, sources_file, cac
               help="Image architecture.")
 @_package_options
 @options.dry_run
-@click.option("--lockfile", "lockfile_path", type=click.Path(dir_okay=False, path_type=Path),
-              envvar="NODEFORGE_LOCKFILE", default=lockfile.DEFAULT_PATH, show_default="manifests/versions.yaml",
-              help="The version lockfile (its base_os picks the Debian release).")
+@options.lockfile("The version lockfile (its base_os picks the Debian release).")
 @options.pass_app
 def lock_packages(app, arch, package_lock, keyring, dry_run, lockfile_path):
     """Write (or refresh) the OS package lock: every Debian package of the image, resolved.

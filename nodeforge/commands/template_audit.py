@@ -39,9 +39,8 @@ def _lockfile_default():
 
 def maintained_options(fn):
     """``--maintained`` and ``--lockfile``."""
-    fn = click.option("--lockfile", "lockfile_path", type=click.Path(dir_okay=False, path_type=Path),
-                      envvar="NODEFORGE_LOCKFILE", default=_lockfile_default, show_default="manifests/versions.yaml",
-                      help="Version lockfile whose minors are the maintained ones (unless --maintained).")(fn)
+    fn = options.lockfile("Version lockfile whose minors are the maintained ones (unless --maintained).",
+                          default=_lockfile_default)(fn)
     return click.option("--maintained", metavar="1.A,1.B,1.C", callback=_minors,
                         help="The maintained Kubernetes minors.  [default: the minors the version lockfile pins "
                              "(newest three), else the three newest minors of approved images]")(fn)
