@@ -58,7 +58,8 @@ def _imports(tree) -> list[tuple[int, str]]:
 
 
 def _is_status(e) -> bool:
-    return (isinstance(e, ast.Attribute) and e.attr in STATUS_NAMES) or (isinstance(e, ast.Name) and e.id in STATUS_NAMES)
+    return ((isinstance(e, ast.Attribute) and e.attr in STATUS_NAMES)
+            or (isinstance(e, ast.Name) and e.id in STATUS_NAMES))
 
 
 def _is_http_code(e) -> bool:

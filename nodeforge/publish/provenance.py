@@ -471,7 +471,7 @@ def properties(prov_id: str, digest: str) -> dict[str, str]:
 def _download(conn, image_id: str, what: str) -> bytes | None:
     resp = transport.request(conn.image, "GET", f"/images/{image_id}/file", what=f"downloading {what}",
                              missing_ok=True)
-    return None if resp is None or resp.status_code == 204 else resp.content
+    return transport.content_of(resp)
 
 
 def _hash_image_data(conn, image_id: str, algos: tuple[str, ...]) -> tuple[dict[str, str], int, float]:

@@ -75,6 +75,13 @@ def json_of(resp):
     return resp.json()
 
 
+def content_of(resp) -> bytes | None:
+    """The body of a response, or None for none at all (None, or 204 No Content)."""
+    if resp is None or resp.status_code == 204:
+        return None
+    return resp.content
+
+
 # -- paging -------------------------------------------------------------------------------
 
 NextUrl = Callable[[dict, list, str, str], "str | None"]

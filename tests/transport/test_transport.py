@@ -42,7 +42,8 @@ def test_detail_of_each_services_error_body(body, detail):
 
 
 @pytest.mark.parametrize("status, body, kind", [
-    (409, IRONIC_409_DUP, K.DUPLICATE), (409, IRONIC_409_LOCKED, K.LOCKED), (409, '{"message": "wrong state"}', K.CONFLICT),
+    (409, IRONIC_409_DUP, K.DUPLICATE), (409, IRONIC_409_LOCKED, K.LOCKED),
+    (409, '{"message": "wrong state"}', K.CONFLICT),
     (503, "", K.UNAVAILABLE), (404, "", K.NOT_FOUND), (410, "", K.GONE), (400, "", K.BAD_REQUEST),
     (401, "", K.AUTH), (403, "", K.AUTH), (429, "", K.RATE_LIMITED), (500, "", K.SERVER), (502, "", K.SERVER),
     (418, "", K.OTHER),
@@ -266,3 +267,12 @@ def test_paging_first_page_params(server):
                           params={"os_hidden": "false", "limit": 1})
     assert [i["id"] for i in got] == ["i1", "i2"]
     assert parse_qs(urlsplit(server.seen[0][1]).query) == {"os_hidden": ["false"], "limit": ["1"]}
+
+
+def test_content_of_no_content(server):
+    server.answers = [(204, "", {}), (200, "data", {})]
+    rec = Recorder()
+    ad = _adapter(server.url)
+    assert transport.content_of(transport.request(ad, "GET", "/images/x/file", what="get", retry=_policy(rec))) is None
+    assert transport.content_of(transport.request(ad, "GET", "/images/x/file", what="get", retry=_policy(rec))) == b"data"
+    assert transport.content_of(None) is None
