@@ -28,8 +28,7 @@ def _retention_option(fn):
 
 @click.command()
 @click.argument("build_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option("--variant", "variants", multiple=True, type=VARIANTS,
-              help="Only this variant (repeatable).  [default: every image in the build]")
+@options.variants()
 @click.option("--sign-key", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Private key (PEM/DER, RSA or EC P-384/P-521) to sign the image data with.")
 @click.option("--sign-key-passphrase", "passphrase_ref", metavar="REF",
@@ -100,7 +99,9 @@ def promote(app, image, scope, retention_path, dry_run):
     listed, hidden, deactivated or deleted per the retention policy; images
     of other scopes, and legacy ones without a scope, are never touched."""
     policy = retention.load(retention_path)
-    steps = catalog.promote(app.connect(), image, policy, dry_run=dry_run, scope=scope)
+    conn = app.connect()
+    plan = catalog.plan(conn, image, policy, scope=scope)
+    steps = plan.steps if dry_run else catalog.apply(conn, plan)
     output.emit([s.to_dict() for s in steps], app.output, columns=["action", "image_id", "name", "scope", "reason"],
                 title="plan (dry run)" if dry_run else None)
 
@@ -148,12 +149,16 @@ def signing_cert():
 @signing_cert.command("upload")
 @click.argument("cert", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--name", help="Secret name.  [default: nodeforge-image-signing-<fingerprint>]")
+@options.dry_run
 @options.pass_app
-def signing_cert_upload(app, cert, name):
-    """Store a PEM certificate in Barbican; prints the ID for --sign-cert-id."""
-    info = signing.upload_certificate(app.connect(), cert, name)
+def signing_cert_upload(app, cert, name, dry_run):
+    """Store a PEM certificate in Barbican; prints the ID for --sign-cert-id.
+
+    --dry-run checks the certificate and prints what would be stored (id: null)."""
+    plan = signing.plan_certificate(cert, name)
+    info = plan.info() if dry_run else signing.apply_certificate(app.connect(), plan)
     output.emit(info.to_dict(), app.output, rows=[{"field": k, "value": v} for k, v in info.to_dict().items()],
-                columns=["field", "value"])
+                columns=["field", "value"], title="plan (dry run)" if dry_run else None)
 
 
 COMMANDS = (publish, manifest_cmd, promote, list_cmd, show, signing_cert)

@@ -166,10 +166,22 @@ def check_validity(cert: x509.Certificate, source: str) -> None:
                                   f" to {cert.not_valid_after_utc:%Y-%m-%d}); Glance would refuse the signature")
 
 
-def upload_certificate(conn, cert_path: Path | str, name: str | None = None) -> CertInfo:
-    """Store a PEM certificate in Barbican as Glance/castellan need it: a
-    ``certificate`` secret with a binary (base64, application/octet-stream)
-    payload, so castellan hands Glance the PEM bytes."""
+@dataclasses.dataclass(frozen=True)
+class CertUpload:
+    """The plan of :func:`upload_certificate`: the checked certificate, the
+    secret's name and the Barbican body (a public certificate: no secret)."""
+
+    cert: x509.Certificate
+    name: str
+    body: dict
+
+    def info(self, cert_id: str | None = None) -> CertInfo:
+        return _info(self.cert, cert_id, self.name)
+
+
+def plan_certificate(cert_path: Path | str, name: str | None = None) -> CertUpload:
+    """Read and check a PEM certificate (readable, one certificate, valid
+    now) and build the Barbican secret it becomes; writes nothing."""
     path = Path(cert_path)
     try:
         pem = path.read_bytes()
@@ -181,9 +193,22 @@ def upload_certificate(conn, cert_path: Path | str, name: str | None = None) -> 
     pem = cert.public_bytes(serialization.Encoding.PEM)  # normalised: one certificate, no extra text
     body = {"name": name, "secret_type": "certificate", "payload": base64.b64encode(pem).decode(),
             "payload_content_type": "application/octet-stream", "payload_content_encoding": "base64"}
-    resp = transport.request(conn.key_manager, "POST", "/secrets", what=f"storing certificate {name}",
-                             error=_barbican_error, json=body)
-    return _info(cert, resp.json()["secret_ref"].rsplit("/", 1)[1], name)
+    return CertUpload(cert, name, body)
+
+
+def apply_certificate(conn, plan: CertUpload) -> CertInfo:
+    """Store the planned certificate in Barbican; its info with the new ID."""
+    resp = transport.request(conn.key_manager, "POST", "/secrets", what=f"storing certificate {plan.name}",
+                             error=_barbican_error, json=plan.body)
+    return plan.info(resp.json()["secret_ref"].rsplit("/", 1)[1])
+
+
+def upload_certificate(conn, cert_path: Path | str, name: str | None = None) -> CertInfo:
+    """Store a PEM certificate in Barbican as Glance/castellan need it: a
+    ``certificate`` secret with a binary (base64, application/octet-stream)
+    payload, so castellan hands Glance the PEM bytes
+    (:func:`plan_certificate`, then :func:`apply_certificate`)."""
+    return apply_certificate(conn, plan_certificate(cert_path, name))
 
 
 def _barbican_error(failure: transport.Failure, what: str) -> SigningError:
