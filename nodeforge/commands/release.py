@@ -142,7 +142,8 @@ def bump(app, minors, jobs, packages, package_lock, keyring, dry_run, lockfile_p
             output.emit(preport, app.output)
         return
     lock, sources, dl = _setup(lockfile_path, sources_file, cache_dir)
-    report = release_mod.bump(lock, sources, dl, minors=list(minors) or None, dry_run=dry_run, jobs=jobs)
+    plan = release_mod.plan_bump(lock, sources, dl, minors=list(minors) or None)
+    report = plan.report() if dry_run else release_mod.apply_bump(plan, sources, dl, jobs=jobs)
     if app.output == "table":
         click.echo(release_mod.diff_markdown(report), nl=False)
     else:
@@ -189,7 +190,9 @@ def lock_packages(app, arch, package_lock, keyring, dry_run, lockfile_path):
     path = package_lock or release_mod.package_lock_path(lockfile_path)
     from nodeforge.oslock import archive
 
-    report = release_mod.lock_packages(lock, path, archive.host_mirrors(release=release_mod.package_lock_template(
+    from nodeforge.imagebuild import package_lock
+
+    report = package_lock.lock_packages(lock, path, archive.host_mirrors(release=package_lock.package_lock_template(
         lock, arch=arch).release), keyring=keyring, arch=arch,
                                        dry_run=dry_run)
     if app.output == "table":

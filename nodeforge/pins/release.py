@@ -26,7 +26,8 @@ from nodeforge.pins import lockfile as lf
 from nodeforge.pins.cache import DownloadError, Downloader, Fetched, NotFoundError
 from nodeforge.pins.lockfile import Arch, Artifact, Component, Lockfile, MinorPins, Pin, Version
 from nodeforge.pins.sources import SOURCE_OF, Sources, SourceName, parse_checksum_file, relpath
-from nodeforge.schema.loader import atomic_write
+from nodeforge.base import fs
+from nodeforge.base.fs import atomic_write
 
 MAINTAINED = 3  # upstream maintains the three newest minors
 BUNDLE_FORMAT = "nodeforge-bundle/1"
@@ -223,16 +224,28 @@ def _targets(lock: Lockfile, report: CheckReport, minors: list[str] | None, sour
     return out
 
 
-def bump(lock: Lockfile, sources: Sources, dl: Downloader, *, minors: list[str] | None = None,
-         dry_run: bool = False, jobs: int = 4) -> BumpReport:
-    """Pin the newest stable patch (and any new minor), verified, and rewrite the lockfile.
+@dataclasses.dataclass
+class BumpPlan:
+    """What a bump would do: the lockfile as it is and as it would be, the
+    Kubernetes versions that move, the artifacts that change and the new
+    pins to download and check before anything is written."""
 
-    Kubernetes binaries take upstream's published checksums; every new artifact
-    is downloaded and must match them, else nothing is written. A new minor
-    copies the companion pins of the newest pinned minor, except crictl, which
-    follows the minor (``v1.NN.0``) when upstream has published it. With
-    ``dry_run`` the published checksums are read but nothing is downloaded or
-    written."""
+    lock: Lockfile
+    new: Lockfile
+    versions: dict[str, tuple[str | None, str]]
+    changes: list[Change]
+    to_verify: list[Pin]
+
+    def report(self, *, written: bool = False, dry_run: bool = True, verified: int = 0) -> BumpReport:
+        return BumpReport(str(self.lock.path), self.versions, self.changes, written, dry_run, verified)
+
+
+def plan_bump(lock: Lockfile, sources: Sources, dl: Downloader, *, minors: list[str] | None = None) -> BumpPlan:
+    """The newest stable patch (and any new minor) as a plan: reads upstream's
+    release list and published checksums; downloads no artifact, writes nothing.
+
+    A new minor copies the companion pins of the newest pinned minor, except
+    crictl, which follows the minor (``v1.NN.0``) when upstream has published it."""
     for minor in minors or []:
         if not lf.is_minor(minor):
             raise UsageError(detail=f"not a Kubernetes minor: {minor!r} (expected like 1.36)")
@@ -261,12 +274,30 @@ def bump(lock: Lockfile, sources: Sources, dl: Downloader, *, minors: list[str] 
             to_verify.append(pins[comp])
         new = new.with_minor(MinorPins(minor, version, pause, pins))
         versions[minor] = (str(old.version) if old else None, str(version))
-    changes = diff(lock, new)
-    verified = 0 if dry_run else _verify_pins(sources, dl, to_verify, jobs)
-    written = bool(changes) and not dry_run
+    return BumpPlan(lock, new, versions, diff(lock, new), to_verify)
+
+
+def apply_bump(plan: BumpPlan, sources: Sources, dl: Downloader, *, jobs: int = 4) -> BumpReport:
+    """Download every new artifact of the plan and check it against its
+    published checksum (any mismatch: nothing is written), then rewrite the lockfile."""
+    verified = _verify_pins(sources, dl, plan.to_verify, jobs)
+    written = bool(plan.changes)
     if written:
-        new.save()
-    return BumpReport(str(lock.path), versions, changes, written, dry_run, verified)
+        plan.new.save()
+    return plan.report(written=written, dry_run=False, verified=verified)
+
+
+def bump(lock: Lockfile, sources: Sources, dl: Downloader, *, minors: list[str] | None = None,
+         dry_run: bool = False, jobs: int = 4) -> BumpReport:
+    """Pin the newest stable patch (and any new minor), verified, and rewrite the lockfile:
+    :func:`plan_bump`, then (unless ``dry_run``) :func:`apply_bump`.
+
+    Kubernetes binaries take upstream's published checksums; every new artifact
+    is downloaded and must match them, else nothing is written. With
+    ``dry_run`` the published checksums are read but nothing is downloaded or
+    written."""
+    plan = plan_bump(lock, sources, dl, minors=minors)
+    return plan.report() if dry_run else apply_bump(plan, sources, dl, jobs=jobs)
 
 
 def diff_markdown(report: BumpReport) -> str:
@@ -397,7 +428,7 @@ def write_bundle(lock: Lockfile, dl: Downloader, items: list[PrefetchItem], dest
                     info.size, info.mtime, info.mode = len(data), int(time.time()), 0o644
                     tar.addfile(info, io.BytesIO(data))
             os.chmod(tmp, 0o644)
-            os.replace(tmp, dest)
+            fs.move_into_place(tmp, dest)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
@@ -407,7 +438,7 @@ def write_bundle(lock: Lockfile, dl: Downloader, items: list[PrefetchItem], dest
         target = dest / i.path
         part = target.with_name(f".{target.name}.part")
         dl.cache.export(i.artifact.sha256, part)
-        os.replace(part, target)
+        fs.move_into_place(part, target)
     for fname, text in meta.items():  # index last: a bundle with an index is complete
         if fname != "index.json":
             atomic_write(dest / fname, text)
@@ -415,114 +446,8 @@ def write_bundle(lock: Lockfile, dl: Downloader, items: list[PrefetchItem], dest
     return dest
 
 
-# --- the OS package lock (nodeforge.oslock) ----------------------------------------------
-
-# What diskimage-builder's debian-minimal root step installs after debootstrap
-# (root.d/75-debian-minimal-baseinstall), with recommends.
-DIB_BASE_INSTALLS = ("systemd-sysv", "busybox", "sudo", "gnupg2", "python3")
-# What diskimage-builder's base element scripts install outside package-installs.yaml,
-# without recommends (pre-install.d/03-baseline-tools; the pkg-map'd iscsi package).
-DIB_SCRIPT_INSTALLS = ("apt-transport-https", "software-properties-common", "open-iscsi")
-# debootstrap's own additions to minbase on a merged-/usr release.
-DEBOOTSTRAP_BASE = ("apt", "usr-is-merged")
-# Elements disk-image-create always adds, then the distribution element and nodeforge's.
-DIB_IMPLICIT_ELEMENTS = ("base",)
-
-
-def dib_elements_dir() -> Path | None:
-    try:
-        import diskimage_builder
-    except ImportError:
-        return None
-    return Path(diskimage_builder.__file__).parent / "elements"
-
-
-def _arch_ok(spec, arch: str) -> bool:
-    if not isinstance(spec, dict):
-        return True
-    if spec.get("uninstall") or spec.get("build-only"):
-        return False
-    if spec.get("arch") and arch not in [a.strip() for a in str(spec["arch"]).split(",")]:
-        return False
-    if spec.get("not-arch") and arch in [a.strip() for a in str(spec["not-arch"]).split(",")]:
-        return False
-    return True
-
-
-def element_packages(start: Iterable[str], arch: str, dirs: Iterable[Path],
-                     distro: str = "debian") -> list[str]:
-    """Every package the element graph from ``start`` installs through package-installs
-    (element-deps followed, arch filters and each element's pkg-map applied)."""
-    import yaml
-    dirs = [Path(d) for d in dirs]
-    seen: set[str] = set()
-    todo = list(start)
-    out: set[str] = set()
-    while todo:
-        name = todo.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        elem = next((d / name for d in dirs if (d / name).is_dir()), None)
-        if elem is None:
-            continue
-        deps = elem / "element-deps"
-        if deps.is_file():
-            todo += [line.split("#", 1)[0].strip() for line in deps.read_text().splitlines()
-                     if line.split("#", 1)[0].strip()]
-        mapping: dict = {}
-        if (elem / "pkg-map").is_file():
-            try:
-                pm = json.loads((elem / "pkg-map").read_text())
-                mapping = {**pm.get("default", {}), **pm.get("family", {}).get(distro, {}),
-                           **pm.get("distro", {}).get(distro, {})}
-            except ValueError:
-                mapping = {}
-        pi = elem / "package-installs.yaml"
-        if pi.is_file():
-            data = yaml.safe_load(pi.read_text()) or {}
-            for pkg, spec in (data.items() if isinstance(data, dict) else []):
-                if _arch_ok(spec, arch):
-                    for mapped in str(mapping.get(pkg, pkg)).split():
-                        out.add(mapped)
-    return sorted(out)
-
-
-def package_lock_template(lock: Lockfile, *, arch: str = "amd64"):
-    """The OS package lock's resolve inputs for ``lock``'s base OS (no packages yet)."""
-    from nodeforge.imagebuild import render as rd
-    from nodeforge.oslock.lock import PackageLock, Resolve
-
-    distro = rd.distro_for(lock)
-    dirs = [rd.ELEMENTS_SRC] + ([dib_elements_dir()] if dib_elements_dir() else [])
-    install = sorted(set(element_packages([*DIB_IMPLICIT_ELEMENTS, distro.element, *rd.NODEFORGE_ELEMENTS], arch,
-                                          dirs)) | set(DIB_SCRIPT_INSTALLS))
-    codename = distro.release
-    return PackageLock(release=codename, architecture=arch,
-                       suites={codename: "main", f"{codename}-updates": "main", f"{codename}-security": "security"},
-                       resolve=Resolve(priorities=("required",), base=DEBOOTSTRAP_BASE, recommends=DIB_BASE_INSTALLS,
-                                       install=tuple(install)),
-                       packages=())
-
+# --- the OS package lock (nodeforge.oslock; its resolve inputs: nodeforge.imagebuild.package_lock) ----
 
 def package_lock_path(lockfile_path: Path) -> Path:
     from nodeforge.oslock.lock import FILENAME
     return Path(lockfile_path).parent / FILENAME
-
-
-def lock_packages(lock: Lockfile, path: Path, mirrors: dict[str, str], *, keyring: Path | None = None,
-                  arch: str = "amd64", dry_run: bool = False):
-    """Resolve the image's package set afresh (inputs from the elements) and write the package lock."""
-    from nodeforge.oslock import lock as ol, watch
-
-    old = ol.load(path) if Path(path).exists() else None
-    template = dataclasses.replace(package_lock_template(lock, arch=arch), path=Path(path),
-                                   index_dates=dict(old.index_dates) if old else {})
-    config = watch.config_for(template, mirrors, keyring)   # never from an index older than the lock's
-    new, _ = watch.resolve_lock(template, config)
-    old = old or dataclasses.replace(template, packages=())
-    changes = watch.diff(old, new, {s.name for s in config.suites if s.security})
-    written = (not Path(path).exists() or old.dumps() != new.dumps()) and not dry_run
-    if written:
-        new.save(path)
-    return watch.PackageBump(str(path), changes, len(new.packages), written, dry_run, new.digest())
