@@ -57,7 +57,7 @@ import uuid
 from pathlib import Path
 from typing import Iterable
 
-from nodeforge import transport
+from nodeforge import plan as PL, transport
 from nodeforge.errors import NodeforgeError, UsageError
 from nodeforge.imageverify import verifyreport
 from nodeforge.imageverify.builddir import BuildDir, VariantImage, VerifyStatus
@@ -462,6 +462,28 @@ class VariantResult:
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
+    @property
+    def kind(self) -> PL.Kind:
+        """The shared plan kind: an upload (made or planned) creates; an image already there is a no-op."""
+        return PL.Kind.CREATE if self.action in ("uploaded", "would-upload") else PL.Kind.NOOP
+
+    def result(self) -> PL.Result:
+        return PL.Result(self.name, self.kind, PL.Status.DONE)
+
+
+@dataclasses.dataclass
+class PublishPlan:
+    """What :meth:`Publisher.publish` would do for a build: one would-upload or
+    exists (dry run) result per variant, every refusal (unknown variant, no
+    passing verify report, another scope's image) already raised."""
+
+    build: BuildDir
+    variants: list[str]
+    results: list[VariantResult]
+
+    def counts(self) -> dict[str, int]:
+        return PL.counts((PL.Kind.CREATE, PL.Kind.NOOP), (r.kind for r in self.results))
+
 
 @dataclasses.dataclass
 class SignOptions:
@@ -746,6 +768,17 @@ class Publisher:
         for v in names:
             self.check_owner(build, v, scope)  # and any variant already in Glance under another scope
         return [self.publish_variant(build, v, dry_run=dry_run) for v in names]
+
+    def plan(self, build: BuildDir, variants: Iterable[str] | None = None) -> PublishPlan:
+        """The dry run as a plan (reads Glance, writes nothing)."""
+        names = list(variants) if variants else sorted(build.variants)
+        return PublishPlan(build, names, self.publish(build, names, dry_run=True))
+
+    def apply(self, plan: PublishPlan) -> list[VariantResult]:
+        """Publish what ``plan`` planned. Each variant is decided again against
+        Glance as it is now (publishing is idempotent by build id), so a plan
+        made earlier never uploads an image twice."""
+        return self.publish(plan.build, plan.variants)
 
 
 # --------------------------------------------------------------------------
