@@ -65,8 +65,9 @@ def publish(app, build_dir, variants, sign_key, passphrase_ref, sign_cert_id, si
         signer = signing.load_signer(sign_key, passphrase_ref, hash_method=sign_hash)
         signing.check_key_matches(signer, signing.fetch_certificate(conn, sign_cert_id), sign_cert_id)
         sign = glance.SignOptions(signer, sign_cert_id)
-    results = glance.Publisher(conn, policy, sign=sign, scope=scope).publish(build, variants or None,
-                                                                             dry_run=dry_run)
+    publisher = glance.Publisher(conn, policy, sign=sign, scope=scope)
+    results = (publisher.plan(build, variants or None).results if dry_run
+               else publisher.publish(build, variants or None))
     output.emit([r.to_dict() for r in results], app.output,
                 columns=["variant", "action", "image_id", "scope", "verify", "signed", "size", "seconds",
                          "hash_value"])
