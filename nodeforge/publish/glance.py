@@ -6,7 +6,7 @@ Only a variant whose ``verify.json`` passes the strict check
 (:mod:`.verifyreport`, bound to this build, manifest and image bytes) is
 published; anything else is refused before anything is uploaded.
 
-One variant is published as three Glance images (see docs/publishing.md):
+One variant is published as four Glance images (see docs/publishing.md):
 
 * the **node image**: the variant's disk, tagged ``nodeforge``, with the
   Magnum/SCS properties and nodeforge's ``nodeforge_*`` ones;
@@ -21,7 +21,11 @@ One variant is published as three Glance images (see docs/publishing.md):
   ``nodeforge_verify_report`` and checked against its
   ``nodeforge_verify_sha256``. ``image promote`` downloads it and judges it
   again against the Glance image (:func:`verify_binding`), so it never trusts
-  the ``nodeforge_verify`` string alone.
+  the ``nodeforge_verify`` string alone;
+* the **provenance image**: the build's signed SLSA provenance (a DSSE
+  envelope, :mod:`.provenance`), tag ``nodeforge-provenance``, named by the
+  node image's ``nodeforge_provenance`` and checked against its
+  ``nodeforge_provenance_sha256``; ``image provenance`` verifies it.
 
 Ownership scopes: every image publish creates carries ``nodeforge_scope``,
 the scope of the declaration that made it, the version lockfile: publish's
