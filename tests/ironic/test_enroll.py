@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import types
+
 import pytest
 
 from nodeforge.ironic import constants as C, enroll, inventory as inv, report
-from nodeforge.ironic.provisioner import classify, ErrorKind
+from nodeforge.ironic.pacing import Pacer
+from nodeforge.ironic.provisioner import ErrorKind, IronicError, RetryPolicy, SdkProvisioner, classify
+from tests.support.http import adapter_for, server  # noqa: F401 - server: the fixture
 from tests.support.ironic import FakeProvisioner
 
 
@@ -179,3 +183,61 @@ def test_apply_reports_progress_per_node_and_keeps_inventory_order(inventory):
     assert [r.name for r in results] == [n.name for n in inventory.nodes]
     assert seen == [(i, len(inventory.nodes)) for i in range(1, len(inventory.nodes) + 1)]
     assert enroll.DEFAULT_JOBS == 16
+
+
+# ------------------------------------------------------------------------------ SdkProvisioner over HTTP
+
+class RecordingPacer(Pacer):
+    def __init__(self):
+        super().__init__()
+        self.seen: list[tuple[object, bool]] = []
+
+    def record(self, status, latency, *, listing=False):
+        assert latency >= 0
+        self.seen.append((status, listing))
+        super().record(status, latency, listing=listing)
+
+
+def _sdk(url: str, pacer: Pacer, attempts: int = 6) -> SdkProvisioner:
+    conn = types.SimpleNamespace(baremetal=adapter_for(url, "baremetal"))
+    return SdkProvisioner(conn, retry=RetryPolicy(attempts=attempts, sleep=lambda s: None), pacer=pacer)
+
+
+LOCKED_BODY = ('{"error_message": "{\\"faultstring\\": \\"Node u1 is locked by host c1, please retry after the '
+               'current operation is completed.\\"}"}')
+DUPLICATE_BODY = '{"error_message": "{\\"faultstring\\": \\"A node with name n1 already exists.\\"}"}'
+
+
+def test_pacer_sees_every_attempt_with_its_signal(server):
+    """Pacing keeps its signals through the transport: 503, 409 NodeLocked, success, a duplicate
+    (not congestion), each with its latency; retries are counted by status; slots given back."""
+    server.answers = [(503, "No free conductor workers available", {}), (409, LOCKED_BODY, {}),
+                      (201, '{"uuid": "u1", "name": "n1"}', {}), (409, DUPLICATE_BODY, {}),
+                      (200, '{"nodes": [{"uuid": "u1"}], "next": null}', {})]
+    pacer = RecordingPacer()
+    prov = _sdk(server.url, pacer)
+    assert prov.create_node({"name": "n1"})["uuid"] == "u1"
+    with pytest.raises(IronicError) as info:
+        prov.create_node({"name": "n1"})
+    assert info.value.kind is ErrorKind.DUPLICATE and "(409)" in str(info.value)
+    assert [n["uuid"] for n in prov.list_nodes()] == ["u1"]
+    assert pacer.seen == [(503, False), (409, False), (201, False), ("409-conflict", False), (200, True)]
+    assert pacer.stats.congested == {"503": 1, "409": 1}
+    assert prov.writes == 4 and prov.retries == 2 and prov.retried == {"503": 1, "409": 1}
+    assert pacer.inflight == 0
+    assert server.seen[-1] == ("GET", f"/v1/nodes/detail?limit={C.PAGE_LIMIT}")
+
+
+def test_no_answer_reaches_the_pacer_as_network(server):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    pacer = RecordingPacer()
+    prov = _sdk(f"http://127.0.0.1:{port}/v1", pacer, attempts=3)
+    with pytest.raises(IronicError) as info:
+        prov.set_provision_state("u1", C.Verb.MANAGE)
+    assert info.value.kind is ErrorKind.NETWORK and "(network)" in str(info.value)
+    assert pacer.seen == [(None, False)] * 3 and pacer.stats.congested == {"network": 3}
+    assert prov.retried == {"network": 2} and prov.writes == 3 and pacer.inflight == 0
