@@ -74,3 +74,16 @@ def test_signing_cert_upload_dry_run_refuses_a_bad_certificate(run, no_cloud, tm
     (tmp_path / "junk.pem").write_text("not a certificate\n")
     code, _, err = run("image", "signing-cert", "upload", tmp_path / "junk.pem", "--dry-run")
     assert code == 1 and "not a PEM X.509 certificate" in err
+
+
+def test_keygen_dry_run_writes_no_key(run, tmp_path):
+    key = tmp_path / "inventory.key"
+    code, out, err = run("baremetal", "keygen", key, "--dry-run", "-o", "json")
+    assert code == 0 and not key.exists() and json.loads(out) == {"key_file": str(key), "mode": "0600",
+                                                                   "dry_run": True}
+    code, _, err = run("baremetal", "keygen", tmp_path / "missing" / "k", "--dry-run")
+    assert code == 2 and "does not exist" in err
+    code, _, _ = run("baremetal", "keygen", key)
+    assert code == 0 and key.stat().st_mode & 0o777 == 0o600
+    code, _, err = run("baremetal", "keygen", key, "--dry-run")
+    assert code == 2 and "not overwriting" in err

@@ -115,11 +115,23 @@ def _progress(app):
 
 @baremetal.command("keygen")
 @click.argument("key_file", type=click.Path(dir_okay=False, path_type=Path))
+@options.dry_run
 @options.pass_app
-def keygen(app, key_file):
-    """Write a new Fernet key (mode 0600) for fernet: credentials; keep it out of the inventory."""
+def keygen(app, key_file, dry_run):
+    """Write a new Fernet key (mode 0600) for fernet: credentials; keep it out of the inventory.
+
+    --dry-run checks that KEY_FILE can be written (absent, its directory there) and writes nothing."""
     if key_file.exists():
         raise UsageError(detail=f"{key_file} exists; not overwriting a key")
+    if dry_run:
+        if not key_file.parent.is_dir():
+            raise UsageError(detail=f"cannot write {key_file}: directory {key_file.parent} does not exist")
+        if not os.access(key_file.parent, os.W_OK):
+            raise UsageError(detail=f"cannot write {key_file}: {os.strerror(13)}")
+        click.echo(f"would write {key_file} (mode 0600)", err=True)
+        if app.output != "table":
+            output.emit({"key_file": str(key_file), "mode": "0600", "dry_run": True}, app.output)
+        return
     try:
         fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileNotFoundError:
