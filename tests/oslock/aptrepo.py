@@ -5,6 +5,13 @@ Debian suite (``dists/<suite>/{InRelease,main/binary-amd64/Packages.xz}`` and
 ``pool/``), tiny real ``.deb`` files built with ``dpkg-deb --build``, served by
 a ``http.server`` thread on loopback under two bases like the real archive:
 ``/debian`` (the release and ``-updates``) and ``/debian-security``.
+
+For the end-to-end tests a suite can also carry a real archive's stanzas
+(:meth:`AptRepo.add_stanzas`), with the ``pool/`` files they name fetched
+from that archive on request (``upstream``: a pass-through for files this
+repository does not hold; their bytes are checked by apt and nodeforge
+against the hashes in the index this repository signs), and a real package
+re-versioned (:func:`reversion`) as an update.
 """
 
 from __future__ import annotations
@@ -17,7 +24,10 @@ import http.server
 import lzma
 import shutil
 import subprocess
+import re
 import threading
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 ARCH = "amd64"
@@ -53,13 +63,21 @@ class SigningKey:
 class AptRepo:
     """Packages per suite; :meth:`publish` writes every suite's indexes and signs them."""
 
-    def __init__(self, root: Path, key: SigningKey, release: str = RELEASE):
+    def __init__(self, root: Path, key: SigningKey, release: str = RELEASE, *,
+                 suites: list[str] | None = None, upstream: dict[str, str] | None = None):
+        """``suites``: only these of the release's three (default: all); ``upstream``: base
+        directory (``debian``, ``debian-security``) -> a real archive's URL, from which pool
+        files this repository does not hold are passed through."""
         self.root = Path(root)
         self.key = key
         self.release = release
         self.archives = {release: "debian", f"{release}-updates": "debian",
                          f"{release}-security": "debian-security"}
+        if suites is not None:
+            self.archives = {s: a for s, a in self.archives.items() if s in suites}
         self.suites: dict[str, list[dict]] = {s: [] for s in self.archives}
+        self.raw: dict[str, list[str]] = {s: [] for s in self.archives}   # stanza texts as a real index has them
+        self.upstream = dict(upstream or {})
         self.valid_until: datetime.datetime | None = None
         self.date: datetime.datetime | None = None   # the InRelease Date (default: now)
         self.server: http.server.ThreadingHTTPServer | None = None
@@ -92,12 +110,41 @@ class AptRepo:
                                    "Description": f"nodeforge test package {name}"})
         return deb
 
+    def add_stanzas(self, suite: str, stanzas: list[str]) -> None:
+        """Stanzas of a real index (their pool files passed through from ``upstream``)."""
+        self.raw[suite] += [st.rstrip("\n") + "\n" for st in stanzas]
+
+    def add_deb(self, suite: str, deb: Path, stanza: str) -> Path:
+        """A ``.deb`` file into ``suite``'s pool, indexed by ``stanza`` (a real index's stanza of the
+        same package) with its Version, Filename, Size and SHA256 set from the file; returns its path."""
+        control = subprocess.run(["dpkg-deb", "--field", str(deb), "Package", "Version", "Architecture"],
+                                 capture_output=True, text=True, check=True).stdout
+        f = dict(line.split(": ", 1) for line in control.strip().splitlines())
+        name, version, arch = f["Package"], f["Version"], f["Architecture"]
+        pooldir = ("pool/updates/main" if suite.endswith("-security") else "pool/main") + f"/{name[0]}/{name}"
+        target = self.root / self.archives[suite] / pooldir / f"{name}_{version.split(':')[-1]}_{arch}.deb"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(deb, target)
+        data = target.read_bytes()
+        values = {"Version": version, "Filename": f"{pooldir}/{target.name}", "Size": str(len(data)),
+                  "SHA256": hashlib.sha256(data).hexdigest()}
+        lines = []
+        for line in stanza.rstrip("\n").split("\n"):
+            key = line.split(":", 1)[0] if line and not line[0].isspace() else None
+            if key in ("MD5sum", "SHA1", "SHA512"):
+                continue                      # only the SHA256 the new file has
+            lines.append(f"{key}: {values.pop(key)}" if key in values else line)
+        lines += [f"{k}: {v}" for k, v in values.items()]
+        self.raw[suite].append("\n".join(lines) + "\n")
+        return target
+
     def publish(self) -> None:
         for suite, pkgs in self.suites.items():
             dists = self.root / self.archives[suite] / "dists" / suite
             bindir = dists / "main" / f"binary-{ARCH}"
             bindir.mkdir(parents=True, exist_ok=True)
-            text = "\n".join("".join(f"{k}: {v}\n" for k, v in p.items() if v) for p in pkgs).encode()
+            text = "\n".join(["".join(f"{k}: {v}\n" for k, v in p.items() if v) for p in pkgs]
+                             + self.raw.get(suite, [])).encode()
             xz = lzma.compress(text)
             (bindir / "Packages").write_bytes(text)
             (bindir / "Packages.xz").write_bytes(xz)
@@ -125,7 +172,7 @@ class AptRepo:
 
     # -- serving --------------------------------------------------------------------------
     def start(self) -> "AptRepo":
-        handler = functools.partial(_QuietHandler, directory=str(self.root))
+        handler = functools.partial(_QuietHandler, directory=str(self.root), upstream=self.upstream)
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         return self
@@ -149,8 +196,47 @@ class AptRepo:
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def __init__(self, *args, upstream: dict[str, str] | None = None, **kw):
+        self.upstream = upstream or {}
+        super().__init__(*args, **kw)
+
     def log_message(self, *args) -> None:
         pass
+
+    def do_GET(self) -> None:
+        m = re.fullmatch(r"/([a-z-]+)/(pool/[A-Za-z0-9+~._/-]+\.deb)", self.path.split("?", 1)[0])
+        if m and m.group(1) in self.upstream and not Path(self.translate_path(self.path)).is_file():
+            return self._pass_through(f"{self.upstream[m.group(1)].rstrip('/')}/{m.group(2)}")
+        return super().do_GET()
+
+    def _pass_through(self, url: str) -> None:
+        try:
+            with urllib.request.urlopen(urllib.request.Request(url, headers={"User-Agent": "nodeforge-tests"}),
+                                        timeout=120) as resp:
+                self.send_response(200)
+                self.send_header("Content-Type", "application/vnd.debian.binary-package")
+                if resp.headers.get("Content-Length"):
+                    self.send_header("Content-Length", resp.headers["Content-Length"])
+                self.end_headers()
+                shutil.copyfileobj(resp, self.wfile, 1 << 20)
+        except urllib.error.HTTPError as exc:
+            self.send_error(exc.code)
+        except (urllib.error.URLError, OSError):
+            self.send_error(502)
+
+
+def reversion(deb: Path, version: str, out_dir: Path) -> Path:
+    """``deb`` rebuilt with ``Version: version`` (``dpkg-deb -R``, edit, ``dpkg-deb -b``); returns the new file."""
+    work = Path(out_dir) / f"unpacked-{deb.stem}"
+    subprocess.run(["dpkg-deb", "-R", str(deb), str(work)], check=True, capture_output=True)
+    control = work / "DEBIAN" / "control"
+    text = control.read_text()
+    control.write_text(re.sub(r"(?m)^Version: .*$", f"Version: {version}", text, count=1))
+    out = Path(out_dir) / f"{deb.name.split('_')[0]}_{version.split(':')[-1]}_rebuilt.deb"
+    subprocess.run(["dpkg-deb", "--root-owner-group", "-Zxz", "-b", str(work), str(out)], check=True,
+                   capture_output=True)
+    shutil.rmtree(work)
+    return out
 
 
 def standard_repo(root: Path, key: SigningKey) -> AptRepo:

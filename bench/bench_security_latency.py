@@ -1,0 +1,148 @@
+"""Benchmark: Debian security update -> approved image, beside a Kubernetes patch release -> approved image.
+
+Both latencies are measured the same way, in the same invocation, by the
+release pipeline's own run record (``nodeforge pipeline run``, real build,
+real boots of both variants, publish and promote into a private local cloud):
+
+1. **the peer: a Kubernetes patch release.** The demo upstream (fixture
+   artifacts of the real shape, served on loopback) publishes 1.36.1; the
+   pipeline notices it, bumps the lockfile and builds. Latency: the release
+   marker's ``Last-Modified`` -> the end of promote (``latency.1.36``).
+2. **a Debian security update.** A real locked package (``ca-certificates``),
+   re-versioned, appears in a local signed ``bookworm-security`` suite that
+   carries the real suite's stanzas (tests/pipeline/security_archive.py;
+   ``bookworm`` and ``bookworm-updates`` are this machine's real Debian
+   mirror); the pipeline notices it, moves the OS package lock and builds.
+   Latency: the suite's signed ``InRelease`` ``Date`` -> the end of promote
+   (``latency.1.36.packages``).
+
+Both builds start from a package base of their own (the lock the build
+installs differs, and the fixture suite's URL is part of the key), so neither
+reuses the other's; the patch run goes first and takes any first-build
+penalty (diskimage-builder's own caches). Printed: both latencies, each
+run's stage times, the ratio security/patch, and the goal: the security
+update approved in under 30 minutes on this machine, like a Kubernetes
+patch. Exits 1 when a run fails or the goal is missed.
+
+Needs root, the host's Debian mirror, QEMU (like ``nodeforge image build``
+and ``image verify``), and starts a private local cloud (Keystone, Barbican,
+Glance) at its own port offset (``--offset``, default 19900), stopped at the
+end. About 40-60 minutes on 2 cores (two builds, four boots).
+
+Run: sudo .venv/bin/python bench/bench_security_latency.py [--offset 19900] [--keep] [--dry-run]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import private_cloud  # noqa: E402 - bench/private_cloud.py
+
+GOAL_SECONDS = 30 * 60
+MINOR, PATCH = "1.36", "1.36.1"
+
+
+def _stages(run) -> str:
+    return ", ".join(f"{s.name} {s.seconds:.0f}s" for s in run.stages if s.seconds is not None)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--offset", type=int, default=19900,
+                    help="port offset of the private cloud (below the ephemeral range, clear of the test clouds')")
+    ap.add_argument("--keep", action="store_true", help="keep the temporary directory and the cloud (debugging)")
+    ap.add_argument("--dry-run", action="store_true", help="say what would run, and exit")
+    args = ap.parse_args()
+    if args.dry_run:
+        print(f"would start a private cloud at offset {args.offset}; run the pipeline for Kubernetes {PATCH} "
+              f"(the peer), then for a security update of ca-certificates in a local bookworm-security; "
+              f"print both latencies and their ratio (goal: under {GOAL_SECONDS // 60} min)")
+        return 0
+    if os.geteuid() != 0:
+        print("the benchmark builds images: run it as root", file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+
+    from nodeforge.demo.fixtures import make_demo, publish_patch, write_sources
+    from nodeforge.devcloud.cloud import ADMIN_CLOUD, DevCloud
+    from nodeforge.devcloud.paths import Paths
+    from nodeforge.devcloud.upstream_mirror import MirrorServer
+    from nodeforge.imagebuild import package_lock
+    from nodeforge.oslock import lock as ol
+    from nodeforge.pins import lockfile as lf, release as release_mod
+    from nodeforge.pipeline import Pipeline, PipelineConfig
+    from nodeforge.pipeline import runrecord as rr
+    from tests.oslock.aptrepo import SigningKey
+    from tests.pipeline.security_archive import SecurityArchive
+
+    private = private_cloud.prepare("nf-bench-seclat-", args.offset)
+    cloud = DevCloud(Paths(private.root))
+    tmp = Path(tempfile.mkdtemp(prefix="nf-bench-seclat-work-", dir=os.environ.get("NODEFORGE_WORK_DIR", "/var/tmp")))
+    sec = None
+
+    def say(line: str) -> None:
+        print(line, flush=True)
+
+    try:
+        t0 = time.monotonic()
+        cloud.up(["image"])
+        say(f"private cloud up in {time.monotonic() - t0:.0f} s ({private.root}, offset {args.offset})")
+        sec = SecurityArchive(tmp / "security", SigningKey(tmp / "key", "nodeforge bench <bench@invalid>")).start()
+        os.environ.update(sec.environment())
+        up, lockfile = make_demo(tmp / "demo")
+        with MirrorServer(up.root) as server:
+            write_sources(lockfile, server)
+            lock_path = release_mod.package_lock_path(lockfile)
+            package_lock.lock_packages(lf.load(lockfile), lock_path, sec.mirrors, keyring=sec.keyring)
+            config = PipelineConfig(lockfile=lockfile, cache_dir=tmp / "artifacts", os_cloud=ADMIN_CLOUD,
+                                    work_dir=tmp / "work", fixture="bench_security_latency fixture mirrors")
+            (tmp / "work").mkdir()
+            quiet = lambda line: None  # noqa: E731 - the stage lines go to the run record
+
+            publish_patch(up, PATCH)
+            patch_run = Pipeline(config, runs_dir=tmp / "runs", say=quiet).run()
+            if patch_run.status != rr.SUCCEEDED:
+                say(f"FAILED: the patch run: {patch_run.status}: {patch_run.message} ({patch_run.json_path})")
+                return 1
+            patch = patch_run.latency[MINOR]["latency_seconds"]
+            say(f"Kubernetes patch {PATCH}: {patch:.0f} s from the release to the approved image "
+                f"({_stages(patch_run)})")
+
+            update = sec.publish_update(ol.load(lock_path))
+            sec_run = Pipeline(config, runs_dir=tmp / "runs", say=quiet).run([MINOR])
+            if sec_run.status != rr.SUCCEEDED:
+                say(f"FAILED: the security-update run: {sec_run.status}: {sec_run.message} ({sec_run.json_path})")
+                return 1
+            pk = sec_run.latency[MINOR]["packages"]
+            security = pk["latency_seconds"]
+            say(f"security update {update.name} {update.old_version} -> {update.new_version}: {security:.0f} s "
+                f"from the suite's InRelease Date to the approved image ({_stages(sec_run)})")
+            say(json.dumps({"patch_latency_seconds": patch, "security_latency_seconds": security,
+                            "ratio_security_patch": round(security / patch, 2),
+                            "load_average": round(os.getloadavg()[0], 1)}))
+            ok = security < GOAL_SECONDS
+            say(f"ratio security/patch: {security / patch:.2f}x; goal under {GOAL_SECONDS // 60} min: "
+                f"{'met' if ok else 'NOT met'}; load average {os.getloadavg()[0]:.1f}")
+            return 0 if ok else 1
+    finally:
+        if sec is not None:
+            sec.stop()
+        if not args.keep:   # the cloud's state (every image in it) goes with its directory
+            cloud.down()
+            private.remove()
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
