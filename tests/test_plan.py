@@ -115,3 +115,27 @@ def test_bare_metal_error_kinds_are_one_enum():
     assert K.timeout("clean") is K.CLEAN_TIMEOUT and K.rejected("provide") is K.PROVIDE_REJECTED
     for stage in ("manage", "inspect", "clean", "provide"):
         K.timeout(stage), K.rejected(stage)
+
+
+def test_feature_plan_entries_in_the_shared_shape():
+    """Each feature's plan entry gives the shared Change: kind, target, fields before/after, reason."""
+    from nodeforge.compute import flavors
+    from nodeforge.ironic import enroll, inventory as inv
+    from nodeforge.publish import catalog
+    from tests.support.ironic import FakeProvisioner
+
+    spec = flavors.FlavorSpec("bm.test", "baremetal", ())
+    drift = flavors.plan_flavor(spec, {"id": "f1", "name": "bm.test", "vcpus": 2, "ram": 1024, "disk": 0,
+                                       "extra_specs": {}}, ())
+    c = drift.to_change()
+    assert c.kind is drift.action and c.target == "bm.test"
+    assert {"field": "vcpus", "current": 2, "desired": 1, "mutable": False} in c.to_dict()["fields"]
+
+    step = catalog.Step("img-1", "k8s-1.34", P.Kind.HIDE, "beyond keep=2")
+    assert step.to_change().to_dict() == {"kind": "hide", "target": "k8s-1.34", "fields": [],
+                                          "reason": "beyond keep=2"}
+
+    bmc = inv.Bmc(inv.BmcKind.FAKE, "fake://n1", "n1", None, None, None)
+    node = inv.NodeSpec(name="n1", bmc=bmc, location=inv.Location("t.yaml", 1))
+    plan = enroll.plan(inv.Inventory(Path("t.yaml"), inv.Format.NODEFORGE, [node]), FakeProvisioner())
+    assert plan.nodes[0].to_change().to_dict()["kind"] == "create"

@@ -370,6 +370,10 @@ class FlavorPlan:
     def flavor_id(self) -> str | None:
         return (self.current or {}).get("id") or (self.spec.id if self.spec else None)
 
+    def to_change(self) -> PL.Change:
+        """This flavor's plan in the shared shape (nodeforge/plan.py)."""
+        return PL.Change(self.action, self.name, tuple(self.changes), self.note)
+
     def to_dict(self) -> dict:
         return {"name": self.name, "action": self.action.value, "id": self.flavor_id,
                 "changes": [c.to_dict() for c in self.changes], "note": self.note}

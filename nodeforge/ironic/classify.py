@@ -70,6 +70,10 @@ class NodeClass:
     def why_not(self) -> dict[str, list[str]]:
         return {e.profile: list(e.reasons) for e in self.evaluations if not e.matched}
 
+    def to_change(self) -> PL.Change:
+        """This node's plan in the shared shape (nodeforge/plan.py)."""
+        return PL.Change(self.outcome, self.name, tuple(self.changes), self.detail)
+
     def to_dict(self) -> dict:
         return {"name": self.name, "uuid": self.uuid, "provision_state": self.provision_state,
                 "outcome": self.outcome.value, "profile": self.profile, "matched": self.matched,

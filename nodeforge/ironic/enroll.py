@@ -65,6 +65,10 @@ class NodePlan:
     _patch: list[dict] = dataclasses.field(default_factory=list, repr=False)
     bulk: "MemberPlan | None" = None     # python-ironicclient format: port groups and ports with fields
 
+    def to_change(self) -> P.Change:
+        """This node's plan in the shared shape (nodeforge/plan.py)."""
+        return P.Change(self.action, self.spec.name, tuple(self.changes), scrub(self.error) if self.error else None)
+
     def to_dict(self) -> dict:
         return {"name": self.spec.name, "action": self.action.value, "uuid": self.uuid,
                 "matched_by": self.matched_by, "changes": [c.to_dict() for c in self.changes],

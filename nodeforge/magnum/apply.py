@@ -144,6 +144,10 @@ class TemplatePlan:
         return ((1 if self.action in (Action.CREATE, Action.NEW_VERSION) else 0) + (1 if self.updates else 0)
                 + len(self.hide))
 
+    def to_change(self) -> PL.Change:
+        """This template's plan in the shared shape (nodeforge/plan.py)."""
+        return PL.Change(self.action, self.name, tuple(self.changes), "; ".join(self.issues) or None)
+
     def to_dict(self) -> dict:
         return {"template": self.name, "scope": self.scope, "path": self.path, "action": self.action.value,
                 "version": self.version, "magnum_name": self.magnum_name,

@@ -54,6 +54,10 @@ class Step:
     reason: str
     scope: str | None = None        # the ownership scope the promote acts within
 
+    def to_change(self) -> PL.Change:
+        """This step in the shared shape (nodeforge/plan.py)."""
+        return PL.Change(self.action, self.name or self.image_id, (), self.reason)
+
     def to_dict(self) -> dict:
         return {"image_id": self.image_id, "name": self.name, "action": self.action.value, "reason": self.reason,
                 "scope": self.scope}
