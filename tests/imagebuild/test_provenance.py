@@ -324,3 +324,23 @@ def test_cli_exit_codes(tmp_path, monkeypatch, capsys):
                      "--cert-id", "x"]) == 2
     assert "alternatives" in capsys.readouterr().err
     assert cli.main(["image", "provenance"]) == 2
+
+
+def test_publishing_again_attaches_provenance_to_an_image_published_without_it(tmp_path):
+    signer, cert = signer_for(tmp_path)
+    conn, d, r = _publish(tmp_path, signer)
+    old = g.get_image(conn, r.image_id)["nodeforge_provenance"]
+    # An image published before provenance existed: no link, no provenance image.
+    g.delete_image(conn, old)
+    for prop in ("nodeforge_provenance", "nodeforge_provenance_sha256"):
+        conn.image.images[r.image_id].pop(prop)
+    with pytest.raises(pv.ProvenanceInvalid):
+        pv.verify(conn, r.image_id, cert_path=cert)
+    [dry] = g.Publisher(conn, RetentionPolicy(), sign=g.SignOptions(signer, "cert-1")).publish(
+        builddir.load(d), dry_run=True)
+    assert dry.provenance_image_id is None and "nodeforge_provenance" not in g.get_image(conn, r.image_id)
+    [again] = g.Publisher(conn, RetentionPolicy(), sign=g.SignOptions(signer, "cert-1")).publish(builddir.load(d))
+    assert again.action == "exists" and again.provenance_image_id not in (None, old)
+    assert pv.verify(conn, r.image_id, cert_path=cert)["provenance_image"] == again.provenance_image_id
+    roles = [i.get("nodeforge_role") for i in conn.image.images.values()]
+    assert roles.count("provenance") == 1
