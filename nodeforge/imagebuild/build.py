@@ -15,13 +15,17 @@ Stages (see ``docs/image-build.md``):
    (``-t tar``, the ``nodeforge-rootfs`` element's single-filesystem block
    device config) starting from the package base (given to dib as its cached
    debootstrap tarball), the apt archives cached;
-5. **manifest**: dpkg packages read from the tree, artifacts, digests; stored
-   in the tree at ``/etc/nodeforge/manifest.json``;
+5. **normalise and manifest** (:mod:`.reproducible`): what records the build
+   rather than the content removed, times clamped to ``SOURCE_DATE_EPOCH``
+   (from the inputs); the per-file manifest ``files.jsonl``
+   (:mod:`.contents`, one pass); dpkg packages read from the tree, artifacts,
+   digests; stored in the tree at ``/etc/nodeforge/manifest.json``;
 6. **assemble** each variant from a hard-linked copy of the tree with the
    variant overlay applied (:mod:`.disk`): the VM disk as qcow2, the
-   bare-metal disk as raw;
+   bare-metal disk as raw; every disk id derived from the content
+   (:func:`.disk.derived_ids`), every timestamp the epoch;
 7. **outputs**: SHA256SUMS and SHA512SUMS (one read per file), manifest.json,
-   sbom.cdx.json, build.log -- all in a staging directory renamed to the final
+   files.jsonl, sbom.cdx.json, build.log -- all in a staging directory renamed to the final
    name at the end, so a failed build leaves nothing under that name.
 """
 
@@ -42,7 +46,8 @@ from typing import Callable
 
 from nodeforge.base import fs, runner
 from nodeforge.errors import ConfigError, NodeforgeError
-from nodeforge.imagebuild import checksums, disk, manifest as mf, package_base as pb, render as rd
+from nodeforge.imagebuild import checksums, contents, disk, manifest as mf, package_base as pb, render as rd
+from nodeforge.imagebuild import reproducible
 from nodeforge.pins import lockfile as lf
 from nodeforge.pins.cache import Cache, ChecksumMismatch, DownloadError, Downloader
 from nodeforge.pins.lockfile import Arch, Lockfile
@@ -329,6 +334,7 @@ def _dib_env(plan: Plan, elements_path: Path, image_cache: Path, extra: dict[str
     env = dict(os.environ)
     env.update(extra)
     env.update({
+        "SOURCE_DATE_EPOCH": str(reproducible.source_date_epoch(plan.os_lock)[0]),
         "ELEMENTS_PATH": str(elements_path),
         "DIB_DEBIAN_DISTRIBUTION_MIRROR": plan.mirrors["main"],
         "DIB_DEBIAN_SECURITY_MIRROR": plan.mirrors["security"],
@@ -437,6 +443,21 @@ def _build(plan: Plan, work: Path, stage: Path, logf: _Log, build_time, seconds)
     (work / "rootfs.tar").unlink()
     if plan.os_lock is not None:
         _check_os_lock(plan.os_lock, rootfs, logf)
+    seconds["unpack"] = time.monotonic() - t
+
+    # -- reproducible content: normalise, then the per-file manifest --------------------
+    t = time.monotonic()
+    epoch, epoch_source = reproducible.source_date_epoch(plan.os_lock)
+    logf.step(f"normalise the tree: SOURCE_DATE_EPOCH {epoch} ({reproducible.iso(epoch)}, {epoch_source})")
+    done = _normalise(rootfs, epoch, logf)
+    seconds["normalise"] = time.monotonic() - t
+    t = time.monotonic()
+    entries = _file_manifest(rootfs, logf)
+    files = contents.write(stage / contents.FILENAME, entries)
+    seconds["file_manifest"] = time.monotonic() - t
+    logf.step(f"per-file manifest: {files['entries']} entries, {files['bytes'] / GIB:.2f} GiB in files, "
+              f"sha256 {files['sha256'][:16]} ({seconds['file_manifest']:.1f}s)")
+    t = time.monotonic()
 
     # -- manifest ----------------------------------------------------------------------
     version = str(entry.version)
@@ -463,8 +484,11 @@ def _build(plan: Plan, work: Path, stage: Path, logf: _Log, build_time, seconds)
                                        "packages": len(plan.os_lock.packages)}
         # The lock itself beside the manifest: publish's provenance lists every .deb digest from it.
         shutil.copyfile(plan.os_lock.path, stage / "os-packages.lock.yaml")
+    manifest["files"] = files
+    manifest["reproducible"] = _reproducible_record(manifest, epoch, epoch_source, done)
     text = mf.dumps(manifest)
     disk.replace_file(rootfs / mf.IN_IMAGE_PATH, text)
+    _clamp_paths(rootfs, epoch, [mf.IN_IMAGE_PATH, str(Path(mf.IN_IMAGE_PATH).parent)])
     (stage / "manifest.json").write_text(text)
     seconds["manifest"] = time.monotonic() - t
 
@@ -480,12 +504,15 @@ def _build(plan: Plan, work: Path, stage: Path, logf: _Log, build_time, seconds)
                         what="variant overlay")
         cmdline_file = rootfs / "usr/lib/nodeforge/variants" / variant / "kernel-cmdline"
         cmdline = cmdline_file.read_text().strip() if cmdline_file.exists() else "console=ttyS0,115200n8"
-        root_uuid, esp_id = disk.prepare_tree(tree, cmdline=cmdline,
+        ids = disk.derived_ids(f"{files['sha256']}:{variant}")
+        root_uuid, esp_id = disk.prepare_tree(tree, cmdline=cmdline, ids=ids,
                                               title=f"nodeforge Kubernetes {version} node ({variant})")
+        reproducible.clamp_times(tree, epoch)
         raw = work / f"{variant}.raw"
         diskwork = work / f"disk-{variant}"
         diskwork.mkdir()
-        disk.assemble(tree, raw, root_uuid=root_uuid, esp_id=esp_id, workdir=diskwork, log=logf)
+        disk.assemble(tree, raw, root_uuid=root_uuid, esp_id=esp_id, workdir=diskwork, log=logf, ids=ids,
+                      epoch=epoch)
         runner.run(["rm", "-rf", "--one-file-system", str(tree)], privileged=True, check=False)
         if images[variant].endswith(".qcow2"):
             disk.to_qcow2(raw, stage / images[variant], log=logf)
@@ -498,9 +525,54 @@ def _build(plan: Plan, work: Path, stage: Path, logf: _Log, build_time, seconds)
     t = time.monotonic()
     logf.step("SBOM and checksums")
     (stage / "sbom.cdx.json").write_text(mf.sbom(manifest))
-    checksums.sum_files(stage, [*images.values(), "manifest.json", "sbom.cdx.json"])
+    checksums.sum_files(stage, [*images.values(), "manifest.json", contents.FILENAME, "sbom.cdx.json"])
     seconds["checksums"] = time.monotonic() - t
     return BuildResult(stage, images, manifest, seconds, {"key": base.key, "reused": reused})
+
+
+# Left out of the per-file manifest: the build manifest, written into the tree after it (it records
+# the per-file manifest's digest, and names the build: id and time).
+FILE_MANIFEST_EXCLUDE = ("/" + mf.IN_IMAGE_PATH,)
+
+
+def _normalise(rootfs: Path, epoch: int, logf: _Log) -> dict:
+    """:func:`reproducible.normalise` on the tree (as root, like the rest of the build)."""
+    done = reproducible.normalise(rootfs, epoch)
+    logf.write(f"normalised: removed {len(done['removed'])} path(s): {' '.join(done['removed'][:40])}"
+               + (" ..." if len(done["removed"]) > 40 else ""))
+    logf.write(f"normalised: emptied {done['emptied']}, {done['truncated_logs']} log file(s) truncated, "
+               f"{done['shadow_dates']} shadow date(s) set, {done['clamped']} mtime(s) clamped to {epoch}")
+    return done
+
+
+def _file_manifest(rootfs: Path, logf: _Log) -> list[dict]:
+    return contents.scan(rootfs, exclude=FILE_MANIFEST_EXCLUDE, workers=2)
+
+
+def _clamp_paths(rootfs: Path, epoch: int, rels: list[str]) -> None:
+    for rel in rels:
+        path = rootfs / rel
+        st = os.lstat(path)
+        when = min(int(st.st_mtime), epoch) * 1_000_000_000
+        os.utime(path, ns=(when, when), follow_symlinks=False)
+
+
+def _reproducible_record(manifest: dict, epoch: int, source: str, done: dict) -> dict:
+    """What the content is a function of (``inputs``, digested), the epoch, and the normalisation."""
+    inputs = {
+        "lockfile_sha256": manifest["lockfile"]["sha256"],
+        "os_package_lock": (manifest.get("os_package_lock") or {}).get("digest"),
+        "element_tree_sha256": manifest["element_tree"]["sha256"],
+        "package_base_key": (manifest.get("package_base") or {}).get("key"),
+        "diskimage_builder": manifest["diskimage_builder"]["version"],
+        "arch": manifest["arch"], "kubernetes": manifest["kubernetes"]["version"],
+        "artifacts": sorted(a["sha256"] for a in manifest["artifacts"]),
+    }
+    return {"source_date_epoch": epoch, "source_date": reproducible.iso(epoch), "source_date_from": source,
+            "inputs": inputs, "inputs_sha256": reproducible.inputs_digest(inputs),
+            "file_manifest_excludes": list(FILE_MANIFEST_EXCLUDE),
+            "normalised": {"removed": len(done["removed"]), "truncated_logs": done["truncated_logs"],
+                           "clamped": done["clamped"]}}
 
 
 def _same_fs(a: Path, b: Path) -> bool:

@@ -19,6 +19,14 @@ device-mapper or FAT mounts):
   config that finds the root filesystem by UUID and reads
   ``/boot/grub/grub.cfg`` there, so one disk boots under UEFI (OVMF, bare
   metal) and legacy BIOS (SeaBIOS, the OpenStack default).
+
+Reproducible (``docs/image-build.md``, "Reproducible content"): given
+:class:`DiskIds` derived from the content (:func:`derived_ids`) and an
+``epoch`` (``SOURCE_DATE_EPOCH``), nothing on the disk comes from the clock or
+a random source: the GPT disk and partition GUIDs, the ext4 UUID and
+directory hash seed, the FAT volume id are the ids; mkfs.ext4 runs with
+``E2FSPROGS_FAKE_TIME``, mkfs.vfat and mtools with ``SOURCE_DATE_EPOCH``
+(the volume-label entry mkfs.vfat stamps with the clock is set to the epoch).
 """
 
 from __future__ import annotations
@@ -50,6 +58,34 @@ BIOS_MODULES = COMMON_MODULES + ["biosdisk", "vga"]
 
 class DiskError(NodeforgeError):
     message = "disk assembly: {detail}"
+
+
+@dataclasses.dataclass(frozen=True)
+class DiskIds:
+    """Every identifier a disk carries; from :func:`derived_ids` (reproducible) or :func:`random_ids`."""
+
+    root_uuid: str          # ext4 filesystem UUID (fstab, grub)
+    esp_id: str             # FAT volume id, 8 hex digits (fstab: ABCD-1234)
+    disk_guid: str          # GPT disk GUID
+    partition_guids: tuple[str, str, str]   # GPT unique partition GUIDs: bios-boot, ESP, root
+    hash_seed: str          # ext4 directory hash seed
+
+
+_NAMESPACE = uuid.UUID("6f7e0b9c-6a43-5d1e-9a51-2b7d1c0e4f21")   # nodeforge disk ids (fixed)
+
+
+def derived_ids(seed: str) -> DiskIds:
+    """Identifiers derived from ``seed`` (uuid5): the same content and variant, the same ids."""
+    def u(what: str) -> uuid.UUID:
+        return uuid.uuid5(_NAMESPACE, f"{seed}:{what}")
+    return DiskIds(root_uuid=str(u("root-fs")), esp_id=u("esp-volume-id").hex[:8].upper(),
+                   disk_guid=str(u("gpt-disk")).upper(),
+                   partition_guids=tuple(str(u(f"gpt-partition-{n}")).upper() for n in (1, 2, 3)),
+                   hash_seed=str(u("ext4-hash-seed")))
+
+
+def random_ids() -> DiskIds:
+    return derived_ids(uuid.uuid4().hex)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,8 +186,9 @@ def replace_file(path: Path, text: str, mode: int = 0o644) -> None:
     os.chmod(path, mode)
 
 
-def prepare_tree(tree: Path, *, cmdline: str, title: str) -> tuple[str, str]:
-    """Write fstab and grub.cfg into ``tree``; returns (root_uuid, esp_id).
+def prepare_tree(tree: Path, *, cmdline: str, title: str, ids: DiskIds | None = None) -> tuple[str, str]:
+    """Write fstab and grub.cfg into ``tree`` naming ``ids`` (default: random ones); returns
+    (root_uuid, esp_id).
 
     Also restores the mount points diskimage-builder's tar leaves out
     (``/proc``, ``/sys``) and drops the build filesystem's ``lost+found``
@@ -162,8 +199,8 @@ def prepare_tree(tree: Path, *, cmdline: str, title: str) -> tuple[str, str]:
     lost = tree / "lost+found"
     if lost.is_dir() and not any(lost.iterdir()):
         lost.rmdir()
-    root_uuid = str(uuid.uuid4())
-    esp_id = uuid.uuid4().hex[:8].upper()
+    ids = ids or random_ids()
+    root_uuid, esp_id = ids.root_uuid, ids.esp_id
     esp_fstab = f"{esp_id[:4]}-{esp_id[4:]}"
     replace_file(tree / "etc" / "fstab",
                  "# Written by nodeforge (image build)\n"
@@ -177,8 +214,20 @@ def prepare_tree(tree: Path, *, cmdline: str, title: str) -> tuple[str, str]:
 
 
 def assemble(tree: Path, disk_path: Path, *, root_uuid: str, esp_id: str, workdir: Path,
-             log=None, extra_root: int = 512 * MIB) -> Disk:
-    """Write a raw GPT disk at ``disk_path`` holding ``tree`` as its root filesystem."""
+             log=None, extra_root: int = 512 * MIB, ids: DiskIds | None = None, epoch: int | None = None) -> Disk:
+    """Write a raw GPT disk at ``disk_path`` holding ``tree`` as its root filesystem. With ``ids``
+    (whose root_uuid/esp_id are the ones given) and ``epoch`` nothing random or clock-derived is
+    written (the module's "Reproducible")."""
+    if ids is not None and (ids.root_uuid, ids.esp_id) != (root_uuid, esp_id):
+        raise DiskError(detail="assemble: ids do not match root_uuid/esp_id")
+    env = dict(os.environ)
+    guid_args: list[str] = []
+    hash_args: list[str] = []
+    if ids is not None:
+        guid_args = [f"-U{ids.disk_guid}", *(f"-u{n}:{g}" for n, g in enumerate(ids.partition_guids, 1))]
+        hash_args = [f"hash_seed={ids.hash_seed}"]
+    if epoch is not None:
+        env.update(E2FSPROGS_FAKE_TIME=str(epoch), SOURCE_DATE_EPOCH=str(epoch), TZ="UTC")
     layout = Layout.for_root(int(tree_size(tree) * 1.15) + extra_root)
     disk_path = Path(disk_path)
     disk_path.unlink(missing_ok=True)
@@ -189,10 +238,11 @@ def assemble(tree: Path, disk_path: Path, *, root_uuid: str, esp_id: str, workdi
           f"-n1:{BIOS_BOOT[0] // s}:{(BIOS_BOOT[0] + BIOS_BOOT[1]) // s - 1}", "-t1:EF02", "-c1:bios-boot",
           f"-n2:{layout.esp_offset // s}:{(layout.esp_offset + ESP_SIZE) // s - 1}", "-t2:EF00", "-c2:EFI",
           f"-n3:{layout.root_offset // s}:{(layout.root_offset + layout.root_size) // s - 1}",
-          f"-t3:{ROOT_TYPE}", "-c3:root", str(disk_path)], log)
+          f"-t3:{ROOT_TYPE}", "-c3:root", *guid_args, str(disk_path)], log)
     # Root filesystem, populated from the tree, written at the partition's offset.
     _run(["mkfs.ext4", "-q", "-F", "-L", ROOT_LABEL, "-U", root_uuid, "-i", "8192", "-d", str(tree),
-          "-E", f"offset={layout.root_offset}", str(disk_path), f"{layout.root_size // 1024}k"], log)
+          "-E", ",".join([f"offset={layout.root_offset}", *hash_args]), str(disk_path),
+          f"{layout.root_size // 1024}k"], log, env=env)
 
     # UEFI: GRUB in the ESP.
     efi_img = workdir / "BOOTX64.EFI"
@@ -202,10 +252,15 @@ def assemble(tree: Path, disk_path: Path, *, root_uuid: str, esp_id: str, workdi
           "-c", str(early), "-p", "/boot/grub", *EFI_MODULES], log)
     esp = workdir / "esp.img"
     esp.unlink(missing_ok=True)
-    _run(["mkfs.vfat", "-F", "32", "-n", ESP_LABEL, "-i", esp_id, "-C", str(esp), str(ESP_SIZE // 1024)], log)
-    env = dict(os.environ, MTOOLS_SKIP_CHECK="1")
+    _run(["mkfs.vfat", "-F", "32", "-n", ESP_LABEL, "-i", esp_id, "-C", str(esp), str(ESP_SIZE // 1024)], log,
+         env=env)
+    if epoch is not None:
+        fat_label_time(esp, epoch)
+        os.utime(efi_img, (epoch, epoch))
+    env = dict(env, MTOOLS_SKIP_CHECK="1")
     _run(["mmd", "-i", str(esp), "::/EFI", "::/EFI/BOOT"], log, env=env)
-    _run(["mcopy", "-i", str(esp), str(efi_img), "::/EFI/BOOT/BOOTX64.EFI"], log, env=env)
+    _run(["mcopy", *(["-m"] if epoch is not None else []), "-i", str(esp), str(efi_img),
+          "::/EFI/BOOT/BOOTX64.EFI"], log, env=env)
     _copy_into(esp, disk_path, layout.esp_offset)
 
     # BIOS: boot.img in the MBR, core.img in the BIOS boot partition.
@@ -216,6 +271,39 @@ def assemble(tree: Path, disk_path: Path, *, root_uuid: str, esp_id: str, workdi
     install_bios(disk_path, (bios_dir / "boot.img").read_bytes(), core.read_bytes(), BIOS_BOOT[0] // SECTOR,
                  BIOS_BOOT[1])
     return Disk(disk_path, layout, root_uuid, f"{esp_id[:4]}-{esp_id[4:]}")
+
+
+def _fat_stamp(epoch: int) -> tuple[int, int]:
+    """(time, date) of ``epoch`` (UTC) in FAT's directory-entry encoding."""
+    import time as _time
+    t = _time.gmtime(max(epoch, 315532800))      # FAT dates start in 1980
+    return (t.tm_hour << 11) | (t.tm_min << 5) | (t.tm_sec // 2), ((t.tm_year - 1980) << 9) | (t.tm_mon << 5) | t.tm_mday
+
+
+def fat_label_time(image: Path, epoch: int) -> bool:
+    """Set the FAT32 volume-label directory entry's times to ``epoch`` (mkfs.vfat stamps it with the
+    clock whatever SOURCE_DATE_EPOCH says). Returns whether a label entry was found."""
+    with open(image, "r+b") as fh:
+        boot = fh.read(SECTOR)
+        bps, spc = struct.unpack_from("<HB", boot, 0x0B)
+        reserved, nfats = struct.unpack_from("<HB", boot, 0x0E)
+        fat_size, = struct.unpack_from("<I", boot, 0x24)
+        root_cluster, = struct.unpack_from("<I", boot, 0x2C)
+        offset = (reserved + nfats * fat_size + (root_cluster - 2) * spc) * bps
+        fh.seek(offset)
+        cluster = bytearray(fh.read(bps * spc))
+        tm, dt = _fat_stamp(epoch)
+        for i in range(0, len(cluster), 32):
+            if cluster[i] == 0:
+                break
+            if cluster[i] != 0xE5 and cluster[i + 11] == 0x08:     # the volume label
+                cluster[i + 13] = 0
+                struct.pack_into("<HHH", cluster, i + 14, tm, dt, dt)
+                struct.pack_into("<HH", cluster, i + 22, tm, dt)
+                fh.seek(offset + i)
+                fh.write(cluster[i:i + 32])
+                return True
+    return False
 
 
 def _copy_into(src: Path, disk: Path, offset: int) -> None:

@@ -47,7 +47,7 @@ IDENTITY_PROPERTIES = frozenset({
     "id", "name", "created_at", "updated_at", "self", "file", "schema", "locations", "direct_url", "owner",
     "image_build_date", "image_description", "nodeforge_build_id", "nodeforge_manifest_image",
     "nodeforge_manifest_sha256", "nodeforge_verify_report", "nodeforge_verify_sha256", "nodeforge_uploader",
-    "nodeforge_files_image", "nodeforge_provenance_image", "nodeforge_provenance_sha256",
+    "nodeforge_files_image", "nodeforge_files_sha256", "nodeforge_provenance", "nodeforge_provenance_sha256",
     "stores", "os_glance_importing_to_stores", "os_glance_failed_import",
 })
 # The image data's digests and sizes (and what is computed from the bytes: signatures).
@@ -293,8 +293,84 @@ def diff_builds(a: Path | str, b: Path | str) -> ImageDiff:
 
 # --- Glance images -----------------------------------------------------------------------
 
-FILES_IMAGE = "nodeforge_files_image"
-FILES_SHA256 = "nodeforge_files_sha256"
+FILES_IMAGE = "nodeforge_files_image"       # the node image's link to its per-file manifest image
+FILES_SHA256 = "nodeforge_files_sha256"     # sha256 of files.jsonl (also in the manifest's files.sha256)
+FILES_ROLE = "files"
+FILES_TAG = "nodeforge-files"
+
+
+def build_files_bytes(build) -> bytes | None:
+    """A build directory's ``files.jsonl`` bytes, checked against the digest its manifest records (None:
+    the build has none: built before per-file manifests)."""
+    raw_manifest = Path(build.manifest_path).read_bytes()
+    if hashlib.sha256(raw_manifest).hexdigest() != build.manifest_sha256:
+        raise DiffError(detail=f"{build.manifest_path} changed since the build directory was read")
+    rec = (json.loads(raw_manifest).get("files") or {})
+    path = Path(build.path) / (rec.get("path") or contents.FILENAME)
+    if not rec.get("sha256") or not path.is_file():
+        return None
+    data = path.read_bytes()
+    if hashlib.sha256(data).hexdigest() != rec["sha256"]:
+        raise DiffError(detail=f"{path}: sha256 {hashlib.sha256(data).hexdigest()} is not the {rec['sha256']} "
+                               f"{build.manifest_path.name} records")
+    return data
+
+
+def store_files(publisher, build, variant: str, existing: list[dict]) -> dict[str, str]:
+    """Upload ``build``'s per-file manifest as a hidden Glance image beside the node image (like the
+    manifest: ``os_hidden``, tag ``nodeforge-files``, role ``files``); returns the node image's
+    properties linking it ({} when the build has no per-file manifest). Images of this role, build and
+    variant in ``existing`` (an interrupted run's) are deleted once the new one is active."""
+    from nodeforge.publish import glance as g
+
+    data = build_files_bytes(build)
+    if data is None:
+        return {}
+    digest = hashlib.sha256(data).hexdigest()
+    for old in existing:
+        if old["status"] == g.ACTIVE and old.get(FILES_SHA256) == digest:
+            return {FILES_IMAGE: old["id"], FILES_SHA256: digest}
+    name = f"{g.image_name(build, variant)}.{contents.FILENAME}"[:255]
+    img = g.create_image(publisher.conn, {
+        "name": name, "disk_format": "raw", "container_format": "bare", "os_hidden": True, "tags": [FILES_TAG],
+        f"{g.P}role": FILES_ROLE, f"{g.P}build_id": build.build_id, f"{g.P}variant": variant, FILES_SHA256: digest,
+        f"{g.P}uploader": publisher.owner, g.SCOPE: publisher.scope_for(build)})
+    try:
+        from nodeforge import transport
+        transport.request(publisher.conn.image, "PUT", f"/images/{img['id']}/file", what=f"uploading {name}",
+                          error=transport.ApiError, retry=transport.ONCE, data=data,
+                          headers={"Content-Type": "application/octet-stream"})
+        stored = g.get_image(publisher.conn, img["id"])
+        algo = stored.get("os_hash_algo") or "sha512"
+        local = hashlib.new(algo, data).hexdigest() if algo in hashlib.algorithms_available else None
+        if stored["status"] != g.ACTIVE or stored.get("os_hash_value") != local:
+            raise DiffError(detail=f"{name}: Glance stored the per-file manifest as '{stored['status']}' with "
+                                   f"{algo} {stored.get('os_hash_value')}, not the {len(data)} bytes sent")
+    except BaseException:
+        publisher._discard(img["id"])
+        raise
+    g.patch_image(publisher.conn, img["id"], [{"op": "remove", "path": f"/{g.P}uploader"}], f"updating {name}")
+    for old in existing:
+        if old["id"] != img["id"]:
+            g.delete_image(publisher.conn, old["id"])
+    return {FILES_IMAGE: img["id"], FILES_SHA256: digest}
+
+
+def ensure_files(publisher, image: dict, build, variant: str, existing: list[dict], dry_run: bool) -> str | None:
+    """A node image of this build already in Glance links its per-file manifest (published before
+    per-file manifests were, or the side image was lost): attach one if not."""
+    from nodeforge.publish import glance as g
+
+    linked = image.get(FILES_IMAGE)
+    if linked and any(f["id"] == linked and f["status"] == g.ACTIVE for f in existing):
+        return linked
+    if dry_run:
+        return None
+    props = store_files(publisher, build, variant, [f for f in existing if f["id"] != linked])
+    if props:
+        g.patch_image(publisher.conn, image["id"], g.set_ops(image, props),
+                      f"attaching the per-file manifest to {image.get('name')}")
+    return props.get(FILES_IMAGE)
 
 
 def image_properties(image: dict) -> dict:

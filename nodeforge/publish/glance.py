@@ -65,7 +65,7 @@ from nodeforge import plan as PL, transport
 from nodeforge.errors import NodeforgeError, UsageError
 from nodeforge.imageverify import verifyreport
 from nodeforge.imageverify.builddir import BuildDir, VariantImage, VerifyStatus
-from nodeforge.publish import provenance
+from nodeforge.publish import diff as imgdiff, provenance
 from nodeforge.publish.retention import RetentionPolicy
 from nodeforge import scope as IC
 
@@ -673,7 +673,8 @@ class Publisher:
         manifests, cleaned_m = self._clean(self._mine(build, variant, "manifest"), name, dry_run)
         reports, cleaned_r = self._clean(self._mine(build, variant, "verify-report"), name, dry_run)
         provs, cleaned_p = self._clean(self._mine(build, variant, provenance.ROLE), name, dry_run)
-        result.cleaned = cleaned + cleaned_m + cleaned_r + cleaned_p
+        files, cleaned_f = self._clean(self._mine(build, variant, imgdiff.FILES_ROLE), name, dry_run)
+        result.cleaned = cleaned + cleaned_m + cleaned_r + cleaned_p + cleaned_f
         for img in found:  # active or deactivated: this build is in Glance already
             algo = img.get("os_hash_algo") or "sha512"
             expected = image.digest(algo) if algo in ("sha256", "sha512") else None
@@ -687,6 +688,7 @@ class Publisher:
             result.signed = "img_signature" in img
             result.verify_report_id = self._ensure_report(img, build, variant, reports, report, dry_run)
             result.provenance_image_id = provenance.ensure(self, img, build, variant, provs, dry_run)
+            imgdiff.ensure_files(self, img, build, variant, files, dry_run)   # the per-file manifest (image diff)
             if scope_of(img) is None:
                 # Published before scopes (legacy): this build is declared in ``scope`` now.
                 result.note = f"legacy image (no {SCOPE}): taken into scope '{scope}'"
@@ -724,6 +726,7 @@ class Publisher:
         # Signed SLSA provenance beside the manifest (nodeforge/publish/provenance.py), linked from the image.
         prov_id, prov_sha256 = provenance.store(self, build, variant, provs)
         props.update(provenance.properties(prov_id, prov_sha256))
+        props.update(imgdiff.store_files(self, build, variant, files))   # per-file manifest, for 'image diff'
         props[f"{P}uploader"] = self.owner
         check_properties(name, props)
         body = {"name": name, "disk_format": image.disk_format, "container_format": "bare",
