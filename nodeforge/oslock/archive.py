@@ -41,6 +41,7 @@ from debian.debian_support import Version
 
 from nodeforge import transport
 from nodeforge.errors import ConfigError, NodeforgeError
+from nodeforge.redact import redact_url
 
 DEFAULT_KEYRING = Path("/usr/share/keyrings/debian-archive-keyring.gpg")
 ENV_KEYRING = "NODEFORGE_DEBIAN_KEYRING"
@@ -223,7 +224,7 @@ def http_get(url: str, *, what: str, limit: int = MAX_INDEX_BYTES) -> bytes:
         return data
 
     try:
-        return DOWNLOAD_RETRY.run(once, what=f"{what} {url}")
+        return DOWNLOAD_RETRY.run(once, what=f"{what} {redact_url(url)}")
     except transport.Refused as exc:
         raise ArchiveError(detail=f"cannot download {what} {url}: {exc.failure.detail}",
                            hint="check the Debian mirror configuration (" + ENV_MIRROR + ", " + ENV_SECURITY_MIRROR
