@@ -15,11 +15,11 @@ def _exe(qemu_img: str | None) -> str:
     return qemu_img or runner.require(TOOL, path=runner.sbin_path())[TOOL]
 
 
-def info(path: Path | str, fmt: str, *, qemu_img: str | None = None,
+def info(path: Path | str, fmt: str, *, qemu_img: str | None = None, timeout: float | None = None,
          error: type[NodeforgeError] = runner.CommandError) -> dict:
     """``qemu-img info --output json`` of ``path`` read as ``fmt`` (never probed)."""
     out = runner.output([_exe(qemu_img), "info", "--output", "json", "-f", fmt, str(path)], error=error,
-                        tail_chars=500)
+                        timeout=timeout, tail_chars=500)
     return json.loads(out)
 
 

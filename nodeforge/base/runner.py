@@ -32,7 +32,7 @@ import shlex
 import shutil
 import subprocess
 from pathlib import Path
-from typing import IO, Mapping, Sequence
+from typing import IO, Callable, Mapping, Sequence
 
 from nodeforge.errors import MissingToolError, NodeforgeError
 from nodeforge.redact import Secret, scrub
@@ -157,7 +157,7 @@ def _check_argv(argv: Sequence) -> list[str]:
 def run(argv: Sequence, *, check: bool = True, env: Mapping[str, str] | None = None, cwd: Path | str | None = None,
         timeout: float | None = None, input: str | bytes | None = None, text: bool = True, merge: bool = True,
         stdout: IO | None = None, log_file: Path | str | None = None, log=None, privileged: bool = False,
-        what: str | None = None, tail_chars: int = TAIL_CHARS, error: type[NodeforgeError] = CommandError,
+        what: str | None = None, tail_chars: int = TAIL_CHARS, error: Callable[..., NodeforgeError] = CommandError,
         ) -> CompletedProcess:
     """Run ``argv`` to completion; see the module docstring.
 

@@ -19,6 +19,8 @@ from nodeforge.errors import ConfigError, NodeforgeError
 
 SUMS_FILES = {"sha256": "SHA256SUMS", "sha512": "SHA512SUMS"}
 LINE = re.compile(r"^(?P<hex>[0-9a-fA-F]+) [ *](?P<name>.+)$")
+# Upstream files (strict=False): any run of blanks, an optional binary-mode '*'.
+LOOSE = re.compile(r"^(?P<hex>[0-9a-fA-F]+)\s+\*?(?P<name>\S.*)$")
 
 
 class SumsError(ConfigError):
@@ -28,17 +30,17 @@ class SumsError(ConfigError):
 def parse(text: str, *, source: str = "<SUMS>", strict: bool = True,
           error: type[NodeforgeError] = SumsError) -> dict[str, str]:
     """``{name: lower-case hex}`` in file order (the name as written, without
-    the binary-mode ``*``)."""
+    the binary-mode ``*``; a name listed twice: its first digest)."""
     out: dict[str, str] = {}
     for lineno, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
-        m = LINE.match(line.strip())
+        m = (LINE if strict else LOOSE).match(line.strip())
         if not m:
             if strict:
                 raise error(path=source, detail=f"line {lineno} is not '<hex>  <file>'")
             continue
-        out[m["name"]] = m["hex"].lower()
+        out.setdefault(m["name"], m["hex"].lower())
     return out
 
 

@@ -11,15 +11,16 @@ re-parses its whole dependency tree (keystone-manage: ~12 s instead of ~2 s).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import os
 import shutil
-import subprocess
 import sys
 from importlib import resources
 from pathlib import Path
 
+from nodeforge.base import runner
 from nodeforge.devcloud.paths import Paths
 from nodeforge.errors import NodeforgeError
 
@@ -46,7 +47,7 @@ def _uv() -> str:
     candidate = Path(sys.executable).with_name("uv")
     if candidate.exists():
         return str(candidate)
-    found = shutil.which("uv")
+    found = runner.which("uv")
     if not found:
         raise InstallError(venv="-", detail="'uv' not found; run 'make setup' (it is a dev dependency)")
     return found
@@ -79,16 +80,11 @@ def install(paths: Paths, names=None, force: bool = False) -> list[dict]:
         if venv.exists():
             # Rebuild from scratch so nothing outside the constraints lingers.
             shutil.rmtree(venv)
-        try:
-            if not (venv / "bin" / "python").exists():
-                subprocess.run([uv, "venv", "-q", "-p", sys.executable, str(venv)], check=True, env=env,
-                               capture_output=True, text=True)
-            env["VIRTUAL_ENV"] = str(venv)
-            subprocess.run([uv, "pip", "install", "-q", "--compile-bytecode", "-r", str(cfile)], check=True, env=env,
-                           capture_output=True, text=True)
-        except subprocess.CalledProcessError as exc:
-            tail = "\n".join((exc.stderr or exc.stdout or "").splitlines()[-15:])
-            raise InstallError(venv=name, detail=tail) from None
+        failed = functools.partial(InstallError, venv=name)
+        if not (venv / "bin" / "python").exists():
+            runner.run([uv, "venv", "-q", "-p", sys.executable, str(venv)], env=env, error=failed)
+        env["VIRTUAL_ENV"] = str(venv)
+        runner.run([uv, "pip", "install", "-q", "--compile-bytecode", "-r", str(cfile)], env=env, error=failed)
         stamp.write_text(digest + "\n")
         results.append({"venv": name, "action": "installed", "path": str(venv)})
         LOG.info("installed virtualenv %s", venv)

@@ -11,16 +11,17 @@ from __future__ import annotations
 import base64
 import contextlib
 import dataclasses
+import functools
 import os
 import secrets
 import shutil
 import sqlite3
-import subprocess
 import urllib.error
 import urllib.request
 from importlib import resources
 from pathlib import Path
 
+from nodeforge.base import runner
 from nodeforge.devcloud import inifile, rabbitmq
 from nodeforge.devcloud.paths import Paths, port_offset
 from nodeforge.devcloud.process import ServiceSpec
@@ -146,15 +147,8 @@ class Context:
         full_env = dict(os.environ)
         full_env.pop("VIRTUAL_ENV", None)
         full_env.update(env or {})
-        log = self.paths.log / f"{service}-setup.log"
-        with open(log, "ab") as fh:
-            proc = subprocess.run(argv, stdout=fh, stderr=subprocess.STDOUT, env=full_env,
-                                  stdin=subprocess.DEVNULL)
-        if proc.returncode != 0:
-            from nodeforge.devcloud.process import log_tail
-
-            raise PrepareError(service=service,
-                               detail=f"{Path(argv[0]).name} exited {proc.returncode}\n{log_tail(log)}")
+        runner.run(argv, log_file=self.paths.log / f"{service}-setup.log", env=full_env,
+                   error=functools.partial(PrepareError, service=service))
 
     def once(self, marker: str, fn, databases: tuple[str, ...] = ()) -> None:
         """Run one-off set-up ``fn`` unless it already completed. The marker

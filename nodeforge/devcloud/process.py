@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
+from nodeforge.base import runner
 from nodeforge.errors import NodeforgeError
 from nodeforge.redact import scrub
 
@@ -81,8 +82,8 @@ def port_holder(port: int, proto: str = "tcp") -> str | None:
             pass
     flag = "-Hltnp" if proto == "tcp" else "-Hlunp"
     try:
-        out = subprocess.run(["ss", flag, f"sport = :{port}"], capture_output=True, text=True, timeout=5).stdout
-    except (OSError, subprocess.TimeoutExpired):
+        out = runner.run(["ss", flag, f"sport = :{port}"], merge=False, check=False, timeout=5).stdout
+    except (OSError, runner.CommandTimeout):
         out = ""
     # users:(("python",pid=123,fd=3))
     m = re.search(r'users:\(\("([^"]+)",pid=(\d+)', out)

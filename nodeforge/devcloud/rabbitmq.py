@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
 from pathlib import Path
 
 from nodeforge.base import runner
@@ -180,12 +179,11 @@ def service(paths: Paths, creds: dict[str, Secret]) -> ServiceSpec:
     )
 
 
-def ctl(paths: Paths, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+def ctl(paths: Paths, *args: str, timeout: float = 60) -> runner.CompletedProcess:
     """Run ``rabbitmqctl`` against this cloud's broker (no secrets in args!)."""
     env = dict(os.environ)
     env.update(environment(paths))
-    return subprocess.run([str(SBIN / "rabbitmqctl"), "-q", *args], env=env, capture_output=True, text=True,
-                          timeout=timeout, stdin=subprocess.DEVNULL)
+    return runner.run([str(SBIN / "rabbitmqctl"), "-q", *args], env=env, merge=False, check=False, timeout=timeout)
 
 
 class AmqpLoginError(Exception):

@@ -25,13 +25,13 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
-import subprocess
 from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, ConfigDict, Field
 
 from nodeforge import scope as IC
+from nodeforge.base import runner
 from nodeforge.pins.cache import sha256_file
 from nodeforge.schema import Declared, Problem, Rule, SchemaError, register, validate_data, vocab
 
@@ -56,7 +56,7 @@ def dpkg_packages(root: Path) -> list[dict]:
 
 def source_commit(repo: Path) -> dict:
     def git(*args):
-        return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
+        return runner.run(["git", "-C", str(repo), *args], merge=False, check=False)
 
     rev = git("rev-parse", "HEAD")
     if rev.returncode != 0:

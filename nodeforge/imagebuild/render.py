@@ -38,11 +38,12 @@ import tempfile
 from pathlib import Path
 
 import jinja2
-import yaml
 
+from nodeforge.base import fs
 from nodeforge.errors import ConfigError, ExitCode, NodeforgeError
 from nodeforge.pins.lockfile import Arch, BaseOS, Component, Lockfile
 from nodeforge.pins.sources import relpath
+from nodeforge.schema import loader
 
 ELEMENTS_SRC = Path(__file__).resolve().parents[2] / "elements"
 MARKER = ".nodeforge-render"
@@ -161,9 +162,10 @@ def pins_for(lock: Lockfile, minor: str, arch: Arch) -> list[dict]:
 def load_profile(src: Path, lock: Lockfile) -> dict:
     path = src / PROFILE
     try:
-        profile = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(path=str(path), detail=f"cannot read the hardening profile: {exc}") from None
+        profile = loader.load(path).data
+    except ConfigError as exc:
+        why = exc.kwargs.get("detail", exc)
+        raise ConfigError(path=str(path), detail=f"cannot read the hardening profile: {why}") from None
     if not isinstance(profile, dict) or not isinstance(profile.get("controls"), list):
         raise ConfigError(path=str(path), detail="expected a mapping with 'profile', 'version' and 'controls'")
     want = (lock.hardening.profile, lock.hardening.version)
@@ -235,11 +237,11 @@ def render(lock: Lockfile, minor: str, out: Path, *, arch: Arch = Arch.AMD64,
         os.chmod(tmp, 0o755)
         if out.exists():
             old = out.with_name(f".{out.name}.old.{os.getpid()}")
-            os.replace(out, old)
-            os.replace(tmp, out)
+            fs.move_into_place(out, old)
+            fs.move_into_place(tmp, out)
             shutil.rmtree(old, ignore_errors=True)
         else:
-            os.replace(tmp, out)
+            fs.move_into_place(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -12,13 +12,11 @@ tls, ambiguous-system, unsupported, error); passwords never appear in any messag
 from __future__ import annotations
 
 import dataclasses
-import os
-import shutil
-import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
+from nodeforge.base.ipmitool import ipmitool
+from nodeforge.base.runner import CommandTimeout
 from nodeforge.ironic.ipmi import ipmi_probe
-from nodeforge.errors import MissingToolError
 from nodeforge.ironic.errorkind import ErrorKind
 from nodeforge.ironic.inventory import BmcKind, Inventory, NodeSpec
 from nodeforge.redact import scrub
@@ -101,15 +99,10 @@ def check_redfish(spec: NodeSpec, timeout: float = 10.0) -> Check:
 def check_ipmi(spec: NodeSpec, timeout: float = 10.0) -> Check:
     b = spec.bmc
     c = Check(spec.name, b.address, ok=False)
-    tool = shutil.which("ipmitool")
-    if tool is None:
-        raise MissingToolError(tool="ipmitool", package="ipmitool")
-    argv = [tool, "-I", "lanplus", "-H", b.host, "-p", str(b.port or 623), "-U", b.username or "", "-E",
-            "-N", "1", "-R", "2", "power", "status"]
-    env = {**os.environ, "IPMI_PASSWORD": b.password.reveal() if b.password else ""}
     try:
-        proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
+        proc = ipmitool(b.host, b.port or 623, b.username or "", b.password, "power", "status",
+                        retries=2, timeout_per_try=1, timeout=timeout)
+    except CommandTimeout:
         c.failure, c.detail = ErrorKind.NETWORK, "no IPMI answer (timeout)"
         return c
     out = scrub((proc.stdout + proc.stderr).strip())

@@ -21,6 +21,8 @@ Stable API (shared with the template audit): ``read_templates(conn)``,
 
 from __future__ import annotations
 
+import collections
+import logging
 from typing import Any
 
 from nodeforge import transport
@@ -30,6 +32,8 @@ from nodeforge.errors import NodeforgeError
 MICROVERSION = "1.10"
 HEADERS = {"OpenStack-API-Version": f"container-infra {MICROVERSION}"}
 
+log = logging.getLogger(__name__)
+
 
 class MagnumError(NodeforgeError):
     message = "Magnum {what} failed (HTTP {status}): {detail}"
@@ -37,6 +41,22 @@ class MagnumError(NodeforgeError):
     def __init__(self, *, what: str, status, detail: str, kind: transport.ErrorKind | None = None):
         self.kind = kind
         super().__init__(what=what, status=status, detail=detail)
+
+
+SERVICE_TYPE = "container-infra"
+
+
+def has_magnum(conn) -> bool:
+    """True when the cloud's catalog has a container-infra endpoint."""
+    try:
+        return bool(conn.endpoint_for(SERVICE_TYPE))
+    except Exception:  # noqa: BLE001 - keystoneauth raises for a catalog without the type on some paths
+        return False
+
+
+def _creating(failure: transport.Failure) -> bool:
+    """Magnum 23's answer to a cluster listing while a cluster is being created."""
+    return failure.kind is transport.ErrorKind.BAD_REQUEST and "master_count" in failure.detail
 
 
 def _proxy(conn):
@@ -71,9 +91,17 @@ def read_templates(conn) -> list[dict]:
     return _list(conn, "/clustertemplates/detail", "clustertemplates", "cluster template list")
 
 
-def read_clusters(conn, retry: transport.RetryPolicy | None = None) -> list[dict]:
-    """Every cluster Magnum shows this connection (an admin: all projects')."""
-    return _list(conn, "/clusters/detail", "clusters", "cluster list", retry)
+def read_clusters(conn, *, attempts: int = 6, pause: float = 0.5, retry: transport.RetryPolicy | None = None,
+                  ) -> list[dict]:
+    """Every cluster the connection can see (an admin: all projects').
+
+    Magnum 23 answers the whole listing with HTTP 400 ("master_count ... Value: '0'") while
+    any cluster is between its create call and the conductor making its node groups (a
+    fraction of a second per cluster): the transport's retry policy retries that answer too,
+    ``attempts`` times at most, from ``pause`` seconds on, doubling (with jitter)."""
+    policy = retry or transport.API.replace(attempts=attempts, base=pause, cap=pause * 2 ** max(0, attempts - 2),
+                                   also=_creating)
+    return _list(conn, "/clusters/detail", "clusters", "cluster list", policy)
 
 
 def get_template(conn, ident: str) -> dict:
@@ -108,3 +136,40 @@ def get_cluster(conn, ident: str) -> dict | None:
 
 def delete_cluster(conn, ident: str) -> None:
     _call(conn, "DELETE", f"/clusters/{ident}", f"delete cluster {ident}", expect=(204,), missing_ok=True)
+
+
+# --- who uses an image (retention, the catalog) -----------------------------------------
+
+def image_users(conn, images: list[dict] | None = None) -> dict[str, list[str]] | None:
+    """Image ID -> the Magnum templates and clusters that use it (``template NAME (ID)``,
+    ``cluster NAME``), from one template and one cluster listing. ``None`` when the cloud
+    has no container-infra endpoint (said in the log). A template may name its image by
+    name: ``images`` (Glance records) resolve names to IDs."""
+    if not has_magnum(conn):
+        log.info("the cloud has no %s (Magnum) endpoint: no template or cluster can use an image; "
+                 "retention proceeds without that check", SERVICE_TYPE)
+        return None
+    return users_of(read_templates(conn), read_clusters(conn), images or [])
+
+
+def users_of(templates: list[dict], clusters: list[dict], images: list[dict]) -> dict[str, list[str]]:
+    """Pure part of :func:`image_users`."""
+    by_name: dict[str, list[str]] = collections.defaultdict(list)
+    for i in images:
+        if i.get("name"):
+            by_name[i["name"]].append(i["id"])
+    ids = {i["id"] for i in images}
+    out: dict[str, list[str]] = collections.defaultdict(list)
+    image_of: dict[str, str] = {}
+    for t in templates:
+        ref = t.get("image_id")
+        if not ref:
+            continue
+        image_id = ref if ref in ids or ref not in by_name else (by_name[ref][0] if len(by_name[ref]) == 1 else ref)
+        image_of[t["uuid"]] = image_id
+        out[image_id].append(f"template {t.get('name')} ({t['uuid']})")
+    for c in clusters:
+        image_id = image_of.get(c.get("cluster_template_id"))
+        if image_id:
+            out[image_id].append(f"cluster {c.get('name')} ({c.get('status')})")
+    return dict(out)

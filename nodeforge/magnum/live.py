@@ -29,47 +29,22 @@ import logging
 import re
 from urllib.parse import urlsplit
 
-from nodeforge import transport
 from nodeforge.errors import NodeforgeError
 from nodeforge.magnum import client
+from nodeforge.magnum.client import (SERVICE_TYPE, has_magnum, image_users,  # noqa: F401 - re-exported
+                                     read_clusters, users_of)
 
 log = logging.getLogger(__name__)
 
-SERVICE_TYPE = "container-infra"
 
 
 class NoMagnum(NodeforgeError):
     message = "the cloud has no {service} (Magnum) endpoint in its catalog: {detail}"
 
 
-def has_magnum(conn) -> bool:
-    """True when the cloud's catalog has a container-infra endpoint."""
-    try:
-        return bool(conn.endpoint_for(SERVICE_TYPE))
-    except Exception:  # noqa: BLE001 - keystoneauth raises for a catalog without the type on some paths
-        return False
-
-
 def read_templates(conn) -> list[dict]:
     """Every cluster template the connection can see (:func:`nodeforge.magnum.client.read_templates`)."""
     return client.read_templates(conn)
-
-
-def _creating(failure: transport.Failure) -> bool:
-    """Magnum 23's answer to a cluster listing while a cluster is being created."""
-    return failure.kind is transport.ErrorKind.BAD_REQUEST and "master_count" in failure.detail
-
-
-def read_clusters(conn, *, attempts: int = 6, pause: float = 0.5) -> list[dict]:
-    """Every cluster the connection can see (:func:`nodeforge.magnum.client.read_clusters`).
-
-    Magnum 23 answers the whole listing with HTTP 400 ("master_count ... Value: '0'") while
-    any cluster is between its create call and the conductor making its node groups (a
-    fraction of a second per cluster): the transport's retry policy retries that answer too,
-    ``attempts`` times at most, from ``pause`` seconds on, doubling (with jitter)."""
-    policy = transport.API.replace(attempts=attempts, base=pause, cap=pause * 2 ** max(0, attempts - 2),
-                                   also=_creating)
-    return client.read_clusters(conn, retry=policy)
 
 
 def read_nodegroups(conn, cluster_id: str) -> list[dict]:
@@ -121,41 +96,6 @@ class LiveState:
         nodes = SdkProvisioner(baremetal_conn or conn).list_nodes()
         groups = {c["uuid"]: read_nodegroups(conn, c["uuid"]) for c in clusters} if nodegroups else {}
         return cls(templates, clusters, images, flavors, nodes, groups)
-
-
-def image_users(conn, images: list[dict] | None = None) -> dict[str, list[str]] | None:
-    """Image ID -> the Magnum templates and clusters that use it (``template NAME (ID)``,
-    ``cluster NAME``), from one template and one cluster listing. ``None`` when the cloud
-    has no container-infra endpoint (said in the log). A template may name its image by
-    name: ``images`` (Glance records) resolve names to IDs."""
-    if not has_magnum(conn):
-        log.info("the cloud has no %s (Magnum) endpoint: no template or cluster can use an image; "
-                 "retention proceeds without that check", SERVICE_TYPE)
-        return None
-    return users_of(read_templates(conn), read_clusters(conn), images or [])
-
-
-def users_of(templates: list[dict], clusters: list[dict], images: list[dict]) -> dict[str, list[str]]:
-    """Pure part of :func:`image_users`."""
-    by_name: dict[str, list[str]] = collections.defaultdict(list)
-    for i in images:
-        if i.get("name"):
-            by_name[i["name"]].append(i["id"])
-    ids = {i["id"] for i in images}
-    out: dict[str, list[str]] = collections.defaultdict(list)
-    image_of: dict[str, str] = {}
-    for t in templates:
-        ref = t.get("image_id")
-        if not ref:
-            continue
-        image_id = ref if ref in ids or ref not in by_name else (by_name[ref][0] if len(by_name[ref]) == 1 else ref)
-        image_of[t["uuid"]] = image_id
-        out[image_id].append(f"template {t.get('name')} ({t['uuid']})")
-    for c in clusters:
-        image_id = image_of.get(c.get("cluster_template_id"))
-        if image_id:
-            out[image_id].append(f"cluster {c.get('name')} ({c.get('status')})")
-    return dict(out)
 
 
 _DISCOVERY = re.compile(r"/?(v\d+(\.\d+)?/?)?")

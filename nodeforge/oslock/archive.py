@@ -29,7 +29,6 @@ import gzip
 import hashlib
 import lzma
 import os
-import subprocess
 import tempfile
 import urllib.error
 import urllib.request
@@ -40,6 +39,7 @@ from debian import deb822
 from debian.debian_support import Version
 
 from nodeforge import transport
+from nodeforge.base import runner
 from nodeforge.errors import ConfigError, NodeforgeError
 from nodeforge.redact import redact_url
 
@@ -254,8 +254,8 @@ def verify_signed(data: bytes, keyring: Path, *, url: str, what: str = "InReleas
     with tempfile.TemporaryDirectory(prefix="nf-gpgv.") as tmp:
         signed, out = Path(tmp) / "InRelease", Path(tmp) / "content"
         signed.write_bytes(data)
-        proc = subprocess.run(["gpgv", "--keyring", str(keyring), "--status-fd", "1", "--output", str(out),
-                               str(signed)], capture_output=True, text=True)
+        proc = runner.run(["gpgv", "--keyring", str(keyring), "--status-fd", "1", "--output", str(out),
+                           str(signed)], merge=False, check=False)
         status = [line.split()[1] for line in proc.stdout.splitlines()
                   if line.startswith("[GNUPG:] ") and len(line.split()) > 1]
         bad = [s for s in status if s in _BAD_STATUS]

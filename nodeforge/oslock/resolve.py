@@ -27,11 +27,11 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 from pathlib import Path
 from typing import Iterable
 
+from nodeforge.base import runner
 from nodeforge.errors import NodeforgeError
 from nodeforge.oslock.archive import Indexes, Record
 
@@ -79,7 +79,7 @@ class _AptRoot:
     def run(self, *args: str, what: str) -> str:
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "APT_CONFIG": str(self.conf), "LC_ALL": "C.UTF-8",
                "DEBIAN_FRONTEND": "noninteractive"}
-        proc = subprocess.run(["apt-get", "-q", *args], capture_output=True, text=True, env=env)
+        proc = runner.run(["apt-get", "-q", *args], merge=False, check=False, env=env)
         if proc.returncode != 0:
             errors = [line for line in (proc.stderr + proc.stdout).splitlines()
                       if line.startswith(("E:", "W:")) or "but it is not" in line or "Depends:" in line]
@@ -136,7 +136,7 @@ def resolve(indexes: Indexes, *, release: str, priorities: Iterable[str], base: 
             recommends: Iterable[str] = (), install: Iterable[str] = (),
             workdir: Path | None = None) -> list[Record]:
     """The package set, as verified records (sorted by name, arch)."""
-    if shutil.which("apt-get") is None:
+    if runner.which("apt-get") is None:
         raise ResolveError(detail="apt-get not found (the apt package)")
     tmp = Path(tempfile.mkdtemp(prefix="nf-oslock-apt.", dir=workdir))
     try:

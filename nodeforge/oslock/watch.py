@@ -14,6 +14,7 @@ from typing import Iterable
 
 from debian.debian_support import Version
 
+from nodeforge.base import fs
 from nodeforge.errors import NodeforgeError
 from nodeforge.oslock import archive, resolve as rs
 from nodeforge.oslock.archive import ArchiveConfig, Indexes, Record
@@ -250,7 +251,7 @@ def fetch_debs(lock: PackageLock, config: ArchiveConfig, dest: Path,
             part = target.with_name(f".{target.name}.part")
             part.write_bytes(data)
             try:
-                verify_debs(lock, [part.rename(target)])
+                verify_debs(lock, [fs.move_into_place(part, target)])
             except DebMismatch:
                 target.unlink(missing_ok=True)
                 raise

@@ -28,6 +28,7 @@ import requests
 import urllib3.exceptions
 
 from nodeforge import transport
+from nodeforge.base import fs
 from nodeforge.errors import ConfigError, NodeforgeError
 from nodeforge.redact import redact_url, redact_urls
 
@@ -148,7 +149,7 @@ class Cache:
     def commit(self, tmp: Path, sha256: str) -> Path:
         final = self.path_for(sha256)
         final.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(tmp, final)
+        fs.move_into_place(tmp, final)
         return final
 
     def export(self, sha256: str, dest: Path) -> None:

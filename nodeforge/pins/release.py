@@ -26,7 +26,7 @@ from nodeforge.pins import lockfile as lf
 from nodeforge.pins.cache import DownloadError, Downloader, Fetched, NotFoundError
 from nodeforge.pins.lockfile import Arch, Artifact, Component, Lockfile, MinorPins, Pin, Version
 from nodeforge.pins.sources import SOURCE_OF, Sources, SourceName, parse_checksum_file, relpath
-from nodeforge.base import fs
+from nodeforge.base import fs, sums
 from nodeforge.base.fs import atomic_write
 
 MAINTAINED = 3  # upstream maintains the three newest minors
@@ -409,7 +409,7 @@ def write_bundle(lock: Lockfile, dl: Downloader, items: list[PrefetchItem], dest
     }
     meta = {
         "index.json": json.dumps(index, indent=2) + "\n",
-        "SHA256SUMS": "".join(f"{i.artifact.sha256}  {i.path}\n" for i in items),
+        "SHA256SUMS": sums.format_sums({i.path: i.artifact.sha256 for i in items}),
         "versions.yaml": lock.dumps(),
     }
     name = dest.name

@@ -18,6 +18,7 @@ import re
 from pathlib import Path
 from typing import Annotated, Mapping
 
+from nodeforge.base import sums
 from nodeforge.errors import ConfigError
 from nodeforge.pins.lockfile import Arch, Artifact, Component
 from nodeforge.redact import redact_url
@@ -200,7 +201,7 @@ def parse_checksum_file(text: str, filename: str) -> str | None:
     lines = [line.split() for line in text.splitlines() if line.strip()]
     if len(lines) == 1 and len(lines[0]) == 1 and _HEX.match(lines[0][0]):
         return lines[0][0].lower()
-    for fields in lines:
-        if len(fields) == 2 and _HEX.match(fields[0]) and fields[1].lstrip("*").rsplit("/", 1)[-1] == filename:
-            return fields[0].lower()
+    for name, digest in sums.parse(text, strict=False).items():
+        if _HEX.match(digest) and name.rsplit("/", 1)[-1] == filename:
+            return digest
     return None

@@ -30,6 +30,7 @@ from nodeforge import plan as PL
 from nodeforge.errors import NodeforgeError
 from nodeforge.imageverify import verifyreport
 from nodeforge.publish import glance as g
+from nodeforge.magnum import client as magnum_client
 from nodeforge.publish.retention import Expire, RetentionPolicy, magnum_hold
 
 log = logging.getLogger(__name__)
@@ -288,9 +289,7 @@ def summary(image: dict) -> dict:
 
 def _users(conn, images: list[dict]) -> dict[str, list[str]] | None:
     """Image ID -> Magnum templates and clusters using it; None when the cloud has no Magnum."""
-    from nodeforge.magnum import live
-
-    return live.image_users(conn, images)
+    return magnum_client.image_users(conn, images)
 
 
 def list_catalog(conn, *, approved: bool = False, k8s: str | None = None, variant: str | None = None,

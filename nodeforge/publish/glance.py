@@ -53,15 +53,14 @@ import json
 import logging
 import math
 import os
-import shutil
 import socket
-import subprocess
 import time
 import uuid
 from pathlib import Path
 from typing import Iterable
 
 from nodeforge import plan as PL, transport
+from nodeforge.base import qemuimg, runner
 from nodeforge.errors import NodeforgeError, UsageError
 from nodeforge.imageverify import verifyreport
 from nodeforge.imageverify.builddir import BuildDir, VariantImage, VerifyStatus
@@ -309,12 +308,10 @@ def read_pass(path: Path, hashers: dict[str, object]) -> dict[str, str]:
 
 def virtual_size(image: VariantImage) -> int:
     """The disk size a server needs: qcow2's virtual size, a raw file's size."""
-    if image.disk_format == "qcow2" and shutil.which("qemu-img"):
+    if image.disk_format == "qcow2" and runner.which(qemuimg.TOOL):
         try:
-            out = subprocess.run(["qemu-img", "info", "--output=json", "-f", "qcow2", str(image.path)],
-                                 check=True, capture_output=True, text=True, timeout=60).stdout
-            return int(json.loads(out)["virtual-size"])
-        except (subprocess.SubprocessError, ValueError, KeyError, OSError):
+            return qemuimg.virtual_size(image.path, "qcow2", timeout=60)
+        except (NodeforgeError, ValueError, KeyError, OSError):
             log.warning("qemu-img info failed on %s; min_disk from the file size", image.path)
     return image.size
 

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from nodeforge.imagebuild import package_base as pb, render
-from nodeforge.pins import lockfile, release
+from nodeforge.imagebuild import package_base as pb, package_lock, render
+from nodeforge.pins import lockfile
 from tests.prereq import require, require_tools
 
 PHASE_DIRS_IN_CHROOT = ("install.d", "post-install.d", "pre-install.d", "finalise.d")
@@ -80,7 +80,7 @@ def _deps(element: Path) -> list[str]:
 
 
 def test_every_element_has_a_readme_and_element_deps():
-    dib_elements = release.dib_elements_dir()
+    dib_elements = package_lock.dib_elements_dir()
     require(dib_elements is not None, "diskimage-builder's elements directory not found")
     for element in _elements(render.ELEMENTS_SRC):
         readme = (element / "README.rst").read_text()

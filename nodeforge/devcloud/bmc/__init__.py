@@ -18,10 +18,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
-import subprocess
 from pathlib import Path
 
+from nodeforge.base import ipmitool as base_ipmitool, runner
 from nodeforge.devcloud import pki
 from nodeforge.devcloud.bmc import fleet
 from nodeforge.devcloud.bmc.fleet import (Credential, Credentials, IpmiBmc, RedfishSystem,
@@ -29,7 +28,6 @@ from nodeforge.devcloud.bmc.fleet import (Credential, Credentials, IpmiBmc, Redf
 from nodeforge.devcloud.paths import Paths, port_offset
 from nodeforge.devcloud.process import ServiceSpec
 from nodeforge.ironic.ipmi import ipmi_probe
-from nodeforge.errors import MissingToolError
 from nodeforge.redact import Secret
 
 __all__ = [
@@ -239,16 +237,9 @@ def ipmi_service(paths: Paths, base_port: int | None = None,
 
 
 def ipmitool(endpoint: IpmiEndpoint, *args: str, password: Secret | None = None,
-             timeout: float = 30.0, cipher_suite: int = 3) -> subprocess.CompletedProcess:
-    """Run ``ipmitool -I lanplus`` against an endpoint; the password travels
-    in the environment (``-E``), never on the command line."""
-    exe = shutil.which("ipmitool")
-    if not exe:
-        raise MissingToolError(tool="ipmitool", package="ipmitool")
-    env = dict(os.environ)
-    env["IPMI_PASSWORD"] = (password or endpoint.password).reveal()
-    argv = [exe, "-I", "lanplus", "-C", str(cipher_suite), "-H", endpoint.host, "-p", str(endpoint.port),
-            "-U", endpoint.username, "-E", "-R", "1", "-N", "2", *args]
-    return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout,
-                          stdin=subprocess.DEVNULL)
+             timeout: float = 30.0, cipher_suite: int = 3) -> runner.CompletedProcess:
+    """Run ``ipmitool -I lanplus`` against an endpoint (:func:`nodeforge.base.ipmitool.ipmitool`);
+    the password travels in the environment (``-E``), never on the command line."""
+    return base_ipmitool.ipmitool(endpoint.host, endpoint.port, endpoint.username, password or endpoint.password,
+                                  *args, cipher_suite=cipher_suite, retries=1, timeout_per_try=2, timeout=timeout)
 
