@@ -49,7 +49,7 @@ def _dib_lint(elements: Path, tmp: Path) -> subprocess.CompletedProcess:
 def test_source_elements_pass_dib_lint(tmp_path):
     proc = _dib_lint(render.ELEMENTS_SRC, tmp_path)
     assert proc.returncode == 0 and "PASS" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-2000:]
-    assert f"Checking diskimage_builder/elements/kubelet/install.d/50-kubelet" in proc.stdout
+    assert "Checking diskimage_builder/elements/kubelet/install.d/50-kubelet" in proc.stdout
 
 
 def test_rendered_elements_pass_dib_lint(tmp_path):
@@ -190,10 +190,10 @@ def created_paths(src: Path) -> dict[str, list[tuple[str, str, str]]]:
                     if not argv:
                         continue
                     operands = [a for a in argv[1:] if a.startswith("/")]
-                    if argv[0] == "mkdir" and "-p" in argv or argv[0] == "install" and "-d" in argv:
+                    if (argv[0] == "mkdir" and "-p" in argv) or (argv[0] == "install" and "-d" in argv):
                         for d in operands:
                             add(d, element.name, "dir", where)
-                    elif argv[0] == "install" and operands and not any(a.startswith("$") for a in argv[-1:]):
+                    elif argv[0] == "install" and operands and not argv[-1].startswith("$"):
                         dest = argv[-1]
                         if dest.endswith("/"):
                             continue        # into an existing directory: the file names come from the sources
