@@ -64,8 +64,9 @@ def test_output_json_error_of_an_invalid_inventory_lists_the_issues(run, tmp_pat
     code, out, _ = run("baremetal", "validate", inv, "--output", "json")
     doc = json.loads(out)
     assert code == 2 and doc["exit_code"] == 2 and doc["valid"] is False and doc["file"] == str(inv)
-    assert doc["error"].startswith(f"{inv}: 1 problem(s)") and doc["hint"].startswith("fix every listed problem")
-    assert [(i["location"]["line"], i["field"]) for i in doc["issues"]] == [(3, "colour")]
+    assert doc["error"].startswith(f"{inv}:3: nodes[0].colour: unknown key") and \
+        doc["hint"].startswith("fix every listed problem")
+    assert [(p["line"], p["key"]) for p in doc["problems"]] == [(3, "nodes[0].colour")]
 
 
 def test_output_yaml_prints_the_error_as_yaml(run, tmp_path):

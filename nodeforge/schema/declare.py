@@ -188,12 +188,20 @@ def _document_path(data, loc: tuple, kind: str) -> tuple[tuple, bool]:
             node = node[part]
         elif last and kind == "missing" and isinstance(node, dict):
             out.append(part)
+        elif last and isinstance(node, dict) and isinstance(part, str) and part.isidentifier() and \
+                part not in _TYPE_TAGS and (kind == "value_error" or kind.startswith("nodeforge_")):
+            out.append(part)      # a validator of a field the file leaves out (validate_default)
         elif isinstance(node, dict) and isinstance(part, str) and kind == "missing" and \
                 all(not isinstance(p, int) for p in loc[i:]):
             out.append(part)
             node = None
         # else: a union member / validator tag: not a key of the document
     return tuple(out), on_key
+
+
+# pydantic's loc tags of union members (never a key of the document).
+_TYPE_TAGS = frozenset({"str", "int", "float", "bool", "list", "dict", "tuple", "set", "frozenset", "none",
+                        "bytes", "date", "datetime", "any"})
 
 
 def _has_key(node: dict, part) -> bool:
@@ -210,6 +218,11 @@ _TYPE_WORDS = {"string_type": "a string", "int_type": "an integer", "float_type"
                "set_type": "a list", "frozen_set_type": "a list", "none_required": "nothing (null)"}
 
 
+def vocab_shown(value: str) -> str:
+    """A string as errors show it: cut to 60 characters when longer (see vocab.shown)."""
+    return f"{value[:60]!r}... ({len(value)} characters)" if len(value) > 80 else repr(value)
+
+
 def kind_of(value) -> str:
     """How a value read from a file is described in an error."""
     if value is None:
@@ -219,7 +232,7 @@ def kind_of(value) -> str:
     if isinstance(value, (int, float)):
         return f"the number {value!r}"
     if isinstance(value, str):
-        return f"the string {value!r}"
+        return f"the string {vocab_shown(value)}"
     if isinstance(value, datetime.datetime):
         return f"the timestamp {value.isoformat()}"
     if isinstance(value, datetime.date):
@@ -313,6 +326,8 @@ def _detail(err: dict, document: Document, keypath: tuple, model, on_key: bool) 
     prefix = "key " if on_key else ""
     if not on_key and _secret_at(model, keypath) and kind not in ("missing", "extra_forbidden"):
         # A secret field: say what is wrong, never what the value is.
+        if kind.startswith("nodeforge_"):
+            return err.get("msg", "invalid")      # a nodeforge validator's own message (never holds the value)
         want = _TYPE_WORDS.get(kind)
         if want:
             return f"expected {want}; the value is not shown (a secret field)"

@@ -35,7 +35,6 @@ DOCUMENTED_MODULES = (
     "nodeforge.imageverify.verifyreport",
     "nodeforge.ironic.inventory",
     "nodeforge.ironic.profiles",
-    "nodeforge.ironic.bulk",
     "nodeforge.compute.flavors",
     "nodeforge.templates",
 )

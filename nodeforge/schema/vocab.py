@@ -30,12 +30,20 @@ from nodeforge.schema.declare import SECRET, Rule
 # --- checkers ---------------------------------------------------------------------
 
 
+def shown(value) -> str:
+    """``repr(value)``, cut to its first 60 characters when longer (a hostile 8 MB name is not
+    printed back)."""
+    if isinstance(value, str) and len(value) > 80:
+        return f"{value[:60]!r}... ({len(value)} characters)"
+    return repr(value)
+
+
 def _pattern(regex: str, rule: str, *, flags=0):
     compiled = re.compile(regex, flags)
 
     def check(value: str) -> str:
         if not compiled.fullmatch(value):
-            raise ValueError(f"expected {rule}, got {value!r}")
+            raise ValueError(f"expected {rule}, got {shown(value)}")
         return value
 
     check.pattern = compiled  # type: ignore[attr-defined]
@@ -99,7 +107,7 @@ _MAC = re.compile(r"[0-9a-f]{2}([:-]?)[0-9a-f]{2}(\1[0-9a-f]{2}){4}", re.I)
 def check_mac(value: str) -> str:
     """Normalised to lower case, colon-separated (how Ironic stores port addresses)."""
     if not _MAC.fullmatch(value):
-        raise ValueError(f"expected {MAC_RULE}, got {value!r}")
+        raise ValueError(f"expected {MAC_RULE}, got {shown(value)}")
     digits = re.sub(r"[:-]", "", value).lower()
     return ":".join(digits[i:i + 2] for i in range(0, 12, 2))
 
@@ -113,7 +121,7 @@ def check_ip(value: str) -> str:
     try:
         return str(ipaddress.ip_address(value))
     except ValueError:
-        raise ValueError(f"expected {IP_RULE}, got {value!r}") from None
+        raise ValueError(f"expected {IP_RULE}, got {shown(value)}") from None
 
 
 IPAddress = _type(check_ip, IP_RULE)
@@ -125,7 +133,7 @@ _LABEL = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)")
 def check_hostname(value: str) -> str:
     name = value[:-1] if value.endswith(".") else value
     if not name or len(name) > 253 or not all(_LABEL.fullmatch(label) for label in name.split(".")):
-        raise ValueError(f"expected {HOSTNAME_RULE}, got {value!r}")
+        raise ValueError(f"expected {HOSTNAME_RULE}, got {shown(value)}")
     return value
 
 
@@ -141,7 +149,7 @@ def check_host(value: str) -> str:
     try:
         return check_hostname(value)
     except ValueError:
-        raise ValueError(f"expected {HOST_RULE}, got {value!r}") from None
+        raise ValueError(f"expected {HOST_RULE}, got {shown(value)}") from None
 
 
 Host = _type(check_host, HOST_RULE)

@@ -28,7 +28,7 @@ def load_text(tmp_path, text: str, name: str = "resources.yaml", **kw):
 def issues_of(tmp_path, text: str, name: str = "resources.yaml") -> set[tuple]:
     with pytest.raises(inv.InventoryError) as err:
         load_text(tmp_path, text, name)
-    return {(i.location.line, i.node, i.field) for i in err.value.issues}, err.value
+    return {(p.line, p.key) for p in err.value.problems}, err.value
 
 
 def test_full_bulk_file(data_dir, bmc_password):
@@ -121,28 +121,29 @@ def test_every_unmappable_field_is_named_with_line_and_path(tmp_path, bmc_passwo
         portgroups: []
         """)
     assert got == {
-        (3, None, "chassis[0].colour"),                  # unknown chassis field
-        (2, None, "chassis[0].description"),             # neither uuid nor description
-        (5, None, "chassis[2].description"),             # same description twice
-        (9, "n1", "shard"),                              # not text
-        (10, "n1", "colour"),                            # unknown node field
-        (13, "n1", "ports[0].name"),                     # not a name
-        (14, "n1", "ports[0].colour"),                   # unknown port field
-        (15, "n1", "ports[1].address"),                  # malformed MAC
-        (17, "n1", "ports[2].node_uuid"),                # not the node's uuid
-        (18, "n1", "ports[2].local_link_connection"),    # unknown key
-        (20, "n1", "portgroups[0]"),                     # no name, address or uuid
-        (22, "n1", "portgroups[1].category"),            # not text
-        (25, "n1", "portgroups[1].ports[0].portgroup_uuid"),   # not its group's uuid
-        (26, None, "portgroups"),                        # top level: only chassis and nodes
+        (3, "chassis[0].colour"),                        # unknown chassis field
+        (2, "chassis[0]"),                               # neither uuid nor description
+        (5, "chassis[2].description"),                   # same description twice
+        (9, "nodes[0].shard"),                           # not text
+        (10, "nodes[0].colour"),                         # unknown node field
+        (13, "nodes[0].ports[0].name"),                  # not a name
+        (14, "nodes[0].ports[0].colour"),                # unknown port field
+        (15, "nodes[0].ports[1].address"),               # malformed MAC
+        (17, "nodes[0].ports[2].node_uuid"),             # not the node's uuid
+        (18, "nodes[0].ports[2].local_link_connection.vtep"),    # unknown key
+        (20, "nodes[0].portgroups[0]"),                  # no name, address or uuid
+        (22, "nodes[0].portgroups[1].category"),         # not text
+        (25, "nodes[0].portgroups[1].ports[0].portgroup_uuid"),   # not its group's uuid
+        (26, "portgroups"),                              # top level: only chassis and nodes
     }
     text = str(err)
-    assert "resources.yaml:10: node 'n1': field 'colour': unknown field" in text
-    assert "resources.yaml:13: node 'n1': field 'ports[0].name': must be 1-255 characters" in text
+    assert "resources.yaml:10: nodes[0].colour: unknown key (allowed: " in text
+    assert "resources.yaml:13: nodes[0].ports[0].name: expected 1-255 characters" in text
+    assert "resources.yaml:2: chassis[0]: a chassis needs a uuid or a description" in text
 
 
 def test_names_and_uuids_unique_like_ironic(tmp_path):
-    got, _ = issues_of(tmp_path, """\
+    text = """\
         nodes:
           - name: n1
             driver: fake-hardware
@@ -155,8 +156,11 @@ def test_names_and_uuids_unique_like_ironic(tmp_path):
           - name: n3
             driver: fake-hardware
             ports: [{address: "52:56:00:00:09:01", pxe_enabled: "yes"}]
-        """)
-    assert got == {(6, "n2", "uuid"), (9, "n2", "portgroups"), (12, "n3", "ports[0].pxe_enabled")}
+        """
+    got, _ = issues_of(tmp_path, text)
+    assert got == {(12, "nodes[2].ports[0].pxe_enabled")}      # declarations first: "yes" is not a boolean
+    got, _ = issues_of(tmp_path, text.replace('"yes"', "true"))
+    assert got == {(8, "nodes[1].uuid"), (9, "nodes[1].portgroups")}    # then uniqueness across nodes
 
 
 def test_secrets_in_driver_info_as_for_every_format(tmp_path):
@@ -166,7 +170,7 @@ def test_secrets_in_driver_info_as_for_every_format(tmp_path):
             driver: ipmi
             driver_info: {ipmi_address: 10.0.0.1, ipmi_username: u, ipmi_password: Inline-Pw-123}
         """)
-    assert got == {(4, "n1", "bmc.password")}
+    assert got == {(4, "nodes[0].driver_info.ipmi_password")}
     assert "Inline-Pw-123" not in str(err)
 
 
@@ -290,7 +294,7 @@ def test_bifrost_yaml_reads_like_json(data_dir, tmp_path, bmc_password):
     assert [strip(n) for n in a.nodes] == [strip(n) for n in b.nodes]
     # uuid is enrolled (Bifrost creates the node with it); deploy-time keys are named in warnings.
     assert a.nodes[0].ironic == {"uuid": "00000000-0000-0000-0000-000000000001"}
-    assert {(w.node, w.field) for w in a.warnings} == {("bf-node-1", "ipv4_address"), ("bf-node-1", "host_groups")}
+    assert {(w.line, w.key) for w in a.warnings} == {(15, "bf-node-1.ipv4_address"), (16, "bf-node-1.host_groups")}
 
 
 def test_bifrost_legacy_csv(tmp_path, bmc_password):
@@ -309,7 +313,7 @@ def test_bifrost_legacy_csv(tmp_path, bmc_password):
     assert a.driver_info(reveal=True)["ipmi_password"] == bmc_password
     assert str(a.location) == f"{p}:2: row 1"
     assert b.driver_info()["ipmi_bridging"] == "single" and b.driver_info()["ipmi_target_address"] == "7"
-    assert [(w.location.row, w.field) for w in i.warnings] == [(1, "ipv4_address")]
+    assert [(w.line, w.key) for w in i.warnings] == [(2, "[1].ipv4_address")]
 
 
 def test_bifrost_csv_errors_name_row(tmp_path):
@@ -319,8 +323,8 @@ def test_bifrost_csv_errors_name_row(tmp_path):
                  "00:01:02:03:04:07,root,x,192.168.122.3,1,8192,512,NA,NA,,bm-3,,,,,,ilo\n")
     with pytest.raises(inv.InventoryError) as err:
         inv.load(p)
-    got = {(i.location.row, i.field) for i in err.value.issues}
-    assert got == {(1, "bmc.password"), (2, None), (3, "driver")}
+    got = {(p.line, p.key) for p in err.value.problems}
+    assert got == {(1, "[1].password"), (2, "[2]"), (3, "[3].driver")}     # row N is [N]
     assert "Plain-Pw-1" not in str(err.value)
 
 
@@ -399,7 +403,7 @@ def _paths(doc, prefix=()):
 @given(data=st.data())
 def test_any_value_anywhere_in_a_bulk_file_is_a_clear_error_or_valid(data, data_dir, tmp_path, bmc_password):
     """Replace one value (or add one key) anywhere in the bulk example: the
-    reader either accepts the file or raises InventoryError; never another
+    reader either accepts the file or raises a ConfigError (exit 2) naming it; never another
     exception, and never the password in the message."""
     doc = yaml.safe_load((data_dir / "ironicclient-bulk.yaml").read_text())
     paths = list(_paths(doc))
@@ -419,9 +423,10 @@ def test_any_value_anywhere_in_a_bulk_file_is_a_clear_error_or_valid(data, data_
     p.write_text(json.dumps(doc, default=str))
     try:
         i = inv.load(p, fmt="ironicclient")
-    except inv.InventoryError as exc:
+    except inv.ConfigError as exc:      # an InventoryError, or the loader's refusal (NaN/Infinity)
+        assert exc.exit_code == 2 and str(p) in str(exc)
         assert bmc_password not in str(exc)
-        assert all(issue.location.file == str(p) for issue in exc.issues)
+        assert all(problem.file == str(p) for problem in getattr(exc, "problems", []))
     else:
         json.dumps([n.to_dict() for n in i.nodes], default=str)
         prov = FakeProvisioner()

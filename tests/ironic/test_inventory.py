@@ -80,21 +80,23 @@ def test_bifrost_format(data_dir, bmc_password):
 def test_whole_batch_errors_name_line_node_and_field(data_dir, bmc_password):
     with pytest.raises(inv.InventoryError) as err:
         inv.load(data_dir / "invalid.yaml")
-    got = {(i.location.line, i.node, i.field) for i in err.value.issues}
+    # One problem shape: file:line: key.path: detail (the node by its index in the file).
+    got = {(p.line, p.key) for p in err.value.problems}
     assert got == {
-        (6, "bad mac", "name"),
-        (10, "bad mac", "bmc.password"),       # plaintext refused
-        (11, "bad mac", "macs"),               # malformed MAC
-        (14, "dup-bmc", "bmc.address"),        # same BMC as good-1 (ipmi default port 623)
-        (16, "dup-bmc", "bmc.password"),       # env var not set
-        (17, "dup-bmc", "macs"),               # duplicate MAC
-        (18, "dup-bmc", "colour"),             # unknown field
-        (19, "good-1", "name"),                # duplicate name
-        (21, "good-1", "bmc.address"),         # unknown scheme
+        (6, "nodes[1].name"),                  # 'bad mac' is not a name
+        (10, "nodes[1].bmc.password"),         # plaintext refused
+        (11, "nodes[1].macs[0]"),              # malformed MAC
+        (14, "nodes[2].bmc.address"),          # same BMC as good-1 (ipmi default port 623)
+        (16, "nodes[2].bmc.password"),         # env var not set
+        (17, "nodes[2].macs"),                 # duplicate MAC
+        (18, "nodes[2].colour"),               # unknown field
+        (19, "nodes[3].name"),                 # duplicate name
+        (21, "nodes[3].bmc.address"),          # unknown scheme
     }
     text = str(err.value)
     assert "hunter2-plaintext" not in text
-    assert "invalid.yaml:10: node 'bad mac': field 'bmc.password': plaintext secret refused" in text
+    assert "invalid.yaml:10: nodes[1].bmc.password: plaintext secret refused" in text
+    assert "invalid.yaml:19: nodes[3].name: duplicate name (first at " in text
 
 
 def test_plaintext_allowed_explicitly(tmp_path):
@@ -114,10 +116,10 @@ def test_csv_errors_name_row(tmp_path, bmc_password):
                  "n2,ipmi://10.0.0.2,u,,52:54:00:00:00:02,\n")
     with pytest.raises(inv.InventoryError) as err:
         inv.load(p)
-    got = {(i.location.row, i.field) for i in err.value.issues}
-    assert (None, "colour") in got  # header
-    assert (2, "bmc.password") in got
-    assert "row 2" in str(err.value)
+    got = {(p.line, p.key) for p in err.value.problems}
+    assert (1, "[0].colour") in got  # the header (row 0)
+    assert (3, "[2].bmc_password") in got    # row 2, the column
+    assert "inv.csv:3: [2].bmc_password: required for a real BMC" in str(err.value)
 
 
 @pytest.mark.parametrize("url,kind,host,port,system", [
@@ -196,10 +198,10 @@ def test_invalid_scope_names_file_line_and_field(tmp_path, bad):
     f.write_text(f"version: 1\nnodes:\n  - {{name: n1, bmc: {{address: 'fake://n1'}}}}\nscope: {bad}\n")
     with pytest.raises(inv.InventoryError) as err:
         inv.load(f)
-    [issue] = err.value.issues
-    assert (issue.location.file, issue.location.line, issue.field) == (str(f), 4, "scope")
-    assert issue.message.startswith("must be 1-63 characters of a-z 0-9 . _ -")
-    assert f"{f}:4: field 'scope': must be" in str(err.value)
+    [issue] = err.value.problems
+    assert (issue.file, issue.line, issue.key) == (str(f), 4, "scope")
+    assert issue.detail.startswith("must be 1-63 characters of a-z 0-9 . _ -")
+    assert f"{f}:4: scope: must be" in str(err.value)
 
 
 # --- issue 13: hostile and malformed input is a message and exit 2, never a traceback ---
@@ -254,7 +256,7 @@ def test_bifrost_node_that_is_not_a_mapping(tmp_path, capsys):
     p = tmp_path / "bifrost.yaml"
     p.write_text("node-1: just a string\n")
     code, _, stderr = _validate_cli(capsys, "--format", "bifrost", p)
-    assert code == 2 and f"{p}:1: node 'node-1': a node must be a mapping" in stderr
+    assert code == 2 and f"{p}:1: node-1: a node must be a mapping" in stderr
 
 
 def test_ipmi_port_0_is_refused_not_turned_into_623(tmp_path, bmc_password):
@@ -263,22 +265,22 @@ def test_ipmi_port_0_is_refused_not_turned_into_623(tmp_path, bmc_password):
                  "      username: u\n      password: env:NF_TEST_BMC_PASSWORD\n")
     with pytest.raises(inv.InventoryError) as err:
         inv.load(y)
-    [issue] = err.value.issues
-    assert (issue.location.line, issue.field) == (5, "bmc.address") and "invalid port 0" in issue.message
+    [issue] = err.value.problems
+    assert (issue.line, issue.key) == (5, "nodes[0].bmc.address") and "invalid port 0" in issue.detail
     c = tmp_path / "inv.csv"
     c.write_text("name,bmc_address,bmc_username,bmc_password\nn1,ipmi://10.0.0.1:0,u,env:NF_TEST_BMC_PASSWORD\n")
     with pytest.raises(inv.InventoryError) as err:
         inv.load(c)
-    [issue] = err.value.issues
-    assert (issue.location.row, issue.field) == (1, "bmc.address") and "invalid port 0" in issue.message
+    [issue] = err.value.problems
+    assert (issue.line, issue.key) == (2, "[1].bmc_address") and "invalid port 0" in issue.detail
     i = tmp_path / "ic.yaml"
     i.write_text("nodes:\n  - name: n1\n    driver: ipmi\n    driver_info:\n      ipmi_address: 10.0.0.1\n"
                  "      ipmi_port: 0\n      ipmi_username: u\n      ipmi_password: env:NF_TEST_BMC_PASSWORD\n")
     with pytest.raises(inv.InventoryError) as err:
         inv.load(i)
-    [issue] = err.value.issues
-    assert (issue.location.line, issue.field) == (6, "driver_info.ipmi_port")
-    assert "must be a port number 1-65535, got 0" in issue.message
+    [issue] = err.value.problems
+    assert (issue.line, issue.key) == (6, "nodes[0].driver_info.ipmi_port")
+    assert "must be a port number 1-65535, got 0" in issue.detail
 
 
 def test_csv_duplicate_column_header_is_refused(tmp_path, bmc_password):
@@ -287,9 +289,9 @@ def test_csv_duplicate_column_header_is_refused(tmp_path, bmc_password):
                  "n1,ipmi://10.0.0.1,u,env:NF_TEST_BMC_PASSWORD,ipmi://10.0.0.2\n")
     with pytest.raises(inv.InventoryError) as err:
         inv.load(p)
-    [issue] = err.value.issues
-    assert (issue.location.line, issue.field) == (1, "bmc_address")
-    assert "column 'bmc_address' appears twice in the header" in issue.message
+    [issue] = err.value.problems
+    assert (issue.line, issue.key) == (1, "[0].bmc_address")
+    assert "column 'bmc_address' appears twice in the header" in issue.detail
 
 
 @pytest.mark.parametrize("text", ["", "# only a comment\n", "name,bmc_address\n"])
@@ -314,12 +316,12 @@ def test_csv_with_a_utf8_bom_is_read(tmp_path, bmc_password):
 @pytest.mark.parametrize("text,fmt,expect", [
     ('{"n1": {"name": "n1", "driver": "redfish", "driver_info": {"redfish_address": "https://10.2.0.2", '
      '"redfish_username": "admin", "redfish_password": "env:NF_HOSTILE_PW"}, "nics": 5}}',
-     "bifrost", "field 'nics': must be a list of NICs"),
+     "bifrost", "inv.json:1: n1.nics: expected a list, got the number 5"),
     ("nodes: [{name: n1, driver: [redfish], driver_info: {redfish_address: 'https://10.2.0.2', "
      "redfish_username: admin, redfish_password: 'env:NF_HOSTILE_PW'}}]\n",
-     None, "field 'driver': must be a hardware type name (a string), got a list"),
+     None, "inv.yaml:1: nodes[0].driver: expected a string, got a list"),
     ("nodes: [{name: n1, driver: ipmi, driver_info: {ipmi_address: 10.1.0.1, ipmi_username: admin, "
-     "ipmi_password: 'env:NF_HOSTILE_PW'}, ports: -1}]\n", None, "field 'ports': must be a list of ports"),
+     "ipmi_password: 'env:NF_HOSTILE_PW'}, ports: -1}]\n", None, "nodes[0].ports: expected a list, got the number -1"),
 ])
 def test_wrong_types_in_bulk_and_bifrost_files_are_named_not_a_traceback(tmp_path, monkeypatch, text, fmt, expect):
     monkeypatch.setenv("NF_HOSTILE_PW", "pw-hostile-1234567")
@@ -339,7 +341,7 @@ def test_a_csv_with_bare_carriage_returns_is_read_row_by_row(tmp_path):
     with pytest.raises(NodeforgeError) as err:
         inv.load(path)
     assert err.value.exit_code == 2
-    assert "inv.csv:3: row 1: node 'n1': field 'bmc.username': required" in str(err.value)
+    assert "inv.csv:3: [1].bmc_username: required for a real BMC" in str(err.value)
 
 
 def test_secret_driver_info_fields_are_references_and_never_printed(tmp_path, monkeypatch):
@@ -353,7 +355,7 @@ def test_secret_driver_info_fields_are_references_and_never_printed(tmp_path, mo
     with pytest.raises(NodeforgeError) as err:
         inv.load(path)
     text = str(err.value)
-    assert "inv.yaml:6: node 'kg1': field 'driver_info.ipmi_kg_key': plaintext secret refused" in text
+    assert "inv.yaml:6: nodes[0].driver_info.ipmi_kg_key: plaintext secret refused" in text
     assert "snmp_auth_key" not in text and "inline-kg-3301" not in text
     path.write_text(base + "    driver_info: {ipmi_kg_key: 'env:NF_KG_KEY'}\n")
     spec = inv.load(path).nodes[0]

@@ -89,7 +89,7 @@ def test_non_utf8_file_secret_is_a_clear_error(tmp_path, capsys, monkeypatch):
     inv.write_text("version: 1\nnodes:\n  - name: n1\n    bmc: {address: 'ipmi://10.0.0.1', username: u, "
                    "password: 'file:pw'}\n")
     code, _, err = _cli(capsys, monkeypatch, "baremetal", "validate", inv)
-    assert code == 2 and "field 'bmc.password': secret file" in err and "is not UTF-8 text" in err
+    assert code == 2 and "nodes[0].bmc.password: secret file" in err and "is not UTF-8 text" in err
 
 
 def test_file_secret_drops_one_crlf(tmp_path):

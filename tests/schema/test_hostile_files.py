@@ -13,6 +13,8 @@ import sys
 
 import pytest
 
+from nodeforge.ironic import inventory as inv
+
 _RUN = r"""
 import json, resource, sys
 from nodeforge import cli
@@ -66,5 +68,5 @@ def test_a_200_mb_inventory_is_refused_without_reading_it(tmp_path, name):
         fh.truncate(200 << 20)                  # sparse: 200 MB on no disk
     result, err = _validate(tmp_path, path)
     assert result["code"] == 2, err
-    assert f"{path}: larger than 4 MiB; not read" in err
+    assert f"{path}: larger than {inv.LIMITS.max_bytes >> 20} MiB; not read" in err
     assert result["maxrss_kb"] < 100 * 1024, result
