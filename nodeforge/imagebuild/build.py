@@ -449,7 +449,9 @@ def _build(plan: Plan, work: Path, stage: Path, logf: _Log, build_time, seconds)
     t = time.monotonic()
     epoch, epoch_source = reproducible.source_date_epoch(plan.os_lock)
     logf.step(f"normalise the tree: SOURCE_DATE_EPOCH {epoch} ({reproducible.iso(epoch)}, {epoch_source})")
-    done = _normalise(rootfs, epoch, logf)
+    done = _normalise(rootfs, epoch, logf, host_paths={
+        str(work): "<work>", str(plan.cache.root.absolute()): "<artifact-cache>", sys.prefix: "<python-env>",
+        str(plan.dib_cache): "<dib-cache>"})
     seconds["normalise"] = time.monotonic() - t
     t = time.monotonic()
     entries = _file_manifest(rootfs, logf)
@@ -535,13 +537,14 @@ def _build(plan: Plan, work: Path, stage: Path, logf: _Log, build_time, seconds)
 FILE_MANIFEST_EXCLUDE = ("/" + mf.IN_IMAGE_PATH,)
 
 
-def _normalise(rootfs: Path, epoch: int, logf: _Log) -> dict:
+def _normalise(rootfs: Path, epoch: int, logf: _Log, host_paths: dict[str, str]) -> dict:
     """:func:`reproducible.normalise` on the tree (as root, like the rest of the build)."""
-    done = reproducible.normalise(rootfs, epoch)
+    done = reproducible.normalise(rootfs, epoch, host_paths)
     logf.write(f"normalised: removed {len(done['removed'])} path(s): {' '.join(done['removed'][:40])}"
                + (" ..." if len(done["removed"]) > 40 else ""))
     logf.write(f"normalised: emptied {done['emptied']}, {done['truncated_logs']} log file(s) truncated, "
-               f"{done['shadow_dates']} shadow date(s) set, {done['clamped']} mtime(s) clamped to {epoch}")
+               f"{done['shadow_dates']} shadow date(s) set, host paths replaced in {done['host_paths_replaced']}, "
+               f"{done['clamped']} mtime(s) clamped to {epoch}")
     return done
 
 

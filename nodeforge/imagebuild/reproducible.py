@@ -21,6 +21,10 @@ per-file manifest and the disks:
   keys are removed (made on first boot: ``nodeforge-ssh-host-keys.service``
   and cloud-init); log files are truncated (owner and mode kept);
 * the password-change day in ``/etc/shadow`` is the epoch's day;
+* in diskimage-builder's own record (``/etc/dib-manifests/dib_arguments``,
+  ``dib_environment``) the build's scratch directory, the artifact cache and
+  the Python environment are replaced by fixed names (``<work>``, ...): they
+  are this host's paths, not the image's content;
 * every entry's modification and access time is clamped to the epoch
   (``min(mtime, epoch)``, atime = mtime).
 """
@@ -50,6 +54,8 @@ REMOVE = (
 )
 EMPTY = ("etc/machine-id",)
 TRUNCATE_UNDER = ("var/log",)
+# Files that name the build host's paths (diskimage-builder's record of its run).
+HOST_PATH_FILES = ("etc/dib-manifests/dib_arguments", "etc/dib-manifests/dib_environment")
 
 
 def source_date_epoch(os_lock=None) -> tuple[int, str]:
@@ -115,10 +121,30 @@ def _shadow(root: Path, epoch: int) -> int:
     return changed
 
 
-def normalise(root: Path, epoch: int) -> dict:
-    """Normalise the tree at ``root`` in place (see the module); returns what was done (counts and
-    the removed paths)."""
+def replace_host_paths(root: Path, replacements: dict[str, str], files=HOST_PATH_FILES) -> list[str]:
+    """In ``files`` (relative to ``root``), every occurrence of each key of ``replacements`` (a host path)
+    replaced by its value, longest first; returns the files changed."""
+    changed = []
+    for rel in files:
+        path = Path(root) / rel
+        if not path.is_file() or path.is_symlink():
+            continue
+        text = original = path.read_text(errors="surrogateescape")
+        for old in sorted((k for k in replacements if k), key=len, reverse=True):
+            text = text.replace(old, replacements[old])
+        if text != original:
+            st = path.stat()
+            path.write_text(text, errors="surrogateescape")
+            os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+            changed.append("/" + rel)
+    return changed
+
+
+def normalise(root: Path, epoch: int, host_paths: dict[str, str] | None = None) -> dict:
+    """Normalise the tree at ``root`` in place (see the module); ``host_paths``: host path -> fixed name
+    for :func:`replace_host_paths`. Returns what was done (counts and the removed paths)."""
     root = Path(root)
+    replaced = replace_host_paths(root, host_paths or {})
     removed = []
     for pattern in REMOVE:
         for path in sorted(glob.glob(str(root / pattern), recursive=True)):
@@ -143,7 +169,7 @@ def normalise(root: Path, epoch: int) -> dict:
     shadow = _shadow(root, epoch)
     clamped = clamp_times(root, epoch)
     return {"epoch": epoch, "removed": removed, "emptied": emptied, "truncated_logs": truncated,
-            "shadow_dates": shadow, "clamped": clamped}
+            "shadow_dates": shadow, "host_paths_replaced": replaced, "clamped": clamped}
 
 
 def clamp_times(root: Path, epoch: int) -> int:

@@ -432,10 +432,11 @@ def _glance_files(conn, image: dict, manifest: dict) -> list[dict] | None:
 # --- bytes ---------------------------------------------------------------------------------
 
 def compare_bytes(a: Path, b: Path, *, block: int = 4096, regions: list[tuple[str, int, int]] | None = None,
-                  chunk: int = 8 << 20) -> dict:
+                  chunk: int = 8 << 20, keep: int = 64) -> dict:
     """How far two files are from byte-identical: differing bytes and ``block``-sized blocks (the
     shorter file's missing tail counts as differing), the first differing blocks, and per named
-    region (``(name, start, end)`` byte offsets) the differing blocks."""
+    region (``(name, start, end)`` byte offsets) the differing blocks. ``first_blocks``: the first ``keep``
+    differing block numbers."""
     a, b = Path(a), Path(b)
     size_a, size_b = a.stat().st_size, b.stat().st_size
     diff_bytes = diff_blocks = 0
@@ -458,7 +459,7 @@ def compare_bytes(a: Path, b: Path, *, block: int = 4096, regions: list[tuple[st
                     diff_bytes += sum(1 for x, y in zip(xa[:common], xb[:common]) if x != y) + \
                         abs(len(xa) - len(xb))
                     number = (offset + i) // block
-                    if len(first) < 64:
+                    if len(first) < keep:
                         first.append(number)
                     for name, start, end in regions or []:
                         if start <= offset + i < end:

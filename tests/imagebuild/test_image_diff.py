@@ -183,6 +183,22 @@ def test_normalised_trees_made_differently_have_the_same_file_manifest(tmp_path)
     assert d.changed[0]["fields"]["size"] == [10, 12]
 
 
+def test_host_paths_in_dibs_record_are_replaced(tmp_path):
+    env = tmp_path / "etc/dib-manifests/dib_environment"
+    env.parent.mkdir(parents=True)
+    env.write_text('declare -x DIB_ARGS="-o /var/tmp/nodeforge-build.x1/rootfs"\n'
+                   'declare -x DIB_IMAGE_CACHE="/var/tmp/nodeforge-build.x1/dib-image-cache"\n'
+                   'declare -x DIB_PYTHON_EXEC="/srv/checkout/.venv/bin/python"\n')
+    os.utime(env, (EPOCH - 10, EPOCH - 10))
+    done = reproducible.normalise(tmp_path, EPOCH, {"/var/tmp/nodeforge-build.x1": "<work>",
+                                                    "/srv/checkout/.venv": "<python-env>", "/var/tmp": "<tmp>"})
+    assert done["host_paths_replaced"] == ["/etc/dib-manifests/dib_environment"]
+    assert env.read_text() == ('declare -x DIB_ARGS="-o <work>/rootfs"\n'
+                               'declare -x DIB_IMAGE_CACHE="<work>/dib-image-cache"\n'
+                               'declare -x DIB_PYTHON_EXEC="<python-env>/bin/python"\n')
+    assert int(env.stat().st_mtime) == EPOCH - 10
+
+
 def test_the_file_manifest_names_a_bad_line(tmp_path):
     path = tmp_path / contents.FILENAME
     path.write_text('{"path":"/","type":"dir"}\nnot json\n')

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import subprocess
 import time
 from pathlib import Path
 
@@ -31,6 +33,7 @@ from nodeforge.oslock import lock as ol
 from nodeforge.publish import diff as imgdiff
 from tests.demo.fixture_artifacts import make_demo, write_sources
 from tests.imagebuild.realbuild import ARTIFACT_CACHE
+from tests.imagebuild.test_image_build import _root_fs
 from tests.prereq import require, require_tools
 
 pytestmark = [pytest.mark.slow]
@@ -46,7 +49,56 @@ def _build(lock: Path, out: Path, **kw) -> tuple[Path, float]:
     return out, time.monotonic() - t
 
 
-def _report(name: str, a: Path, b: Path) -> dict:
+def _gpt(raw: Path) -> list[tuple[str, int, int]]:
+    """[(region, start byte, end byte)] of a raw disk: the GPT areas and the three partitions."""
+    out = subprocess.run(["sgdisk", "-p", str(raw)], capture_output=True, text=True, check=True).stdout
+    names = {1: "bios-boot", 2: "esp", 3: "root"}
+    regions = [("mbr+gpt", 0, 1 << 20)]
+    for line in out.splitlines():
+        m = re.match(r"^\s+(\d+)\s+(\d+)\s+(\d+)\s", line)
+        if m and int(m[1]) in names:
+            regions.append((names[int(m[1])], int(m[2]) * 512, (int(m[3]) + 1) * 512))
+    size = raw.stat().st_size
+    regions.append(("backup-gpt", size - (1 << 20), size))
+    return regions
+
+
+def _why(raw_a: Path, raw_b: Path, tmp: Path) -> dict:
+    """Which files and metadata the differing blocks of two raw disks' root filesystems hold."""
+    regions = _gpt(raw_a)
+    cmp = imgdiff.compare_bytes(raw_a, raw_b, regions=regions, keep=100000)
+    root = next(r for r in regions if r[0] == "root")
+    fs_blocks = sorted({(blk * cmp["block"] - root[1]) // 4096 for blk in cmp["first_blocks"]
+                        if root[1] <= blk * cmp["block"] < root[2]})
+    owners: dict[str, int] = {}
+    if fs_blocks:
+        part = _root_fs(raw_a, tmp)
+        icheck = subprocess.run(["debugfs", "-R", "icheck " + " ".join(map(str, fs_blocks[:2000])), str(part)],
+                                capture_output=True, text=True).stdout
+        inodes: dict[str, int] = {}
+        for line in icheck.splitlines()[1:]:
+            parts = line.split()
+            if len(parts) >= 2:
+                key = parts[1] if parts[1].isdigit() else "metadata (no inode: superblock, group descriptors, "\
+                                                          "bitmaps, inode tables, journal)"
+                inodes[key] = inodes.get(key, 0) + 1
+        numbered = [i for i in inodes if i.isdigit()]
+        names = {}
+        if numbered:
+            ncheck = subprocess.run(["debugfs", "-R", "ncheck " + " ".join(numbered), str(part)],
+                                    capture_output=True, text=True).stdout
+            for line in ncheck.splitlines()[1:]:
+                parts = line.split(None, 1)
+                if len(parts) == 2:
+                    names[parts[0]] = parts[1].strip()
+        for key, count in inodes.items():
+            owners[names.get(key, f"inode {key}") if key.isdigit() else key] = count
+        part.unlink()
+    return {"regions": cmp["regions"], "root_fs_blocks": len(fs_blocks), "owners": owners,
+            "differing_bytes": cmp["differing_bytes"], "differing_blocks": cmp["differing_blocks"]}
+
+
+def _report(name: str, a: Path, b: Path, tmp: Path) -> dict:
     files = contents.diff(contents.load(a / contents.FILENAME), contents.load(b / contents.FILENAME))
     print(f"\n== {name}: per-file manifests: {len(files.added)} added, {len(files.removed)} removed, "
           f"{len(files.changed)} changed")
@@ -64,8 +116,15 @@ def _report(name: str, a: Path, b: Path) -> dict:
         print(f"== {name}: {image}: {cmp['differing_bytes']} bytes differ in {cmp['differing_blocks']} of "
               f"{cmp['blocks']} 4 KiB blocks (sizes {cmp['size_a']} / {cmp['size_b']}); "
               f"first differing blocks: {cmp['first_blocks'][:12]}")
-    print(f"== {name}: file manifest {ma['files']['entries']} entries, took "
-          f"{ma.get('_seconds', {}).get('file_manifest', '?')}s; see build.log")
+        if image.endswith(".raw") and not cmp["identical"]:
+            why = _why(a / image, b / mb["images"][variant], tmp)
+            out["why"] = why
+            print(f"== {name}: {image}: differing 4 KiB blocks per region: {why['regions']}")
+            for owner, count in sorted(why["owners"].items(), key=lambda kv: -kv[1])[:40]:
+                print(f"     {count:6d} block(s): {owner}")
+    for d in (a, b):
+        line = next((x for x in (d / "build.log").read_text().splitlines() if "per-file manifest:" in x), "")
+        print(f"== {d.name}: {line.partition('per-file manifest: ')[2]}")
     return out
 
 
@@ -81,11 +140,11 @@ def test_two_builds_of_the_same_inputs_have_the_same_content(tmp_path):
         a, ta = _build(lock, tmp_path / "a")
         b, tb = _build(lock, tmp_path / "b")
         print(f"\n== build a {ta:.0f}s, build b {tb:.0f}s")
-        result = _report("a vs b (shared package base)", a, b)
+        result = _report("a vs b (shared package base)", a, b, tmp_path)
         if os.environ.get("NODEFORGE_REPRO_FRESH_BASE") == "1":
             c, tc = _build(lock, tmp_path / "c", package_base_cache=tmp_path / "fresh-package-base")
             print(f"\n== build c (fresh package base) {tc:.0f}s")
-            _report("a vs c (fresh package base)", a, c)
+            _report("a vs c (fresh package base)", a, c, tmp_path)
             shutil.rmtree(c, ignore_errors=True)
 
     for d in (a, b):
