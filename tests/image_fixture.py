@@ -29,7 +29,8 @@ from tests.demo.fixture_artifacts import make_demo, write_sources
 REPO = Path(__file__).resolve().parents[1]
 CACHE = REPO / ".cache" / "images"
 MINOR = "1.36"
-_CODE = ("build.py", "disk.py", "manifest.py", "render.py", "checksums.py", "package_base.py")
+_CODE = ("build.py", "disk.py", "manifest.py", "render.py", "checksums.py", "package_base.py", "contents.py",
+         "reproducible.py")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -204,16 +204,16 @@ def apply_promote(conn, steps: list[Step], images: dict[str, dict]) -> None:
                 g.deactivate_image(conn, img["id"])
         elif step.action is Action.DELETE:
             g.delete_image(conn, img["id"])
-            for prop in (f"{P}manifest_image", f"{P}verify_report", f"{P}provenance"):
+            for prop in (f"{P}manifest_image", f"{P}verify_report", f"{P}provenance", f"{P}files_image"):
                 if img.get(prop):
                     g.delete_image(conn, img[prop])
         log.info("%s: %s (%s)", step.image_id, step.action.value, step.reason)
 
 
 def _side_images_public(conn, image: dict) -> None:
-    """The manifest, verify report and provenance images go public with their node image."""
+    """The manifest, verify report, provenance and per-file manifest images go public with their node image."""
     for prop, what in ((f"{P}manifest_image", "manifest"), (f"{P}verify_report", "verify report"),
-                       (f"{P}provenance", "provenance")):
+                       (f"{P}provenance", "provenance"), (f"{P}files_image", "per-file manifest")):
         side_id = image.get(prop)
         if not side_id:
             continue

@@ -385,7 +385,7 @@ def diff_images(conn, a: str, b: str) -> ImageDiff:
     """Compare two node images in Glance (ID, or unique name) through their stored manifests."""
     from nodeforge.publish import glance as g
 
-    images, manifests, files = [], [], []
+    images, manifests, files, unreadable = [], [], [], []
     for ref in (a, b):
         image = g.find_image(conn, ref)
         if image.get(f"{g.P}role", "image") != "image" or not image.get(f"{g.P}manifest_image"):
@@ -399,10 +399,17 @@ def diff_images(conn, a: str, b: str) -> ImageDiff:
                                    f"({exc})") from None
         images.append(image)
         manifests.append(manifest)
-        files.append(_glance_files(conn, image, manifest))
+        try:
+            files.append(_glance_files(conn, image, manifest))
+        except g.PublishError as exc:      # linked but not readable here (another project's private image)
+            if "is gone" not in str(exc):    # a digest mismatch is an error, never a silent fallback
+                raise
+            files.append(None)
+            unreadable.append(f"{ref}: per-file manifest not readable ({exc})")
     d = diff_manifests(manifests[0], manifests[1], files[0], files[1],
                        a=f"{images[0].get('name') or images[0]['id']} ({images[0]['id']})",
                        b=f"{images[1].get('name') or images[1]['id']} ({images[1]['id']})")
+    d.notes += unreadable
     pa, pb = image_properties(images[0]), image_properties(images[1])
     for key in sorted(pa.keys() | pb.keys()):
         if pa.get(key) == pb.get(key):
