@@ -18,8 +18,9 @@ which packages moved. Layout (docs/os-packages.md)::
     packages:
       - {name: adduser, version: "3.134", arch: all, suite: bookworm, size: 1234, sha256: ..., filename: pool/...}
 
-A bad file is a :class:`~nodeforge.errors.ConfigError` naming the file, the
-line and the field.
+Read through the schema layer (:class:`PackageLockFile`, in docs/schemas.md): a bad
+file is a :class:`~nodeforge.schema.SchemaError` (exit 2), each problem
+``file:line: key.path: detail``.
 """
 
 from __future__ import annotations
@@ -27,20 +28,22 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import re
 from pathlib import Path
 
-import yaml
+from typing import Annotated, Literal
 
+import yaml
+from pydantic import AfterValidator, Field
+
+from nodeforge import schema
 from nodeforge.base import fs
 from nodeforge.errors import ConfigError
+from nodeforge.schema import Declared, Rule, vocab
 
 SCHEMA_VERSION = 1
 FILENAME = "os-packages.lock.yaml"
 DEFAULT_PATH = Path("manifests") / FILENAME
 PACKAGE_FIELDS = ("name", "version", "arch", "suite", "size", "sha256", "filename")
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
-_NAME = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
 HEADER = """\
 # nodeforge OS package lock: every Debian package in the node image (package
 # base and root filesystem) by name, version, architecture, the sha256 the
@@ -145,133 +148,91 @@ def _flow(value) -> str:
     return yaml.safe_dump(value, default_flow_style=True, width=100000, sort_keys=False).strip()
 
 
-class _LineLoader(yaml.SafeLoader):
-    pass
+# --- reading: the declaration (docs/schemas.md) and its checks across fields ---------------
+
+_DEB_NAME_RULE = "a Debian package name (a-z 0-9 + . -, at least 2 characters)"
+_check_deb_name = vocab._pattern(r"[a-z0-9][a-z0-9+.-]+", _DEB_NAME_RULE)
 
 
-def _mapping_with_line(loader, node, deep=False):
-    mapping = yaml.SafeLoader.construct_mapping(loader, node, deep=True)
-    mapping["__line__"] = node.start_mark.line + 1
-    return mapping
+def _below_archive(value: str) -> str:
+    if value.startswith("/") or ".." in value.split("/"):
+        raise ValueError(f"{vocab.shown(value)} is not a path below the archive")
+    return value
 
 
-_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_with_line)
+_Text = Annotated[str, Field(min_length=1)]
+
+
+class LockedPackageEntry(Declared):
+    """One locked package (the archive's signed Packages index publishes its sha256)."""
+
+    name: Annotated[str, AfterValidator(_check_deb_name), Rule(_DEB_NAME_RULE)]
+    version: _Text = Field(description="the Debian version, quoted where YAML would read a number")
+    arch: _Text
+    suite: _Text = Field(description="one of suites")
+    size: vocab.NonNegativeInt = Field(description="bytes")
+    sha256: vocab.Sha256
+    filename: Annotated[str, Field(min_length=1), AfterValidator(_below_archive), Rule("a path below the archive")]
+
+
+class ResolveEntry(Declared):
+    """What the package set was resolved from."""
+
+    priorities: list[str] = ["required"]
+    base: list[str] = ["apt"]
+    recommends: list[str] = []
+    install: list[str] = []
+
+
+class PackageLockFile(Declared):
+    """The OS package lock, written only by nodeforge (docs/os-packages.md)."""
+
+    schema_version: Literal[1]
+    distribution: str = "debian"
+    release: _Text
+    architecture: _Text
+    components: list[str] = ["main"]
+    suites: Annotated[dict[str, Literal["main", "security"]], Field(min_length=1)] = Field(
+        description="suite -> the configured mirror serving it")
+    index_dates: dict[str, str] = Field({}, description="suite -> Date of its verified InRelease (an older "
+                                                        "index is refused)")
+    resolve: ResolveEntry = ResolveEntry()
+    packages: list[LockedPackageEntry]
+
+
+MAX_DEPTH = 16   # the lock nests 3 deep; anything much deeper is not a lock
+LIMITS = schema.Limits(max_bytes=16 << 20, max_depth=MAX_DEPTH)
+HINT = "the package lock is written by nodeforge: regenerate it with 'nodeforge release lock-packages'"
+schema.register("os-package-lock", PackageLockFile, title="OS package lock", path=str(DEFAULT_PATH),
+                limits=LIMITS, description="Every Debian package of the node image (docs/os-packages.md).")
+
+
+def _checks(document, lock: PackageLockFile):
+    seen: dict[tuple[str, str], int] = {}
+    for i, p in enumerate(lock.packages):
+        if p.suite not in lock.suites:
+            yield document.problem(("packages", i, "suite"),
+                                   f"{vocab.shown(p.suite)} is not one of the suites ({', '.join(lock.suites)})")
+        if (p.name, p.arch) in seen:
+            yield document.problem(("packages", i), f"{p.name} ({p.arch}) is locked twice (also packages"
+                                                    f"[{seen[(p.name, p.arch)]}])")
+        seen.setdefault((p.name, p.arch), i)
 
 
 def load(path: Path) -> PackageLock:
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    if not path.exists():
         raise ConfigError(path=str(path), detail="package lock not found",
-                          hint="create it: nodeforge release lock-packages") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(path=str(path), detail=f"cannot read the package lock: {exc}") from None
-    return loads(text, path)
-
-
-MAX_DEPTH = 16   # the lock nests 3 deep; anything much deeper is not a lock (and would exhaust the stack)
-
-
-def _too_deep(text: str) -> int | None:
-    """The line where nesting first exceeds MAX_DEPTH (the event stream is read iteratively)."""
-    depth = 0
-    for event in yaml.parse(text, Loader=yaml.SafeLoader):
-        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
-            depth += 1
-            if depth > MAX_DEPTH:
-                return event.start_mark.line + 1
-        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
-            depth -= 1
-    return None
+                          hint="create it: nodeforge release lock-packages")
+    return loads(schema.read_text(path, LIMITS), path)
 
 
 def loads(text: str, path: Path) -> PackageLock:
-    try:
-        deep = _too_deep(text)
-        if deep is not None:
-            raise ConfigError(path=f"{path}:{deep}", detail=f"nested deeper than {MAX_DEPTH} levels; not a package lock")
-        data = yaml.load(text, Loader=_LineLoader)  # noqa: S506 (a SafeLoader subclass)
-    except RecursionError:
-        raise ConfigError(path=str(path), detail="nested too deeply; not a package lock") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark else str(path)
-        raise ConfigError(path=where, detail=f"not valid YAML: {getattr(exc, 'problem', exc)}") from None
-
-    def bad(line, field, detail):
-        return ConfigError(path=f"{path}:{line}", detail=f"{field}: {detail}",
-                           hint="the package lock is written by nodeforge: regenerate it with "
-                                "'nodeforge release lock-packages'")
-
-    if not isinstance(data, dict):
-        raise bad(1, "(top level)", "expected a mapping")
-    top = data.get("__line__", 1)
-    if data.get("schema_version") != SCHEMA_VERSION:
-        raise bad(top, "schema_version", f"expected {SCHEMA_VERSION}, found {data.get('schema_version')!r}")
-    for field in ("release", "architecture"):
-        if not isinstance(data.get(field), str) or not data[field]:
-            raise bad(top, field, "missing or not a string")
-    suites = data.get("suites")
-    if not isinstance(suites, dict) or not {k for k in suites if k != "__line__"}:
-        raise bad(top, "suites", "expected a mapping of suite -> archive (main or security)")
-    suite_map = {}
-    for s, a in suites.items():
-        if s == "__line__":
-            continue
-        if a not in ("main", "security"):
-            raise bad(suites["__line__"], f"suites.{s}", f"archive must be main or security, not {a!r}")
-        suite_map[str(s)] = a
-    res = data.get("resolve") or {"__line__": top}
-    if not isinstance(res, dict):
-        raise bad(top, "resolve", "expected a mapping")
-    lists = {}
-    for field in ("priorities", "base", "recommends", "install"):
-        value = res.get(field, [])
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise bad(res["__line__"], f"resolve.{field}", "expected a list of names")
-        lists[field] = tuple(value)
-    dates = data.get("index_dates") or {}
-    if not isinstance(dates, dict) or not all(isinstance(v, str) for k, v in dates.items() if k != "__line__"):
-        raise bad(top, "index_dates", "expected a mapping of suite -> date")
-    dates = {str(k): v for k, v in dates.items() if k != "__line__"}
-    comps = data.get("components", ["main"])
-    if not isinstance(comps, list) or not all(isinstance(c, str) for c in comps):
-        raise bad(top, "components", "expected a list of component names")
-    pkgs = data.get("packages")
-    if not isinstance(pkgs, list):
-        raise bad(top, "packages", "expected a list")
-    out, seen = [], {}
-    for i, p in enumerate(pkgs):
-        if not isinstance(p, dict):
-            raise bad(top, f"packages[{i}]", "expected a mapping")
-        line = p.get("__line__", top)
-        missing = [f for f in PACKAGE_FIELDS if f not in p]
-        extra = sorted(set(p) - set(PACKAGE_FIELDS) - {"__line__"})
-        if missing or extra:
-            raise bad(line, f"packages[{i}]", (f"missing {', '.join(missing)}" if missing else "")
-                      + ("; " if missing and extra else "") + (f"unknown {', '.join(extra)}" if extra else ""))
-        vals = {f: p[f] for f in PACKAGE_FIELDS}
-        for f in ("name", "version", "arch", "suite", "sha256", "filename"):
-            if isinstance(vals[f], (int, float)) and f == "version":
-                raise bad(line, f"packages[{i}].version", f"{vals[f]!r} must be quoted as a string")
-            if not isinstance(vals[f], str) or not vals[f]:
-                raise bad(line, f"packages[{i}].{f}", "missing or not a string")
-        if not _NAME.match(vals["name"]):
-            raise bad(line, f"packages[{i}].name", f"{vals['name']!r} is not a Debian package name")
-        if not _SHA256.match(vals["sha256"]):
-            raise bad(line, f"packages[{i}].sha256", f"{vals['sha256']!r} is not a lowercase sha256")
-        if not isinstance(vals["size"], int) or isinstance(vals["size"], bool) or vals["size"] < 0:
-            raise bad(line, f"packages[{i}].size", "expected a byte count")
-        if vals["suite"] not in suite_map:
-            raise bad(line, f"packages[{i}].suite", f"{vals['suite']!r} is not one of the suites ({', '.join(suite_map)})")
-        if vals["filename"].startswith("/") or ".." in vals["filename"].split("/"):
-            raise bad(line, f"packages[{i}].filename", f"{vals['filename']!r} is not a path below the archive")
-        pkg = LockedPackage(**vals)
-        if pkg.key in seen:
-            raise bad(line, f"packages[{i}]", f"{pkg.name} ({pkg.arch}) is locked twice (also line {seen[pkg.key]})")
-        seen[pkg.key] = line
-        out.append(pkg)
-    return PackageLock(release=data["release"], architecture=data["architecture"], suites=suite_map,
-                       resolve=Resolve(**lists), packages=tuple(out), components=tuple(comps),
-                       distribution=str(data.get("distribution", "debian")), path=path, index_dates=dates)
+    document = schema.load(path, text, format="yaml", limits=LIMITS)
+    lock = schema.validate(document, PackageLockFile, hint=HINT, checks=_checks)
+    r = lock.resolve
+    return PackageLock(release=lock.release, architecture=lock.architecture, suites=dict(lock.suites),
+                       resolve=Resolve(tuple(r.priorities), tuple(r.base), tuple(r.recommends), tuple(r.install)),
+                       packages=tuple(LockedPackage(**p.model_dump()) for p in lock.packages),
+                       components=tuple(lock.components), distribution=lock.distribution, path=path,
+                       index_dates=dict(lock.index_dates))

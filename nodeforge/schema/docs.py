@@ -32,6 +32,7 @@ DOCUMENTED_MODULES = (
     "nodeforge.pins.sources",
     "nodeforge.publish.retention",
     "nodeforge.imagebuild.manifest",
+    "nodeforge.oslock.lock",
     "nodeforge.imageverify.verifyreport",
     "nodeforge.ironic.inventory",
     "nodeforge.ironic.profiles",
