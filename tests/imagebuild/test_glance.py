@@ -155,7 +155,7 @@ def test_second_publish_uploads_nothing(tmp_path, admin, tracker, policy):
     second = g.Publisher(admin, policy).publish(b)[0]
     assert (second.action, second.image_id, second.manifest_image_id, second.verify_report_id) == \
         ("exists", first.image_id, first.manifest_image_id, first.verify_report_id)
-    assert {i["id"] for i in tracker.images(b.build_id)} == before and len(before) == 3
+    assert {i["id"] for i in tracker.images(b.build_id)} == before and len(before) == 4   # + manifest, report, provenance
     assert g.Publisher(admin, policy).publish(b, dry_run=True)[0].action == "exists"
 
 
@@ -266,7 +266,7 @@ def test_connection_dropped_mid_upload_leaves_nothing_and_rerun_completes(tmp_pa
     r = g.Publisher(admin, policy).publish(b)[0]
     assert r.action == "uploaded"
     statuses = [i["status"] for i in tracker.images(b.build_id)]
-    assert statuses == ["active", "active", "active"]  # node image + manifest + verify report
+    assert statuses == ["active"] * 4  # node image + manifest + verify report + provenance
 
 
 @pytest.mark.devcloud
@@ -316,7 +316,7 @@ def test_publish_killed_mid_upload_then_rerun_cleans_and_completes(tmp_path, dev
     assert left and set(left.values()) <= g.TRANSIENT, left  # the killed run left its image in flight
     r = g.Publisher(admin, policy).publish(b)[0]
     assert r.action == "uploaded" and set(left) <= set(r.cleaned)
-    assert [i["status"] for i in tracker.images(b.build_id)] == ["active", "active", "active"]
+    assert [i["status"] for i in tracker.images(b.build_id)] == ["active"] * 4   # + manifest, report, provenance
 
 
 @pytest.mark.slow
@@ -377,6 +377,6 @@ def test_glance_restarted_mid_upload_then_rerun_cleans_and_completes(tmp_path, m
         assert left and set(left.values()) <= g.TRANSIENT, left
         r = g.Publisher(conn, policy).publish(b)[0]
         assert r.action == "uploaded" and set(left) <= set(r.cleaned)
-        assert [i["status"] for i in g.list_images(conn, nodeforge_build_id=b.build_id)] == ["active"] * 3
+        assert [i["status"] for i in g.list_images(conn, nodeforge_build_id=b.build_id)] == ["active"] * 4
     finally:
         cloud.down()
