@@ -58,15 +58,7 @@ class ServiceStartError(NodeforgeError):
     message = "service '{service}' failed to start: {reason}\n--- last lines of {log} ---\n{tail}"
 
 
-def log_tail(path: Path, lines: int = 25) -> str:
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            fh.seek(max(0, fh.tell() - 16384))
-            text = fh.read().decode("utf-8", "replace")
-    except FileNotFoundError:
-        return "(no log written)"
-    return scrub("\n".join(text.splitlines()[-lines:]))
+log_tail = runner.log_tail   # the last lines of a service's log, secrets masked
 
 
 def port_holder(port: int, proto: str = "tcp") -> str | None:
