@@ -42,6 +42,11 @@ MINOR = "1.36"
 
 
 def _build(lock: Path, out: Path, **kw) -> tuple[Path, float]:
+    """A real build into ``out``. The package base cache is the shared default one (as between CI
+    runs); diskimage-builder's own cache (apt archives) is this test's, so a build another process
+    runs at the same time never holds its apt lock."""
+    kw.setdefault("package_base_cache", build.default_dib_cache() / "package-base")
+    kw.setdefault("dib_cache", out.parent / "dib-cache")
     t = time.monotonic()
     build.build(build.BuildRequest(minor=MINOR, lockfile_path=lock, out=out, cache_dir=ARTIFACT_CACHE,
                                    work_dir=Path(os.environ.get(build.ENV_WORK_DIR) or "/var/tmp"),
