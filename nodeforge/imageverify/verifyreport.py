@@ -7,8 +7,9 @@ it does not pass, stores it in Glance next to the image, and ``image promote``
 fetches it back and judges it again against the Glance image. All of them
 call :func:`parse` and :func:`judge` here, nothing else decides what a pass is.
 
-Schema ``nodeforge-image-verify/2`` (every field required, no other field
-allowed, at any level)::
+Schema ``nodeforge-image-verify/2``, declared once below (:class:`VerifyReport`;
+``docs/schemas.md``) with the rules across fields in :func:`parse` (every field
+required, no other field allowed, at any level)::
 
     {"schema": "nodeforge-image-verify/2",
      "build_id": str, "manifest_sha256": hex64,
@@ -42,9 +43,14 @@ import datetime
 import enum
 import json
 import re
+from typing import Annotated, Any, Literal, Optional
 
-from nodeforge.errors import NodeforgeError
+from pydantic import AfterValidator, Field
+
+from nodeforge import schema
+from nodeforge.errors import ConfigError, NodeforgeError
 from nodeforge.imageverify import verifychecks as vc
+from nodeforge.schema import Declared, Document, Rule, SchemaError, vocab
 from nodeforge.schema.loader import strict_json
 
 SCHEMA = "nodeforge-image-verify/2"
@@ -64,7 +70,6 @@ REQUIRED_CHECKS = ("boot", *(f"artifact-{a.component}" for a in vc.ARTIFACTS),
                    *(check_id for check_id, _, _ in vc.SERVICE_CHECKS), "hardening-profile", "rootfs-grown",
                    "manifest")
 MANIFEST_ITEM = f"sha256 {vc.MANIFEST_IN_IMAGE}"
-_HEX = {64: re.compile(r"^[0-9a-f]{64}$"), 128: re.compile(r"^[0-9a-f]{128}$")}
 _FILE_NAME = re.compile(r"^[^/\0]+$")
 # A report is a few KiB; anything this large is not one (and is not parsed).
 MAX_BYTES = 16 << 20
@@ -104,7 +109,83 @@ class Binding:
 
 
 # --------------------------------------------------------------------------
-# Structure
+# Structure: declared once (docs/schemas.md), then what ties the fields together
+
+def _iso_time(value: str) -> str:
+    try:
+        parsed = datetime.datetime.fromisoformat(value)
+    except ValueError:
+        parsed = None
+    if parsed is None or parsed.tzinfo is None:
+        raise ValueError("not an ISO 8601 time with an offset")
+    return value
+
+
+def _file_name_check(value: str) -> str:
+    if not _FILE_NAME.match(value) or value in (".", ".."):
+        raise ValueError("not a file name")
+    return value
+
+
+FileName = Annotated[str, AfterValidator(_file_name_check), Rule("a file name (no /)")]
+_NonEmpty = Annotated[str, Field(min_length=1)]
+
+
+class VerifyItem(Declared):
+    """One thing a check compared."""
+
+    what: str
+    expected: Any
+    observed: Any
+    passed: bool
+
+
+class VerifyCheck(Declared):
+    """One check (``verifychecks._check``): passed == it has items and all passed;
+    expected/observed == the items' values by ``what``."""
+
+    id: _NonEmpty
+    title: str
+    passed: bool
+    expected: dict[str, Any]
+    observed: dict[str, Any]
+    items: list[VerifyItem]
+    evidence: list[str]
+
+
+class VerifySection(Declared):
+    """One variant's verdict, bound to the build and the image's bytes."""
+
+    passed: bool = Field(description="== every check passed and error is null")
+    build_id: str = Field(description="== the top-level build_id")
+    manifest_sha256: vocab.Sha256 = Field(description="== the top-level manifest_sha256")
+    image: FileName
+    image_sha256: vocab.Sha256
+    image_sha512: vocab.Sha512
+    verified_at: Annotated[str, AfterValidator(_iso_time), Rule("an ISO 8601 time with an offset")]
+    accel: Literal[ACCELS]  # type: ignore[valid-type]
+    firmware: Literal[FIRMWARES]  # type: ignore[valid-type]
+    console_log: FileName
+    seconds: dict[Literal[SECONDS_KEYS], vocab.bounded(0)]  # type: ignore[valid-type]
+    summary: dict[str, Any] = Field(description="== verifychecks.summary(checks)")
+    error: Optional[_NonEmpty]
+    checks: list[VerifyCheck] = Field(description=f"non-empty, unique ids, these present: {', '.join(REQUIRED_CHECKS)}")
+
+
+class VerifyReport(Declared):
+    """``verify.json``, written by ``nodeforge image verify``; every field required."""
+
+    schema_: Literal[SCHEMA] = Field(alias="schema")  # type: ignore[valid-type]
+    build_id: Annotated[str, Field(min_length=1, pattern=r"\S")]
+    manifest_sha256: vocab.Sha256
+    variants: dict[str, VerifySection] = Field(description=f"variant ({', '.join(VARIANTS)}) -> its verdict")
+
+
+KIND = schema.register("verify-report", VerifyReport, title="Boot-verification report", path="BUILD/verify.json",
+                       formats=("json",), limits=schema.Limits(max_bytes=MAX_BYTES),
+                       description="Machine-written; judged by every reader (image publish, promote, the "
+                                   "pipeline's verify stage).")
+
 
 def parse(data: bytes | str, source: str = SOURCE) -> dict:
     """The report in ``data``, strictly validated (not yet against any build).
@@ -129,64 +210,36 @@ def parse(data: bytes | str, source: str = SOURCE) -> dict:
     if doc["schema"] != SCHEMA:
         fail(f"schema is {json.dumps(doc['schema'])[:60]}, not '{SCHEMA}' (a report of an older nodeforge "
              "or another tool); run 'nodeforge image verify' again")
-    _fields(doc, "", TOP_FIELDS, fail)
-    _text(doc["build_id"], "build_id", fail)
-    _hex(doc["manifest_sha256"], "manifest_sha256", 64, fail)
-    variants = doc["variants"]
-    if not isinstance(variants, dict):
-        fail("variants is not a JSON object")
-    if not variants:
+    try:
+        schema.check_tree(source, doc)
+        schema.validate(Document(source, "data", doc, doc), VerifyReport)
+    except SchemaError as exc:
+        fail("; ".join(f"{p.key}: {p.detail}" for p in exc.problems[:3]))
+    except ConfigError as exc:
+        fail(exc.detail if hasattr(exc, "detail") else str(exc))
+    if not doc["variants"]:
         fail("variants is empty: no variant was verified")
-    for name, section in variants.items():
+    for name, section in doc["variants"].items():
         if name not in VARIANTS:
-            fail(f"variants.{name} is not a variant ({', '.join(VARIANTS)})")
+            fail(f"variants.{name[:60]} is not a variant ({', '.join(VARIANTS)})")
         _section(doc, name, section, fail)
     return doc
 
 
-def _section(doc: dict, variant: str, section, fail) -> None:
+def _section(doc: dict, variant: str, section: dict, fail) -> None:
     at = f"variants.{variant}"
-    _fields(section, at, SECTION_FIELDS, fail)
     for key in ("build_id", "manifest_sha256"):
         if section[key] != doc[key]:
             fail(f"{at}.{key} {json.dumps(section[key])[:80]} is not the report's {key} "
                  f"{json.dumps(doc[key])[:80]}")
-    _file_name(section["image"], f"{at}.image", fail)
-    _hex(section["image_sha256"], f"{at}.image_sha256", 64, fail)
-    _hex(section["image_sha512"], f"{at}.image_sha512", 128, fail)
-    when = section["verified_at"]
-    try:
-        parsed = datetime.datetime.fromisoformat(when) if isinstance(when, str) else None
-    except ValueError:
-        parsed = None
-    if parsed is None or parsed.tzinfo is None:
-        fail(f"{at}.verified_at is not an ISO 8601 time with an offset")
-    if section["accel"] not in ACCELS:
-        fail(f"{at}.accel is not one of {', '.join(ACCELS)}")
-    if section["firmware"] not in FIRMWARES:
-        fail(f"{at}.firmware is not one of {', '.join(FIRMWARES)}")
-    _file_name(section["console_log"], f"{at}.console_log", fail)
-    seconds = section["seconds"]
-    if not isinstance(seconds, dict):
-        fail(f"{at}.seconds is not a JSON object")
-    for key, value in seconds.items():
-        if key not in SECONDS_KEYS:
-            fail(f"{at}.seconds.{key} is not a field of {SCHEMA} ({', '.join(SECONDS_KEYS)})")
-        if not _number(value) or value < 0:
-            fail(f"{at}.seconds.{key} is not a number of seconds")
-    error = section["error"]
-    if error is not None and not (isinstance(error, str) and error):
-        fail(f"{at}.error is neither null nor a message")
-    checks = section["checks"]
-    if not isinstance(checks, list):
-        fail(f"{at}.checks is not a list")
+    checks, error = section["checks"], section["error"]
     if not checks:
         fail(f"{at}.checks is empty: a verdict without checks proves nothing")
     seen: set[str] = set()
     for i, check in enumerate(checks):
         _check(check, f"{at}.checks[{i}]", fail)
         if check["id"] in seen:
-            fail(f"{at}.checks lists '{check['id']}' twice")
+            fail(f"{at}.checks lists '{check['id'][:60]}' twice")
         seen.add(check["id"])
     missing = [c for c in REQUIRED_CHECKS if c not in seen]
     if missing:
@@ -195,8 +248,6 @@ def _section(doc: dict, variant: str, section, fail) -> None:
     manifest_check = next(c for c in checks if c["id"] == "manifest")
     if manifest_check["expected"].get(MANIFEST_ITEM) != section["manifest_sha256"]:
         fail(f"{at}.checks[manifest] compared the image with another manifest than manifest_sha256")
-    if not isinstance(section["passed"], bool):
-        fail(f"{at}.passed is not true or false")
     failed = [c["id"] for c in checks if not c["passed"]]
     earned = not failed and error is None
     if section["passed"] and not earned:
@@ -208,65 +259,16 @@ def _section(doc: dict, variant: str, section, fail) -> None:
         fail(f"{at}.summary does not match its checks")
 
 
-def _check(check, at: str, fail) -> None:
-    _fields(check, at, CHECK_FIELDS, fail)
-    if not isinstance(check["id"], str) or not check["id"]:
-        fail(f"{at}.id is not a check id")
+def _check(check: dict, at: str, fail) -> None:
     of = f"(check '{check['id'][:60]}')"
-    if not isinstance(check["title"], str):
-        fail(f"{at}.title is not a string {of}")
-    if not isinstance(check["passed"], bool):
-        fail(f"{at}.passed is not true or false {of}")
     items = check["items"]
-    if not isinstance(items, list) or not items:
+    if not items:
         fail(f"{at}.items is not a non-empty list {of}: a check without items proves nothing")
-    for j, item in enumerate(items):
-        _fields(item, f"{at}.items[{j}]", ITEM_FIELDS, fail)
-        if not isinstance(item["what"], str) or not isinstance(item["passed"], bool):
-            fail(f"{at}.items[{j}] has no string 'what' and boolean 'passed' {of}")
     if check["passed"] != all(i["passed"] for i in items):
         fail(f"{at}.passed is {json.dumps(check['passed'])} but its items say otherwise {of}")
     for key in ("expected", "observed"):
         if check[key] != {i["what"]: i[key] for i in items}:
             fail(f"{at}.{key} does not match its items {of}")
-    evidence = check["evidence"]
-    if not isinstance(evidence, list) or not all(isinstance(e, str) for e in evidence):
-        fail(f"{at}.evidence is not a list of strings {of}")
-
-
-def _fields(node, at: str, fields: tuple[str, ...], fail) -> None:
-    where = at or "the report"
-    if not isinstance(node, dict):
-        fail(f"{where} is not a JSON object")
-    missing = [k for k in fields if k not in node]
-    if missing:
-        fail(f"{', '.join(_join(at, k) for k in missing)} missing")
-    extra = sorted(k for k in node if k not in fields)
-    if extra:
-        fail(f"{', '.join(_join(at, str(k)[:60]) for k in extra[:5])}: not a field of {SCHEMA} (unknown field)")
-
-
-def _join(at: str, key: str) -> str:
-    return f"{at}.{key}" if at else key
-
-
-def _text(value, at: str, fail) -> None:
-    if not isinstance(value, str) or not value.strip():
-        fail(f"{at} is not a non-empty string")
-
-
-def _hex(value, at: str, length: int, fail) -> None:
-    if not isinstance(value, str) or not _HEX[length].match(value):
-        fail(f"{at} is not {length} lower-case hex digits")
-
-
-def _file_name(value, at: str, fail) -> None:
-    if not isinstance(value, str) or not _FILE_NAME.match(value) or value in (".", ".."):
-        fail(f"{at} is not a file name")
-
-
-def _number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
 
 
 # --------------------------------------------------------------------------
