@@ -239,9 +239,6 @@ ALLOWED = {
     ("nodeforge/devcloud/process.py", "running a host tool"):
         "the local cloud's daemons: detached Popen with pidfiles, health checks and stop (a supervisor, "
         "not a command run to completion)",
-    ("nodeforge/oslock/lock.py", "YAML loading"):
-        "the OS package lock's reader keeps each mapping's line through its own SafeLoader subclass; not yet "
-        "moved onto schema.loader (open in #15)",
 }
 
 
