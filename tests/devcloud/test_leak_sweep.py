@@ -8,7 +8,9 @@ the session cloud's state directory.
 
 Secrets: a Redfish BMC's real password (``file:``), a wrong Redfish
 password (``env:``), an IPMI password encrypted with ``baremetal encrypt``
-(``fernet:``, key from ``baremetal keygen``), and the Fernet key itself.
+(``fernet:``, key from ``baremetal keygen``), and the Fernet key itself; the
+signing key's passphrase and private key; a mirror login from ``~/.netrc`` and a
+``?token=`` in a mirror setting through a real pipeline run and its run records.
 """
 
 from __future__ import annotations
@@ -188,3 +190,74 @@ def test_no_signing_secret_in_anything_printed_or_written(devcloud, tmp_path, mo
         assert not leaks, "secrets in the local services' logs:\n" + "\n".join(leaks)
     finally:
         tracker.cleanup()
+
+
+NETRC_PW = "NFleak-netrc-mirror-pw-W4t9q"
+URL_TOKEN = "NFleak-url-token-H6v2p"
+
+
+def test_no_secret_in_a_pipeline_run_record(tmp_path, monkeypatch, caplog):
+    """A real pipeline run (check, bump, prefetch against the local fixture mirror, whose login
+    comes from ~/.netrc; render skipped, build failing: no image builder here) and a second run
+    whose mirror setting carries a credential-looking ``?token=`` (refused by check): the run
+    records (run.json, summary.md, pr-body.md), everything else under the runs and cache
+    directories, and every log record at DEBUG hold neither value in any form."""
+    import logging
+
+    import requests
+
+    from nodeforge.devcloud.upstream_mirror import FixtureUpstream, MirrorServer
+    from nodeforge.pins.lockfile import Component
+    from nodeforge.pins.sources import SourceName
+    from nodeforge.pipeline import stages as st
+    from nodeforge.pipeline.run import Pipeline, PipelineFailed
+
+    up = FixtureUpstream(tmp_path / "up", size=256)
+    for version in ("1.36.0", "1.36.1"):
+        up.add_kubernetes(version)
+    up.add(Component.CRICTL, "1.36.0")
+    companions = {Component.CNI_PLUGINS: "1.9.1", Component.CONTAINERD: "2.3.4", Component.RUNC: "1.4.3"}
+    for comp, version in companions.items():
+        up.add(comp, version)
+    lock = tmp_path / "fixture" / "versions.yaml"
+    lock.parent.mkdir()
+    lock.write_text(up.lockfile_text({"1.36": "1.36.0"}, companions))
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".netrc").write_text(f"machine 127.0.0.1 login nf-mirror password {NETRC_PW}\n")
+    (home / ".netrc").chmod(0o600)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("NETRC", raising=False)
+    forms = secret_forms([NETRC_PW, URL_TOKEN])
+    caplog.set_level(logging.DEBUG)
+
+    def broken_build(ctx):
+        raise st.StageFailed(stage="build", detail="no image builder here")
+
+    stages = {**st.DEFAULT_STAGES, "render": lambda ctx: {"summary": "skipped in this test"}, "build": broken_build}
+    with MirrorServer(up.root) as server:
+        (lock.parent / "sources.yaml").write_text(
+            "mirrors:\n" + "".join(f"  {s.value}: {server.base_url(s)}\n" for s in SourceName))
+        # The login is really in play: requests sends it to the mirror.
+        assert requests.utils.get_netrc_auth(server.base_url(SourceName.KUBERNETES)) == ("nf-mirror", NETRC_PW)
+        cfg = st.PipelineConfig(lockfile=lock, cache_dir=tmp_path / "cache", fixture="leak sweep mirror",
+                                packages=False)
+        with pytest.raises(PipelineFailed, match=r"build\[1.36\]"):
+            Pipeline(cfg, runs_dir=tmp_path / "runs", stages=stages).run()
+        [first] = list((tmp_path / "runs").glob("*/run.json"))
+        assert '"prefetch"' in first.read_text() and "succeeded" in first.read_text()
+        # A mirror setting with a credential-looking query: check refuses it, the record says why.
+        up.add_kubernetes("1.36.2")
+        monkeypatch.setenv("NODEFORGE_MIRROR_KUBERNETES",
+                           f"{server.base_url(SourceName.KUBERNETES)}?token={URL_TOKEN}")
+        with pytest.raises(Exception) as second:
+            Pipeline(cfg, runs_dir=tmp_path / "runs2", stages=stages).run()
+    leaks = [f"exception: {v!r}" for f, v in forms.items() if f in str(second.value)]
+    leaks += _scan_tree(tmp_path / "runs", forms) + _scan_tree(tmp_path / "runs2", forms)
+    leaks += _scan_tree(tmp_path / "cache", forms) + _scan_tree(lock.parent, forms)
+    leaks += [f"log record: {v!r}" for f, v in forms.items() if f in caplog.text]
+    assert not leaks, "secrets in the pipeline's run records, files or logs:\n" + "\n".join(leaks)
+    # The second run was recorded, failed at check, saying why without the token.
+    [second_record] = list((tmp_path / "runs2").glob("*/run.json"))
+    text = second_record.read_text()
+    assert '"status": "failed"' in text and "failed at check" in text and "holds credentials" in text
