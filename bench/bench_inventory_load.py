@@ -1,0 +1,118 @@
+"""Reading large and hostile inventories (issue 13): seconds and peak memory, each in a
+fresh process (peak RSS from /proc/self/status VmHWM).
+
+* 10,000 nodes with ports, nodeforge YAML (2 MACs a node) and python-ironicclient bulk
+  (a port group of 2 ports a node): read and validated by ``inventory.load``, against the
+  peer measured in the same run, the same file through ruamel's round-trip parser (what
+  every YAML file went through before the libyaml tree builder); the ratio is printed.
+* Hostile files, each refused (exit 2 in ``baremetal validate``): just over the values
+  limit, a value as long as the size limit, 200 MB (sparse), the 1.3 KB alias bomb.
+
+    .venv/bin/python bench/bench_inventory_load.py [--nodes 10000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+CHILD = r"""
+import json, os, sys, time
+os.environ.setdefault("NF_BENCH_PW", "bench-pw-123456")
+from nodeforge.ironic import inventory as inv
+from nodeforge.schema import loader
+if sys.argv[2] == "roundtrip":            # the peer: no tree from libyaml's events
+    loader._c_build = lambda yaml, text: None
+t = time.perf_counter()
+try:
+    i = inv.load(sys.argv[1])
+    outcome = f"valid: {len(i.nodes)} nodes, {sum(len(n.ports) or len(n.macs) for n in i.nodes)} ports"
+except Exception as exc:
+    outcome = f"refused ({type(exc).__name__}): {str(exc).splitlines()[0][:110]}"
+seconds = time.perf_counter() - t
+hwm = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:"))
+print(json.dumps({"seconds": seconds, "peak_mb": hwm / 1024, "outcome": outcome}))
+"""
+
+
+def nodeforge_yaml(n: int) -> str:
+    lines = ["version: 1", "defaults:", "  resource_class: baremetal-compute", "  bmc:", "    username: admin",
+             "    password: env:NF_BENCH_PW", "nodes:"]
+    for i in range(n):
+        a, b = divmod(i, 250)
+        m = f"{i >> 16 & 255:02x}:{i >> 8 & 255:02x}:{i & 255:02x}"
+        lines += [f"  - name: node-{i:05d}", "    bmc:", f"      address: ipmi://10.{a // 250}.{a % 250}.{b + 1}:623",
+                  f"    macs: ['02:4e:{m}:00', '02:4e:{m}:01']",
+                  "    properties: {cpu_arch: x86_64, memory_mb: 262144, local_gb: 900, cpus: 64}",
+                  "    traits: [CUSTOM_RACK_A1]"]
+    return "\n".join(lines) + "\n"
+
+
+def bulk_yaml(n: int) -> str:
+    lines = ["nodes:"]
+    for i in range(n):
+        a, b = divmod(i, 250)
+        m = f"{i >> 16 & 255:02x}:{i >> 8 & 255:02x}:{i & 255:02x}"
+        lines += [f"  - name: node-{i:05d}", "    driver: ipmi", "    driver_info:",
+                  f"      ipmi_address: 10.{a // 250}.{a % 250}.{b + 1}", "      ipmi_username: admin",
+                  "      ipmi_password: env:NF_BENCH_PW", "    resource_class: baremetal-compute",
+                  "    properties: {cpu_arch: x86_64, memory_mb: 262144, local_gb: 900, cpus: 64}",
+                  "    portgroups:", f"      - name: node-{i:05d}-bond0", "        mode: 802.3ad", "        ports:",
+                  f"          - {{address: '02:4e:{m}:00', pxe_enabled: true}}",
+                  f"          - {{address: '02:4e:{m}:01', pxe_enabled: false}}"]
+    return "\n".join(lines) + "\n"
+
+
+def measure(path: Path, mode: str = "default") -> dict:
+    out = subprocess.run([sys.executable, "-c", CHILD, str(path), mode], capture_output=True, text=True,
+                         timeout=900, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--nodes", type=int, default=10_000)
+    args = ap.parse_args()
+    from nodeforge.ironic import inventory as inv
+
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; limits: "
+          f"{inv.LIMITS.max_bytes >> 20} MiB, {inv.LIMITS.max_values} values")
+    with tempfile.TemporaryDirectory() as tmp:
+        d = Path(tmp)
+        for name, text in (("nodeforge", nodeforge_yaml(args.nodes)), ("ironicclient bulk", bulk_yaml(args.nodes))):
+            path = d / f"{name.split()[0]}.yaml"
+            path.write_text(text)
+            ours, peer = measure(path), measure(path, "roundtrip")
+            print(f"{name}, {args.nodes} nodes, {len(text) / 1e6:.1f} MB: {ours['seconds']:.1f} s, "
+                  f"{ours['peak_mb']:.0f} MB peak; round-trip parser (peer): {peer['seconds']:.1f} s, "
+                  f"{peer['peak_mb']:.0f} MB; {peer['seconds'] / ours['seconds']:.1f}x faster; {ours['outcome']}")
+        n = inv.LIMITS.max_values
+        hostile = {"values limit + 10": "version: 1\nnodes: [" + ",".join(["1"] * (n + 10)) + "]\n",
+                   "one value of the size limit": "version: 1\nnodes:\n  - name: "
+                                                  + "x" * (inv.LIMITS.max_bytes - 40) + "\n",
+                   "alias bomb (1.3 KB)": "version: 1\nnodes:\n  - name: n1\n    bmc: {address: 'fake://'}\n"
+                                          "    properties:\n      a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n"
+                                          + "".join(f"      a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]\n"
+                                                    for i in range(1, 9))}
+        for name, text in hostile.items():
+            path = d / "hostile.yaml"
+            path.write_text(text)
+            r = measure(path)
+            print(f"hostile, {name} ({len(text) / 1e6:.2f} MB): {r['seconds']:.2f} s, {r['peak_mb']:.0f} MB peak: "
+                  f"{r['outcome']}")
+        big = d / "big.yaml"
+        with open(big, "wb") as fh:
+            fh.write(b"version: 1\nnodes:\n")
+            fh.truncate(200 << 20)
+        r = measure(big)
+        print(f"hostile, 200 MB (sparse): {r['seconds']:.3f} s, {r['peak_mb']:.0f} MB peak: {r['outcome']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
