@@ -70,3 +70,20 @@ def test_a_200_mb_inventory_is_refused_without_reading_it(tmp_path, name):
     assert result["code"] == 2, err
     assert f"{path}: larger than {inv.LIMITS.max_bytes >> 20} MiB; not read" in err
     assert result["maxrss_kb"] < 100 * 1024, result
+
+
+@pytest.mark.slow
+def test_a_realistic_large_batch_is_admitted(tmp_path, monkeypatch):
+    """10,000 nodes with two MACs each (the issue's realistic large batch) is within the
+    inventory limits and reads valid (figures: bench/bench_inventory_load.py, docs/inventory.md)."""
+    monkeypatch.setenv("NF_BIG_PW", "big-batch-pw-1234")
+    lines = ["version: 1", "defaults:", "  bmc: {username: admin, password: 'env:NF_BIG_PW'}", "nodes:"]
+    for i in range(10_000):
+        m = f"{i >> 16 & 255:02x}:{i >> 8 & 255:02x}:{i & 255:02x}"
+        lines += [f"  - name: node-{i:05d}", f"    bmc: {{address: 'ipmi://10.{i // 62500}.{i // 250 % 250}.{i % 250 + 1}'}}",
+                  f"    macs: ['02:4e:{m}:00', '02:4e:{m}:01']", "    properties: {cpu_arch: x86_64, memory_mb: 262144}"]
+    path = tmp_path / "batch.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    batch = inv.load(path)
+    assert len(batch.nodes) == 10_000 and sum(len(n.macs) for n in batch.nodes) == 20_000
+    assert batch.nodes[9999].location.line == len(lines) - 3

@@ -261,3 +261,70 @@ def test_too_many_values_are_counted_by_libyaml_and_refused_before_the_slow_pars
     deep = "a: " + "[" * 70 + "]" * 70 + "\n" + "# padding\n" * 4000      # > 32 KiB: libyaml's pass
     with pytest.raises(ConfigError, match=r"big.yaml:1: nested more than 64 levels deep"):
         load(tmp_path / "big.yaml", deep)
+
+
+# --- a large plain file's tree is built from libyaml's events (issue 13: 10,000 nodes) ---------
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+from nodeforge.schema import loader as _loader  # noqa: E402
+
+_KEYS = st.text("abcdefghij_-.0123456789", min_size=1, max_size=6)
+_LEAVES = st.one_of(st.none(), st.booleans(), st.integers(-10**6, 10**6), st.floats(allow_nan=False, allow_infinity=False),
+                    st.sampled_from(["yes", "no", "on", "1.30", "0o17", "0x1f", "1_000", "52:54:00:00:00:01", "~",
+                                     "null", "True", "2024-01-01x", ".inf", "-.5", "1e3", "a: b", "#x", "'q'"]),
+                    st.text(max_size=8))
+_DOCS = st.dictionaries(_KEYS, st.recursive(_LEAVES, lambda inner: st.lists(inner, max_size=4)
+                                            | st.dictionaries(_KEYS, inner, max_size=4), max_leaves=12),
+                        min_size=1, max_size=6)
+
+
+def _paths(node, prefix=()):
+    yield prefix
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from _paths(v, (*prefix, k))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _paths(v, (*prefix, i))
+
+
+@settings(max_examples=150, deadline=None)
+@given(doc=_DOCS, flow=st.booleans())
+def test_the_event_built_tree_reads_like_the_round_trip_parser(doc, flow):
+    """Same plain data (YAML 1.2 typing: yes is a string, 0o17 an int), same line of every key path
+    and same text as written, whatever the scalars and layout."""
+    import yaml
+
+    text = yaml.safe_dump(doc, default_flow_style=flow, allow_unicode=True, sort_keys=False)
+    built = _loader._c_build(yaml, text)
+    try:
+        rt = _loader.load("x.yaml", text)           # small: the round-trip parser
+    except ConfigError:                             # ruamel refuses it ('._' reads as a float): so must the fast path
+        assert built is None
+        return
+    if built is None:                               # something only the round-trip parser judges (a timestamp)
+        return
+    fast = _loader.Document("x.yaml", "yaml", built, _loader.plain(built), text)
+    assert fast.data == rt.data
+    for path in _paths(rt.data):
+        assert fast.line(path) == rt.line(path), path
+        if path:
+            assert fast.source_text(path) == rt.source_text(path), path
+
+
+@pytest.mark.parametrize("text", ["a: &x 1\nb: *x\n", "a: !!str 1\n", "a: 1\na: 2\n", "? [a]\n: 1\n",
+                                  "a: 1\n---\nb: 2\n", "<<: {a: 1}\n", "a: 2024-01-01\n", "%YAML 1.1\n---\na: 1\n"])
+def test_anything_else_is_left_to_the_round_trip_parser(text):
+    import yaml
+
+    assert _loader._c_build(yaml, text) is None
+
+
+def test_a_large_file_is_built_from_events_and_reports_the_same_lines(tmp_path):
+    rows = "".join(f"  - {{name: n{i}, port: {i}, on: yes}}\n" for i in range(3000))
+    text = "version: 1\nnodes:\n" + rows + "  - {name: bad, port: '7'}\n"
+    assert len(text) > _loader._COUNT_FROM
+    doc = _loader.load(tmp_path / "big.yaml", text)
+    assert isinstance(doc.doc, _loader.CommentedMap) and doc.data["nodes"][5] == {"name": "n5", "port": 5, "on": "yes"}
+    assert doc.line(("nodes", 3000, "port")) == 3003 and doc.source_text(("nodes", 3000, "port")) == "'7'"
