@@ -88,7 +88,7 @@ class LiveCloud:
         for t in self.templates:
             client.delete_template(self.admin, t)
         for f in self.flavors:
-            F._call(self.admin, "DELETE", f"/flavors/{f}", "cleanup", ok=(202, 204, 404))
+            F._call(self.admin, "DELETE", f"/flavors/{f}", "cleanup", missing_ok=True)
         for i in self.images:
             g.delete_image(self.admin, i)
         left = [t["name"] for t in client.read_templates(self.admin) if t["name"].startswith(self.prefix)]
