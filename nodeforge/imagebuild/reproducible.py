@@ -16,7 +16,9 @@ per-file manifest and the disks:
 * what records the build rather than the content is removed: the dpkg and
   debconf ``*-old`` backups, the ``ldconfig`` aux cache, apt's binary caches
   and lists, man-db's index, systemd's random seed, the shadow ``-`` backups,
-  ``/tmp`` and ``/var/tmp`` content, the dbus machine id;
+  ``/tmp`` and ``/var/tmp`` content, the dbus machine id, and ``/dev``'s
+  content (the build host's device nodes: its disks, ``kvm``, loop devices;
+  devtmpfs is mounted there at boot);
 * ``/etc/machine-id`` is empty (systemd makes one on first boot); SSH host
   keys are removed (made on first boot: ``nodeforge-ssh-host-keys.service``
   and cloud-init); log files are truncated (owner and mode kept);
@@ -51,6 +53,9 @@ REMOVE = (
     "etc/subgid-", "etc/ssh/ssh_host_*", "root/.bash_history", "root/.cache", "root/.wget-hsts",
     "tmp/*", "tmp/.*", "var/tmp/*", "var/tmp/.*", "var/lib/cloud/instance", "var/lib/cloud/instances/*",
     "var/log/journal/*/*", "var/cache/private/*", "var/lib/dhcp/*.leases", "var/backups/*",
+    # The build host's device nodes (its disks, kvm, loop devices; group ids of the host) that end up in
+    # the tree; the booted system mounts devtmpfs on /dev (the initramfs moves its own there).
+    "dev/*", "dev/.*",
 )
 EMPTY = ("etc/machine-id",)
 TRUNCATE_UNDER = ("var/log",)
