@@ -27,6 +27,7 @@ import subprocess
 import re
 import threading
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -204,9 +205,10 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
         pass
 
     def do_GET(self) -> None:
-        m = re.fullmatch(r"/([a-z-]+)/(pool/[A-Za-z0-9+~._/-]+\.deb)", self.path.split("?", 1)[0])
+        raw = self.path.split("?", 1)[0]                  # apt sends '+' as %2b
+        m = re.fullmatch(r"/([a-z-]+)/(pool/[A-Za-z0-9+~:._/-]+\.deb)", urllib.parse.unquote(raw))
         if m and m.group(1) in self.upstream and not Path(self.translate_path(self.path)).is_file():
-            return self._pass_through(f"{self.upstream[m.group(1)].rstrip('/')}/{m.group(2)}")
+            return self._pass_through(f"{self.upstream[m.group(1)].rstrip('/')}{raw[len(m.group(1)) + 1:]}")
         return super().do_GET()
 
     def _pass_through(self, url: str) -> None:
