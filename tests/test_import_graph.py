@@ -211,6 +211,7 @@ class Concept:
     methods: tuple[str, ...] = ()   # ``<anything>.rename(...)``
     strings: tuple[str, ...] = ()   # regexes on string constants
     modules: tuple[str, ...] = ()   # imported modules (``import subprocess``)
+    defines: tuple[str, ...] = ()   # function names only the home may define (same name, another signature)
 
 
 ONE_HOME = [
@@ -218,11 +219,12 @@ ONE_HOME = [
             calls=("subprocess.run", "subprocess.Popen", "subprocess.call", "subprocess.check_call",
                    "subprocess.check_output", "subprocess.getoutput", "subprocess.getstatusoutput", "os.system",
                    "os.popen", "os.spawnv", "os.execv", "os.execvp", "shutil.which"),
-            modules=("subprocess",)),
+            modules=("subprocess",), defines=("require", "which", "log_tail")),
     Concept("atomic replacement", "nodeforge/base/fs.py", calls=("os.replace", "os.rename", "os.renames"),
-            methods=("rename",)),
+            methods=("rename",), defines=("atomic_write", "move_into_place")),
     Concept("SHA*SUMS lines", "nodeforge/base/sums.py",
-            strings=(r"\[ \*\]", r"\\s\+\\\*\?", r"[0-9]a-fA-F\]\+\) ?[ \\]")),
+            strings=(r"\[ \*\]", r"\\s\+\\\*\?", r"[0-9]a-fA-F\]\+\) ?[ \\]"),
+            defines=("read_sums", "write_sums", "parse_sums", "format_sums")),
     Concept("YAML loading", "nodeforge/schema/loader.py",
             calls=("yaml.safe_load", "yaml.load", "yaml.safe_load_all", "yaml.load_all", "yaml.full_load",
                    "yaml.unsafe_load", "yaml.parse", "yaml.compose", "YAML", "ruamel.yaml.YAML",
@@ -275,6 +277,8 @@ def second_implementations(path: Path, tree: ast.AST, concept: Concept) -> list[
                     hits.append(f"{rel}:{node.lineno}: {name}(...)")
             if isinstance(node.func, ast.Attribute) and node.func.attr in concept.methods:
                 hits.append(f"{rel}:{node.lineno}: .{node.func.attr}(...)")
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in concept.defines:
+            hits.append(f"{rel}:{node.lineno}: def {node.name}: a second one (its home is {concept.home})")
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and concept.strings:
             if any(re.search(rx, node.value) for rx in concept.strings):
                 hits.append(f"{rel}:{node.lineno}: a {concept.name} pattern {node.value[:40]!r}")
@@ -306,6 +310,9 @@ def test_one_implementation(concept, parsed):
     ("import re\nLINE = re.compile(r'^(?P<hex>[0-9a-fA-F]+) [ *](?P<name>.+)$')\n", "SHA*SUMS lines"),
     ("import yaml\nyaml.safe_load('a: 1')\n", "YAML loading"),
     ("from ruamel.yaml import YAML\nYAML(typ='safe')\n", "YAML loading"),
+    ("def atomic_write(path, text):\n    pass\n", "atomic replacement"),
+    ("def read_sums(path):\n    return {}\n", "SHA*SUMS lines"),
+    ("def require(*tools):\n    return {}\n", "running a host tool"),
 ])
 def test_a_second_implementation_is_caught(source, concept_name):
     concept = next(c for c in ONE_HOME if c.name == concept_name)

@@ -133,7 +133,7 @@ class BuildDir:
         }
 
 
-def read_sums(path: Path) -> dict[str, str]:
+def _read_sums(path: Path) -> dict[str, str]:
     """``{file name: lower-case hex}`` from a sha*sum file (:mod:`nodeforge.base.sums`); {} if it is missing."""
     return {Path(name).name: digest
             for name, digest in sums_mod.read_sums(path, missing_ok=True, error=BuildDirError).items()}
@@ -185,7 +185,7 @@ def load(path: Path | str) -> BuildDir:
         lock = lock.split(":", 1)[1]
 
     verify_raw = (root / VERIFY).read_bytes() if (root / VERIFY).is_file() else None
-    sums = {algo: read_sums(root / fname) for algo, fname in SUMS.items()}
+    sums = {algo: _read_sums(root / fname) for algo, fname in SUMS.items()}
     variants: dict[str, VariantImage] = {}
     declared = manifest.get("images") if isinstance(manifest.get("images"), dict) else None
     if declared:

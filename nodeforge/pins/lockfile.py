@@ -33,6 +33,7 @@ from ruamel.yaml.comments import CommentedMap
 from ruamel.yaml.scalarstring import DoubleQuotedScalarString
 
 from nodeforge import scope as IC
+from nodeforge.base import fs
 from nodeforge.errors import ConfigError
 from nodeforge.schema import loader as yamlfile
 from nodeforge.schema import Declared, Rule, SchemaError, register, validate, vocab
@@ -224,7 +225,7 @@ class Lockfile:
         return parse(self.path, yamlfile.dumps(doc))
 
     def save(self, path: Path | None = None) -> None:
-        yamlfile.atomic_write(Path(path or self.path), self.dumps())
+        fs.atomic_write(Path(path or self.path), self.dumps())
 
 
 def load(path: Path | str = DEFAULT_PATH) -> Lockfile:

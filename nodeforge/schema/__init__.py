@@ -26,7 +26,7 @@ Loading (:mod:`nodeforge.schema.loader`)
         CSV: ``.data`` is a list of row dicts; ``.line((i,))`` is row i's line.
     ``plain(tree)`` (round-trip tree -> plain data), ``check_tree``,
     ``read_text(path, limits)``, ``read_bytes``, ``decode(path, data)``,
-    ``dumps(tree)``, ``atomic_write(path, text)``, ``line_of(node, key)``,
+    ``dumps(tree)`` (written atomically by :func:`nodeforge.base.fs.atomic_write`), ``line_of(node, key)``,
     ``tree_line(tree, keypath)``, ``MAX_DEPTH``.
 
 Problems (:mod:`nodeforge.schema.problems`)
@@ -81,11 +81,11 @@ function raising ``ValueError``.
 from nodeforge.schema.declare import (SECRET, Declared, FileKind, Rule, is_secret, kind, kind_of, kinds,
                                       load_file, problems_of, register, secret_field, secret_fields, validate,
                                       validate_data)
-from nodeforge.schema.loader import (DEFAULT_LIMITS, MAX_DEPTH, Document, Limits, atomic_write, check_tree, decode,
+from nodeforge.schema.loader import (DEFAULT_LIMITS, MAX_DEPTH, Document, Limits, check_tree, decode,
                                      dumps, line_of, load, plain, read_bytes, read_text, tree_line)
 from nodeforge.schema.problems import Problem, SchemaError, keypath_str
 
 __all__ = ["SECRET", "Declared", "FileKind", "Rule", "is_secret", "kind", "kind_of", "kinds", "load_file",
            "problems_of", "register", "secret_field", "secret_fields", "validate", "validate_data",
-           "DEFAULT_LIMITS", "MAX_DEPTH", "Document", "Limits", "atomic_write", "check_tree", "decode", "dumps",
+           "DEFAULT_LIMITS", "MAX_DEPTH", "Document", "Limits", "check_tree", "decode", "dumps",
            "line_of", "load", "plain", "read_bytes", "read_text", "tree_line", "Problem", "SchemaError", "keypath_str"]

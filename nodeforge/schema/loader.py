@@ -49,7 +49,6 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.constructor import DuplicateKeyError
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
-from nodeforge.base import fs
 from nodeforge.errors import ConfigError
 from nodeforge.schema.problems import Problem, SchemaError
 
@@ -762,9 +761,3 @@ def dumps(doc) -> str:
     buf = io.StringIO()
     _yaml().dump(doc, buf)
     return buf.getvalue()
-
-
-def atomic_write(path, text: str) -> None:
-    """Replace ``path`` with ``text`` so readers see the old or the new file,
-    never a mix (see :func:`nodeforge.fs.atomic_write`)."""
-    fs.atomic_write(Path(path), text)

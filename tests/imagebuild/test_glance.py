@@ -13,6 +13,7 @@ import urllib.parse
 
 import pytest
 
+from nodeforge.base import sums as base_sums
 from nodeforge.imageverify import builddir
 from nodeforge.publish import glance as g
 from nodeforge.publish.retention import RetentionPolicy
@@ -117,7 +118,7 @@ def test_publish_end_to_end(tmp_path, admin, tracker, policy):
     d = tracker.build(make_build_dir(tmp_path, size=3 * 1024 * 1024 + 17))
     b = builddir.load(d)
     results = {r.variant: r for r in g.Publisher(admin, policy).publish(b)}
-    sums = builddir.read_sums(d / "SHA512SUMS")
+    sums = base_sums.read_sums(d / "SHA512SUMS")
     for variant, r in results.items():
         assert r.action == "uploaded"
         img = g.get_image(admin, r.image_id)

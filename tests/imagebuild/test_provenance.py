@@ -18,6 +18,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from packageurl import PackageURL
 
 from nodeforge import cli
+from nodeforge.base import sums as base_sums
 from nodeforge.imageverify import builddir
 from nodeforge.oslock import lock as oslock
 from nodeforge.publish import glance as g, provenance as pv, signing
@@ -78,7 +79,7 @@ def test_statement_subjects_are_the_images_and_every_input_has_its_digest(tmp_pa
     doc = pv.statement(b)
     assert doc["_type"] == "https://in-toto.io/Statement/v1"
     assert doc["predicateType"] == "https://slsa.dev/provenance/v1"
-    sums = {a: builddir.read_sums(d / f"SHA{a[3:]}SUMS") for a in ("sha256", "sha512")}
+    sums = {a: base_sums.read_sums(d / f"SHA{a[3:]}SUMS") for a in ("sha256", "sha512")}
     assert {s["name"]: s["digest"] for s in doc["subject"]} == {
         v.path.name: {"sha256": sums["sha256"][v.path.name], "sha512": sums["sha512"][v.path.name]}
         for v in b.variants.values()}
