@@ -58,7 +58,7 @@ log = logging.getLogger(__name__)
 
 REPO = Path(__file__).resolve().parents[2]
 HOST_TOOLS = ("sudo", "debootstrap", "tar", "mkfs.ext4", "mkfs.vfat", "mmd", "mcopy", "sgdisk", "grub-mkimage",
-              "qemu-img")
+              "debugfs", "qemu-img")
 GIB = 1 << 30
 ENV_DIB_CACHE = "NODEFORGE_DIB_CACHE"
 ENV_WORK_DIR = "NODEFORGE_WORK_DIR"

@@ -27,6 +27,9 @@ a random source: the GPT disk and partition GUIDs, the ext4 UUID and
 directory hash seed, the FAT volume id are the ids; mkfs.ext4 runs with
 ``E2FSPROGS_FAKE_TIME``, mkfs.vfat and mtools with ``SOURCE_DATE_EPOCH``
 (the volume-label entry mkfs.vfat stamps with the clock is set to the epoch).
+``mkfs.ext4 -d`` copies each inode's ctime and atime from the tree (the time
+the build wrote the file, the time it was last read), so both are set to the
+epoch afterwards with ``debugfs -w`` (:func:`set_inode_times`).
 """
 
 from __future__ import annotations
@@ -244,6 +247,9 @@ def assemble(tree: Path, disk_path: Path, *, root_uuid: str, esp_id: str, workdi
           "-E", ",".join([f"offset={layout.root_offset}", *hash_args]), str(disk_path),
           f"{layout.root_size // 1024}k"], log, env=env)
 
+    if epoch is not None:
+        set_inode_times(disk_path, layout.root_offset, tree, epoch, workdir, log=log, env=env)
+
     # UEFI: GRUB in the ESP.
     efi_img = workdir / "BOOTX64.EFI"
     early = workdir / "early.cfg"
@@ -271,6 +277,35 @@ def assemble(tree: Path, disk_path: Path, *, root_uuid: str, esp_id: str, workdi
     install_bios(disk_path, (bios_dir / "boot.img").read_bytes(), core.read_bytes(), BIOS_BOOT[0] // SECTOR,
                  BIOS_BOOT[1])
     return Disk(disk_path, layout, root_uuid, f"{esp_id[:4]}-{esp_id[4:]}")
+
+
+def set_inode_times(disk_path: Path, offset: int, tree: Path, epoch: int, workdir: Path, *, log=None,
+                    env=None) -> int:
+    """Set atime and ctime of every inode of the ext4 filesystem at ``offset`` in ``disk_path`` that
+    holds an entry of ``tree`` to ``epoch`` (one ``debugfs -w`` run; it also writes the superblock,
+    at ``E2FSPROGS_FAKE_TIME``). Returns the number of paths. A path debugfs cannot quote (a double
+    quote or a newline in it) is refused."""
+    lines = ["/"]
+    tree = os.fspath(tree)
+    for dirpath, dirnames, filenames in os.walk(tree):
+        for name in dirnames + filenames:
+            rel = "/" + os.path.relpath(os.path.join(dirpath, name), tree)
+            if '"' in rel or "\n" in rel or "\\" in rel:
+                raise DiskError(detail=f"cannot set the times of {rel!r} (a quote, backslash or newline in the name)")
+            lines.append(rel)
+    cmds = Path(workdir) / "inode-times.debugfs"
+    cmds.write_text("".join(f'sif "{p}" atime @{epoch}\nsif "{p}" ctime @{epoch}\n' for p in lines))   # @: seconds (not YYYYMMDD...)
+    proc = _run(["debugfs", "-w", "-f", str(cmds), f"{disk_path}?offset={offset}"], None,
+                env=dict(env or os.environ, E2FSPROGS_FAKE_TIME=str(epoch)))
+    # debugfs echoes each command as "debugfs: ..."; anything else is a complaint about one.
+    errors = [line for line in (proc.stdout or "").splitlines() if line.strip() and not line.startswith("debugfs")]
+    if log is not None:
+        log.write(f"debugfs: atime and ctime of {len(lines)} paths set to {epoch}"
+                  + (f"; {len(errors)} message(s): {' | '.join(errors[:5])}" if errors else ""))
+    if errors:
+        raise DiskError(detail=f"debugfs could not set inode times: {' | '.join(errors[:5])}")
+    cmds.unlink()
+    return len(lines)
 
 
 def _fat_stamp(epoch: int) -> tuple[int, int]:

@@ -10,6 +10,7 @@ import datetime
 import hashlib
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -278,3 +279,26 @@ def test_two_esp_images_made_apart_in_time_are_byte_identical(tmp_path):
     cmp = imgdiff.compare_bytes(*images, regions=[("head", 0, 4096), ("second", 4096, 8192)])
     assert (cmp["differing_bytes"], cmp["differing_blocks"], cmp["first_blocks"]) == (2, 1, [1])
     assert cmp["regions"] == {"head": 0, "second": 1}
+
+
+def test_inode_times_in_the_ext4_image_are_the_epoch(tmp_path):
+    require_tools("mkfs.ext4", "debugfs", why="root filesystem assembly")
+    tree = _tree(tmp_path / "tree")
+    reproducible.normalise(tree, EPOCH)
+    for rel in ("etc/hostname", "usr/bin"):          # read after clamping: atime moves (relatime)
+        os.utime(tree / rel, (EPOCH + 99, EPOCH - 5))
+    img, offset = tmp_path / "disk.raw", 1 << 20
+    with open(img, "wb") as fh:
+        fh.truncate(offset + (64 << 20))
+    subprocess.run(["mkfs.ext4", "-q", "-F", "-d", str(tree), "-E", f"offset={offset}", str(img), "65536k"],
+                   check=True, capture_output=True, env=dict(os.environ, E2FSPROGS_FAKE_TIME=str(EPOCH)))
+    n = disk.set_inode_times(img, offset, tree, EPOCH, tmp_path)
+    assert n == len(contents.scan(tree))
+    for path in ("/", "/etc/hostname", "/usr/bin", "/usr/bin/tool-link"):
+        out = subprocess.run(["debugfs", "-R", f"stat {path}", f"{img}?offset={offset}"], capture_output=True,
+                             text=True).stdout
+        times = dict(re.findall(r"^\s*(\w+): 0x([0-9a-f]{8})", out, re.M))
+        assert int(times["ctime"], 16) == EPOCH and int(times["atime"], 16) == EPOCH, (path, times)
+    (tree / "etc/missing").write_text("not in the image\n")
+    with pytest.raises(disk.DiskError, match="debugfs could not set inode times"):
+        disk.set_inode_times(img, offset, tree, EPOCH, tmp_path)
