@@ -15,7 +15,11 @@ Every limit is enforced before or while parsing, never after the damage:
   composing;
 * **values**: a YAML text of more than :attr:`Limits.max_values` values is
   refused after counting them with libyaml's C parser (PyYAML), before the
-  pure-Python round-trip parser spends ~0.1 ms and ~1 KiB on each;
+  pure-Python round-trip parser spends ~0.1 ms and ~1 KiB on each; a large
+  text (32 KiB or more) without anchors, aliases, tags, timestamps, duplicate,
+  complex or merge keys has its round-trip tree (CommentedMap/CommentedSeq with
+  the same positions, scalars typed by ruamel's own YAML 1.2 resolver) built
+  from libyaml's events instead (:class:`_Builder`; ~5x faster);
 * **aliases**: YAML anchors/aliases are kept shared by the parser (cheap), but
   anything that walks the tree (validation, ``json.dumps``, a copy) expands
   them; the expanded size of the document is computed in linear time over the
@@ -333,8 +337,8 @@ def _load_yaml(path: str, text: str, limits: Limits) -> Document:
     except TypeError:
         # ruamel hashing a complex key (``? {a: [1]}``) that holds a mapping or list
         raise ConfigError(path=str(path), detail=_COMPLEX_KEY) from None
-    except (ValueError, OverflowError) as exc:
-        # a scalar ruamel cannot construct: a date 2024-13-45, '!!int x'
+    except (ValueError, OverflowError, IndexError) as exc:
+        # a scalar ruamel cannot construct: a date 2024-13-45, '!!int x', '-_' (resolved as an int)
         raise ConfigError(path=str(path), detail=f"invalid YAML: a value cannot be read ({exc}); "
                                                  "quote it if it is text") from None
     check_tree(path, doc, limits)
@@ -513,12 +517,16 @@ def _c_prepass(path: str, text: str, limits: Limits) -> tuple[bool, Any]:
         return False, None
     except Exception:  # noqa: BLE001 - libyaml's YAML 1.1 differs; the real parse decides
         return False, None
+    # libyaml counts NEL, LS and PS as line breaks (YAML 1.1), ruamel does not: its lines would differ.
+    plain_doc = plain_doc and not any(c in text for c in "\x85\u2028\u2029")
     return True, (_c_build(yaml, text) if plain_doc else None)
 
 
 def _c_build(yaml, text: str):
     """The round-trip tree from libyaml's events (a second C parse), or None when the document
     holds something only the round-trip parser judges."""
+    if any(c in text for c in "\x85\u2028\u2029"):
+        return None
     builder = _Builder()
     try:
         for event in yaml.parse(text, Loader=yaml.CSafeLoader):

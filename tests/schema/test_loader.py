@@ -328,3 +328,10 @@ def test_a_large_file_is_built_from_events_and_reports_the_same_lines(tmp_path):
     doc = _loader.load(tmp_path / "big.yaml", text)
     assert isinstance(doc.doc, _loader.CommentedMap) and doc.data["nodes"][5] == {"name": "n5", "port": 5, "on": "yes"}
     assert doc.line(("nodes", 3000, "port")) == 3003 and doc.source_text(("nodes", 3000, "port")) == "'7'"
+
+
+@pytest.mark.parametrize("text", ["-_: 1\n", "a: -_\n", "a: [+_]\n"])
+def test_a_scalar_the_round_trip_parser_cannot_construct_is_a_message(tmp_path, text):
+    # Found by the tree-builder property test: ruamel resolves '-_' as an int and raised IndexError.
+    with pytest.raises(ConfigError, match=r"x.yaml: invalid YAML: a value cannot be read"):
+        _loader.load(tmp_path / "x.yaml", text)
