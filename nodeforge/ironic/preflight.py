@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from nodeforge.base.ipmitool import ipmitool
 from nodeforge.base.runner import CommandTimeout
 from nodeforge.ironic.ipmi import ipmi_probe
+from nodeforge import transport
 from nodeforge.ironic.errorkind import ErrorKind
 from nodeforge.ironic.inventory import BmcKind, Inventory, NodeSpec
 from nodeforge.redact import scrub
@@ -77,7 +78,8 @@ def check_redfish(spec: NodeSpec, timeout: float = 10.0) -> Check:
         c.ok = True
     except sx.AccessError as exc:
         status = getattr(exc, "status_code", None)
-        c.failure = ErrorKind.AUTH if status in (401, 403, None) else ErrorKind.ERROR
+        refused = status is None or transport.kind_of(status) is transport.ErrorKind.AUTH
+        c.failure = ErrorKind.AUTH if refused else ErrorKind.ERROR
         c.detail = f"BMC refused the credentials (HTTP {status})"
     except sx.ResourceNotFoundError:
         c.failure, c.detail = ErrorKind.AMBIGUOUS_SYSTEM, f"system {b.system_id} not found on the BMC"
