@@ -283,7 +283,8 @@ def test_two_esp_images_made_apart_in_time_are_byte_identical(tmp_path):
 
 def test_inode_times_in_the_ext4_image_are_the_epoch(tmp_path):
     require_tools("mkfs.ext4", "debugfs", why="root filesystem assembly")
-    tree = _tree(tmp_path / "tree")
+    tree = _tree(tmp_path / "tree", extra={"usr/lib/systemd/system/system-systemd\\x2dcryptsetup.slice": "[Unit]\n",
+                                           'etc/a "quoted" name': "x\n"})
     reproducible.normalise(tree, EPOCH)
     for rel in ("etc/hostname", "usr/bin"):          # read after clamping: atime moves (relatime)
         os.utime(tree / rel, (EPOCH + 99, EPOCH - 5))
@@ -294,7 +295,8 @@ def test_inode_times_in_the_ext4_image_are_the_epoch(tmp_path):
                    check=True, capture_output=True, env=dict(os.environ, E2FSPROGS_FAKE_TIME=str(EPOCH)))
     n = disk.set_inode_times(img, offset, tree, EPOCH, tmp_path)
     assert n == len(contents.scan(tree))
-    for path in ("/", "/etc/hostname", "/usr/bin", "/usr/bin/tool-link"):
+    for path in ("/", "/etc/hostname", "/usr/bin", "/usr/bin/tool-link",
+                 '"/usr/lib/systemd/system/system-systemd\\x2dcryptsetup.slice"', '"/etc/a ""quoted"" name"'):
         out = subprocess.run(["debugfs", "-R", f"stat {path}", f"{img}?offset={offset}"], capture_output=True,
                              text=True).stdout
         times = dict(re.findall(r"^\s*(\w+): 0x([0-9a-f]{8})", out, re.M))
