@@ -544,6 +544,7 @@ def _normalise(rootfs: Path, epoch: int, logf: _Log, host_paths: dict[str, str])
                + (" ..." if len(done["removed"]) > 40 else ""))
     logf.write(f"normalised: emptied {done['emptied']}, {done['truncated_logs']} log file(s) truncated, "
                f"{done['shadow_dates']} shadow date(s) set, host paths replaced in {done['host_paths_replaced']}, "
+               f"iSCSI initiator name reset: {done['iscsi_initiator_reset']}, "
                f"{done['clamped']} mtime(s) clamped to {epoch}")
     return done
 

@@ -23,6 +23,10 @@ per-file manifest and the disks:
   keys are removed (made on first boot: ``nodeforge-ssh-host-keys.service``
   and cloud-init); log files are truncated (owner and mode kept);
 * the password-change day in ``/etc/shadow`` is the epoch's day;
+* ``/etc/iscsi/initiatorname.iscsi``: the random ``InitiatorName`` open-iscsi's
+  postinst made when the package base was built (every node from that base
+  would share it; the file says it must be unique) becomes
+  ``GenerateName=yes``: open-iscsi makes one on the node's first start;
 * in diskimage-builder's own record (``/etc/dib-manifests/dib_arguments``,
   ``dib_environment``) the build's scratch directory, the artifact cache and
   the Python environment are replaced by fixed names (``<work>``, ...): they
@@ -100,6 +104,21 @@ def _remove(path: str) -> None:
         os.unlink(path)
 
 
+def _iscsi_initiator(root: Path) -> bool:
+    """``InitiatorName=...`` in open-iscsi's initiator name file replaced by ``GenerateName=yes``."""
+    path = root / "etc" / "iscsi" / "initiatorname.iscsi"
+    if not path.is_file() or path.is_symlink():
+        return False
+    lines = path.read_text().splitlines()
+    new = ["GenerateName=yes" if line.startswith("InitiatorName=") else line for line in lines]
+    if new == lines:
+        return False
+    st = path.stat()
+    path.write_text("\n".join(new) + "\n")
+    os.chmod(path, stat.S_IMODE(st.st_mode))
+    return True
+
+
 def _shadow(root: Path, epoch: int) -> int:
     """Set every account's last-password-change day to the epoch's day; returns how many changed."""
     path = root / "etc" / "shadow"
@@ -172,9 +191,11 @@ def normalise(root: Path, epoch: int, host_paths: dict[str, str] | None = None) 
                     os.truncate(full, 0)
                     truncated += 1
     shadow = _shadow(root, epoch)
+    iscsi = _iscsi_initiator(root)
     clamped = clamp_times(root, epoch)
     return {"epoch": epoch, "removed": removed, "emptied": emptied, "truncated_logs": truncated,
-            "shadow_dates": shadow, "host_paths_replaced": replaced, "clamped": clamped}
+            "shadow_dates": shadow, "host_paths_replaced": replaced, "iscsi_initiator_reset": iscsi,
+            "clamped": clamped}
 
 
 def clamp_times(root: Path, epoch: int) -> int:

@@ -177,6 +177,14 @@ def test_normalised_trees_made_differently_have_the_same_file_manifest(tmp_path)
     assert all(e["mtime"] <= EPOCH for e in ea)
     assert f"root:*:{EPOCH // 86400}:" in (ta / "etc/shadow").read_text()
     assert "nobody:*::" in (ta / "etc/shadow").read_text()
+    iscsi = tb / "etc/iscsi/initiatorname.iscsi"
+    iscsi.parent.mkdir(parents=True)
+    iscsi.write_text("## The InitiatorName must be unique\nInitiatorName=iqn.1993-08.org.debian:01:ca1cccfb8f9f\n")
+    assert reproducible.normalise(tb, EPOCH)["iscsi_initiator_reset"] is True
+    assert iscsi.read_text() == "## The InitiatorName must be unique\nGenerateName=yes\n"
+    iscsi.unlink()
+    iscsi.parent.rmdir()
+    reproducible.clamp_times(tb, EPOCH)
     # A change in one byte is one changed path.
     (tb / "usr/bin/tool").write_text("#!/bin/bash\n")
     reproducible.clamp_times(tb, EPOCH)
