@@ -13,17 +13,14 @@ from nodeforge.imageverify import boottest
 
 @click.command()
 @click.argument("build_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option("--variant", "variants", multiple=True, type=click.Choice(sorted(builddir.VARIANT_FORMATS)),
-              help="Only this variant (repeatable).  [default: every image in the build]")
+@options.variants()
 @click.option("--timeout", type=click.FloatRange(min=10), default=boottest.DEFAULT_TIMEOUT, show_default=True,
               help="Seconds a boot may take until the guest reports; then QEMU is stopped and the variant fails.")
 @click.option("--accel", type=click.Choice(["auto", "kvm", "tcg"]), default="auto", show_default=True,
               envvar=boottest.ENV_ACCEL, help="KVM if /dev/kvm works (auto), or force one.")
-@click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path), envvar="NODEFORGE_CACHE_DIR",
-              help="Artifact cache (for the pinned crictl/containerd archives' file digests).  "
+@options.cache_dir("Artifact cache (for the pinned crictl/containerd archives' file digests).  "
                    "[default: $XDG_CACHE_HOME/nodeforge/artifacts]")
-@click.option("--work-dir", type=click.Path(file_okay=False, path_type=Path), envvar=boottest.ENV_WORK_DIR,
-              help="Scratch space for overlays and seeds.  [default: $TMPDIR]")
+@options.work_dir("Scratch space for overlays and seeds.  [default: $TMPDIR]")
 @click.option("--keep-work", is_flag=True, help="Keep the scratch directory (overlay, seed) for debugging.")
 @click.option("--parallel", is_flag=True,
               help="Boot the variants at the same time, one vCPU each (default: one after the other, "
