@@ -35,7 +35,7 @@ from ruamel.yaml.scalarstring import DoubleQuotedScalarString
 from nodeforge import scope as IC
 from nodeforge.base import fs
 from nodeforge.errors import ConfigError
-from nodeforge.schema import loader as yamlfile
+from nodeforge.schema import loader
 from nodeforge.schema import Declared, Rule, SchemaError, register, validate, vocab
 from nodeforge.schema import load as schema_load
 
@@ -212,7 +212,7 @@ class Lockfile:
         return out
 
     def dumps(self) -> str:
-        return yamlfile.dumps(self.doc)
+        return loader.dumps(self.doc)
 
     def with_minor(self, new: MinorPins) -> "Lockfile":
         """A copy with ``new`` pinned; only differing values change in the YAML tree."""
@@ -222,7 +222,7 @@ class Lockfile:
             _update_minor(minors[new.minor], new)
         else:
             minors[DoubleQuotedScalarString(new.minor)] = _minor_tree(new, self.architectures)
-        return parse(self.path, yamlfile.dumps(doc))
+        return parse(self.path, loader.dumps(doc))
 
     def save(self, path: Path | None = None) -> None:
         fs.atomic_write(Path(path or self.path), self.dumps())

@@ -321,39 +321,13 @@ def store_files(publisher, build, variant: str, existing: list[dict]) -> dict[st
     manifest: ``os_hidden``, tag ``nodeforge-files``, role ``files``); returns the node image's
     properties linking it ({} when the build has no per-file manifest). Images of this role, build and
     variant in ``existing`` (an interrupted run's) are deleted once the new one is active."""
-    from nodeforge.publish import glance as g
-
     data = build_files_bytes(build)
     if data is None:
         return {}
-    digest = hashlib.sha256(data).hexdigest()
-    for old in existing:
-        if old["status"] == g.ACTIVE and old.get(FILES_SHA256) == digest:
-            return {FILES_IMAGE: old["id"], FILES_SHA256: digest}
-    name = f"{g.image_name(build, variant)}.{contents.FILENAME}"[:255]
-    img = g.create_image(publisher.conn, {
-        "name": name, "disk_format": "raw", "container_format": "bare", "os_hidden": True, "tags": [FILES_TAG],
-        f"{g.P}role": FILES_ROLE, f"{g.P}build_id": build.build_id, f"{g.P}variant": variant, FILES_SHA256: digest,
-        f"{g.P}uploader": publisher.owner, g.SCOPE: publisher.scope_for(build)})
-    try:
-        from nodeforge import transport
-        transport.request(publisher.conn.image, "PUT", f"/images/{img['id']}/file", what=f"uploading {name}",
-                          error=transport.ApiError, retry=transport.ONCE, data=data,
-                          headers={"Content-Type": "application/octet-stream"})
-        stored = g.get_image(publisher.conn, img["id"])
-        algo = stored.get("os_hash_algo") or "sha512"
-        local = hashlib.new(algo, data).hexdigest() if algo in hashlib.algorithms_available else None
-        if stored["status"] != g.ACTIVE or stored.get("os_hash_value") != local:
-            raise DiffError(detail=f"{name}: Glance stored the per-file manifest as '{stored['status']}' with "
-                                   f"{algo} {stored.get('os_hash_value')}, not the {len(data)} bytes sent")
-    except BaseException:
-        publisher._discard(img["id"])
-        raise
-    g.patch_image(publisher.conn, img["id"], [{"op": "remove", "path": f"/{g.P}uploader"}], f"updating {name}")
-    for old in existing:
-        if old["id"] != img["id"]:
-            g.delete_image(publisher.conn, old["id"])
-    return {FILES_IMAGE: img["id"], FILES_SHA256: digest}
+    image_id = publisher.side_image(build, variant, role=FILES_ROLE, tag=FILES_TAG, suffix=contents.FILENAME,
+                                    data=data, digest_prop=FILES_SHA256, existing=existing,
+                                    what="per-file manifest", replace=True)
+    return {FILES_IMAGE: image_id, FILES_SHA256: hashlib.sha256(data).hexdigest()}
 
 
 def ensure_files(publisher, image: dict, build, variant: str, existing: list[dict], dry_run: bool) -> str | None:

@@ -592,21 +592,26 @@ class Publisher:
             raise PublishError(detail=f"{build.manifest_path} changed while publishing")
         return img["id"]
 
-    def _report_image(self, build: BuildDir, variant: str, existing: list[dict], report: bytes) -> str:
-        """The hidden image holding ``report`` (the verify.json bytes judged at load), reused when
-        an earlier run left an active one with the same digest; Glance's own hash is checked."""
-        digest = hashlib.sha256(report).hexdigest()
+    def side_image(self, build: BuildDir, variant: str, *, role: str, tag: str, suffix: str, data: bytes,
+                   digest_prop: str, existing: list[dict], what: str, replace: bool = False) -> str:
+        """A hidden image holding ``data`` beside the node image (``os_hidden``, ``tag``, ``role``, the
+        sha256 of ``data`` in ``digest_prop``): the verify report, the provenance, the per-file
+        manifest. An active image in ``existing`` with that digest is reused; Glance's own hash of
+        the stored bytes is checked; with ``replace`` the other images in ``existing`` (an
+        interrupted run's) are deleted once the new one is active. Nothing is left half-made: a
+        refused or interrupted upload deletes the new image."""
+        digest = hashlib.sha256(data).hexdigest()
         for img in existing:
-            if img["status"] == ACTIVE and img.get(f"{P}verify_sha256") == digest:
+            if img["status"] == ACTIVE and img.get(digest_prop) == digest:
                 return img["id"]
         img = create_image(self.conn, {
-            "name": f"{image_name(build, variant)}.verify.json"[:255], "disk_format": "raw",
-            "container_format": "bare", "os_hidden": True, "tags": [TAG_VERIFY_REPORT],
-            f"{P}role": "verify-report", f"{P}build_id": build.build_id, f"{P}variant": variant,
-            f"{P}verify_sha256": digest, f"{P}uploader": self.owner, SCOPE: self.scope_for(build),
+            "name": f"{image_name(build, variant)}.{suffix}"[:255], "disk_format": "raw",
+            "container_format": "bare", "os_hidden": True, "tags": [tag],
+            f"{P}role": role, f"{P}build_id": build.build_id, f"{P}variant": variant,
+            digest_prop: digest, f"{P}uploader": self.owner, SCOPE: self.scope_for(build),
         })
         try:
-            put_data(self.conn, img["id"], report, f"uploading {img['name']}")
+            put_data(self.conn, img["id"], data, f"uploading {img['name']}")
         except transport.ApiError as exc:
             self._discard(img["id"])
             if exc.failure.kind is transport.ErrorKind.NETWORK:
@@ -617,13 +622,23 @@ class Publisher:
             raise UploadInterrupted(image=img["name"], sent=0, detail=type(exc).__name__) from None
         stored = get_image(self.conn, img["id"])
         algo = stored.get("os_hash_algo") or "sha512"
-        local = hashlib.new(algo, report).hexdigest() if algo in hashlib.algorithms_available else None
+        local = hashlib.new(algo, data).hexdigest() if algo in hashlib.algorithms_available else None
         if stored["status"] != ACTIVE or stored.get("os_hash_value") != local:
             self._discard(img["id"])
-            raise PublishError(detail=f"{img['name']}: Glance stored the verify report as '{stored['status']}' "
-                                      f"with {algo} {stored.get('os_hash_value')}, not the {len(report)} bytes sent")
+            raise PublishError(detail=f"{img['name']}: Glance stored the {what} as '{stored['status']}' "
+                                      f"with {algo} {stored.get('os_hash_value')}, not the {len(data)} bytes sent")
         patch_image(self.conn, img["id"], [{"op": "remove", "path": f"/{P}uploader"}], f"updating {img['name']}")
+        if replace:
+            for old in existing:
+                if old["id"] != img["id"]:
+                    delete_image(self.conn, old["id"])
         return img["id"]
+
+    def _report_image(self, build: BuildDir, variant: str, existing: list[dict], report: bytes) -> str:
+        """The hidden image holding ``report`` (the verify.json bytes judged at load)."""
+        return self.side_image(build, variant, role="verify-report", tag=TAG_VERIFY_REPORT, suffix="verify.json",
+                               data=report, digest_prop=f"{P}verify_sha256", existing=existing,
+                               what="verify report")
 
     def _ensure_report(self, image: dict, build: BuildDir, variant: str, reports: list[dict], report: bytes,
                        dry_run: bool) -> str | None:

@@ -54,7 +54,6 @@ import logging
 import time
 from pathlib import Path
 
-from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
@@ -405,11 +404,6 @@ def summary(doc: dict) -> dict:
 # --------------------------------------------------------------------------
 # Glance: stored at publish time, beside the manifest
 
-def _put(conn, image_id: str, data: bytes, what: str) -> None:
-    transport.request(conn.image, "PUT", f"/images/{image_id}/file", what=what, error=transport.ApiError,
-                      retry=transport.ONCE, data=data, headers={"Content-Type": "application/octet-stream"})
-
-
 def store(publisher, build: BuildDir, variant: str, existing: list[dict]) -> tuple[str, str]:
     """Upload ``build``'s provenance for ``variant`` as a hidden image (signed with the publisher's
     key when it has one); returns (image id, sha256 of the envelope bytes). Provenance images of
@@ -420,29 +414,11 @@ def store(publisher, build: BuildDir, variant: str, existing: list[dict]) -> tup
     sign = publisher.sign
     data = dumps(envelope(statement(build), sign.signer if sign is not None else None))
     digest = hashlib.sha256(data).hexdigest()
-    name = f"{g.image_name(build, variant)}.provenance.dsse.json"[:255]
-    img = g.create_image(publisher.conn, {
-        "name": name, "disk_format": "raw", "container_format": "bare", "os_hidden": True, "tags": [TAG],
-        f"{P}role": ROLE, f"{P}build_id": build.build_id, f"{P}variant": variant, PROP_SHA256: digest,
-        f"{P}uploader": publisher.owner, g.SCOPE: publisher.scope_for(build),
-    })
-    try:
-        _put(publisher.conn, img["id"], data, f"uploading {name}")
-        stored = g.get_image(publisher.conn, img["id"])
-        algo = stored.get("os_hash_algo") or "sha512"
-        local = hashlib.new(algo, data).hexdigest() if algo in hashlib.algorithms_available else None
-        if stored["status"] != g.ACTIVE or stored.get("os_hash_value") != local:
-            raise ProvenanceError(detail=f"{name}: Glance stored the provenance as '{stored['status']}' with "
-                                         f"{algo} {stored.get('os_hash_value')}, not the {len(data)} bytes sent")
-    except Exception:
-        publisher._discard(img["id"])
-        raise
-    g.patch_image(publisher.conn, img["id"], [{"op": "remove", "path": f"/{P}uploader"}], f"updating {name}")
-    for old in existing:
-        if old["id"] != img["id"]:
-            g.delete_image(publisher.conn, old["id"])
-    log.info("%s: provenance %s (%s)", name, img["id"], "signed" if sign is not None else "unsigned")
-    return img["id"], digest
+    image_id = publisher.side_image(build, variant, role=ROLE, tag=TAG, suffix="provenance.dsse.json", data=data,
+                                    digest_prop=PROP_SHA256, existing=existing, what="provenance", replace=True)
+    log.info("%s: provenance %s (%s)", g.image_name(build, variant), image_id,
+             "signed" if sign is not None else "unsigned")
+    return image_id, digest
 
 
 def ensure(publisher, image: dict, build: BuildDir, variant: str, existing: list[dict], dry_run: bool) -> str | None:

@@ -293,7 +293,7 @@ def load(path, text: str | None = None, *, format: str | None = None,
 
 
 def load_yaml_tree(path, text: str | None = None, limits: Limits = DEFAULT_LIMITS):
-    """Only the round-trip tree of a YAML file (what ``yamlfile.load`` returned)."""
+    """Only the round-trip tree of a YAML file (what a round-trip rewrite needs)."""
     return load(path, text, format="yaml", limits=limits).doc
 
 
