@@ -33,6 +33,9 @@ from tests.prereq import require
 # The test run's one real build and boot, made by the release pipeline (session fixtures).
 from tests.release_fixture import built_image, release_run, verified_build  # noqa: F401
 
+# CLI fixtures (run, no_cloud) for the tests that drive the CLI in-process.
+pytest_plugins = ["tests.support.cli"]
+
 MODE_ENV = "NODEFORGE_TEST_CLOUD"          # "own" (default) or "reuse"
 # Offsets tried for the session's own cloud, first free one wins. Chosen so
 # that no port of one overlaps a port of another, of the default cloud

@@ -12,17 +12,8 @@ from nodeforge.ironic import batch, inventory as inv
 from nodeforge.ironic.errorkind import ErrorKind
 from nodeforge.ironic.report import HINTS
 from tests.support.ironic import FakeProvisioner
+from tests.support.clock import Clock
 
-
-class Clock:
-    def __init__(self):
-        self.t = 0.0
-
-    def __call__(self):
-        return self.t
-
-    def sleep(self, s):
-        self.t += s
 
 
 @pytest.fixture

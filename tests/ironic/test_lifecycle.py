@@ -9,22 +9,13 @@ from nodeforge.ironic import lifecycle as lc
 from nodeforge.ironic.inventory import Bmc, BmcKind, Cleaning, CleanMode, CleanStep, Location, NodeSpec
 from nodeforge.ironic.provisioner import ErrorKind, IronicError
 from tests.support.ironic import FakeProvisioner
+from tests.support.clock import Clock
 
 
 def spec(name, *, inspect=False, cleaning=Cleaning()):
     bmc = Bmc(BmcKind.FAKE, f"fake://{name}", name, None, None, None)
     return NodeSpec(name=name, bmc=bmc, location=Location("t.yaml", 1), inspect=inspect, cleaning=cleaning)
 
-
-class Clock:
-    def __init__(self):
-        self.t = 0.0
-
-    def __call__(self):
-        return self.t
-
-    def sleep(self, s):
-        self.t += s
 
 
 def drive(fake, specs, policy=None, start_state="enroll", automated_clean=True):

@@ -7,14 +7,8 @@ import threading
 import pytest
 
 from nodeforge.ironic.pacing import Bounds, Pacer
+from tests.support.clock import Clock
 
-
-class Clock:
-    def __init__(self):
-        self.t = 0.0
-
-    def __call__(self):
-        return self.t
 
 
 def pacer(**kw) -> tuple[Pacer, Clock]:

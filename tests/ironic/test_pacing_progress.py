@@ -7,14 +7,8 @@ import io
 from nodeforge.ironic import lifecycle as lc
 from nodeforge.ironic.inventory import Bmc, BmcKind, Location, NodeSpec
 from nodeforge.ironic.progress import Progress, state_counts
+from tests.support.clock import Clock
 
-
-class Clock:
-    def __init__(self):
-        self.t = 0.0
-
-    def __call__(self):
-        return self.t
 
 
 def work(name, state, result=None, error=None):
