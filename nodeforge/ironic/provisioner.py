@@ -119,9 +119,13 @@ class SdkProvisioner:
     # -- transport
     def _call(self, method: str, url: str, operation: str, *, json_body: Any = None, write: bool = False,
               microversion: str | None = None, missing_ok: bool = False):
+        # idempotent=True: a create that got no answer is sent again, as before the transport: Ironic
+        # refuses a second node of the same name or a port of the same address (409), which
+        # enrollment matches by name and address on its next listing.
         resp = T.request(self.adapter, method, url, what=operation, error=_error, retry=self.retry,
                          observer=_Attempts(self, write), on_retry=self._retried, markers=MARKERS,
-                         missing_ok=missing_ok, json=json_body, microversion=microversion or self.version)
+                         missing_ok=missing_ok, idempotent=True, json=json_body,
+                         microversion=microversion or self.version)
         return T.json_of(resp)
 
     def _retried(self, failure: T.Failure, delay: float) -> None:

@@ -37,10 +37,17 @@ def request(adapter, method: str, url: str, *, what: str, error: E.ErrorFactory 
             retry: RetryPolicy | None = API, observer: Observer | None = None,
             on_retry: Callable[[E.Failure, float], None] | None = None, missing_ok: bool = False,
             expect: tuple[int, ...] | None = None, markers: Mapping[E.ErrorKind, tuple[str, ...]] | None = None,
-            **kwargs: Any):
+            idempotent: bool | None = None, **kwargs: Any):
     """The response of ``method url`` (retried per ``retry``), or None when ``missing_ok`` and
-    the answer is 404; any other failure raises ``error(failure, what)``."""
+    the answer is 404; any other failure raises ``error(failure, what)``.
+
+    A POST that got no answer may have been carried out, so it is not sent again unless the
+    caller says repeating it is safe (``idempotent=True``: the service refuses a duplicate, as
+    Ironic does for a node name or a port address); an answer that refused it (503, 429, 409
+    locked) is retried whatever the method."""
     policy = retry or API
+    if not (idempotent if idempotent is not None else method.upper() != "POST"):
+        policy = policy.replace(retry_on=policy.retry_on - {E.ErrorKind.NETWORK})
 
     def attempt():
         if observer is not None:

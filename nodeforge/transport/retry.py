@@ -8,8 +8,9 @@ with jitter (``base * 2**n``, at most ``cap``, times 0.5-1.0) or the
 answer's ``Retry-After`` when longer (at most ``max_retry_after``), at most
 ``attempts`` calls in all; then the last :class:`Refused` is raised.
 
-* :data:`API` (OpenStack API calls): 409 NodeLocked, 503, 429, no answer;
-  6 attempts, 0.25 s doubling to 4 s.
+* :data:`API` (OpenStack API calls): 409 NodeLocked, 503, 429, no answer
+  (no answer: not for a POST unless the caller says it is safe to repeat, see
+  :func:`nodeforge.transport.rest.request`); 6 attempts, 0.25 s doubling to 4 s.
 * :data:`DOWNLOAD` (artifact and archive downloads): also any 5xx;
   5 attempts, 0.5 s doubling to 10 s.
 

@@ -181,6 +181,28 @@ def test_no_answer_is_network_and_retried():
     assert rec.retried == ["network", "network"] and rec.attempts == [(None, "network")] * 3
 
 
+@pytest.mark.parametrize("method, idempotent, attempts", [("POST", None, 1), ("POST", True, 3), ("GET", None, 3),
+                                                         ("PUT", None, 3)])
+def test_a_post_without_an_answer_is_not_sent_again_unless_safe(method, idempotent, attempts):
+    """It may have been carried out (a second Magnum template, Glance image or flavor)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    rec = Recorder()
+    with pytest.raises(transport.ApiError) as info:
+        transport.request(_adapter(f"http://127.0.0.1:{port}/v1"), method, "/things", what="write",
+                          retry=_policy(rec, attempts=3), observer=rec, idempotent=idempotent)
+    assert info.value.kind is K.NETWORK and len(rec.attempts) == attempts
+
+
+def test_a_post_refused_by_an_answer_is_retried(server):
+    server.answers = [(503, "busy", {})]
+    server.final = (201, "{}", {})
+    rec = Recorder()
+    transport.request(_adapter(server.url), "POST", "/clustertemplates", what="create", retry=_policy(rec))
+    assert len(server.seen) == 2
+
+
 def test_paging_next_link_links_next_and_marker(server):
     base = server.url
     server.pages = {
