@@ -480,6 +480,17 @@ def _certificate(conn, image: dict, cert_path: Path | None, cert_id: str | None,
     return signing.fetch_certificate(conn, ref), f"certificate {ref}", ref
 
 
+def _check_validity(cert, label: str, cert_label: str) -> None:
+    """The publishing certificate must be valid now, as Glance and Nova require for the image
+    signature made with the same key (an expired or not-yet-valid one proves nothing today)."""
+    from nodeforge.publish import signing
+
+    try:
+        signing.check_validity(cert, cert_label)
+    except signing.SigningError as exc:
+        raise ProvenanceInvalid(image=label, check="certificate", detail=exc.kwargs.get("detail", str(exc))) from None
+
+
 def verify(conn, ref: str, *, cert_path: Path | None = None, cert_id: str | None = None,
            download: bool = False) -> dict:
     """Check the provenance of Glance image ``ref``: its envelope's digest, its signature against
@@ -509,6 +520,7 @@ def verify(conn, ref: str, *, cert_path: Path | None = None, cert_id: str | None
     env = parse_envelope(data, label)
     cert, cert_label, used_id = _certificate(conn, image, cert_path, cert_id, label)
     signed_by = verify_signature(env, cert.public_key(), label, cert_label)
+    _check_validity(cert, label, cert_label)
     doc = parse_statement(env.payload, label)
 
     algo, value = image.get("os_hash_algo"), image.get("os_hash_value")

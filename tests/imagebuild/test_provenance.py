@@ -14,6 +14,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from packageurl import PackageURL
 
@@ -277,6 +278,18 @@ def test_a_wrong_key_is_refused(tmp_path):
     with pytest.raises(pv.ProvenanceInvalid) as exc:
         pv.verify(conn, r.image_id, cert_path=cert)
     assert exc.value.check == "signature"
+
+
+def test_an_expired_publishing_certificate_is_refused(tmp_path):
+    signer, cert = signer_for(tmp_path)
+    conn, d, r = _publish(tmp_path, signer)
+    assert pv.verify(conn, r.image_id, cert_path=cert)["valid"]
+    key = serialization.load_pem_private_key((tmp_path / "rsa.pem").read_bytes(), None)
+    expired = tmp_path / "expired.crt"
+    expired.write_bytes(_cert(key, days=-0.5))       # valid from yesterday until twelve hours ago
+    with pytest.raises(pv.ProvenanceInvalid) as exc:
+        pv.verify(conn, r.image_id, cert_path=expired)
+    assert exc.value.check == "certificate" and "not valid now" in str(exc.value)
 
 
 def test_changed_envelope_bytes_missing_and_unsigned_provenance_are_named(tmp_path):
