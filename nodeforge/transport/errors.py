@@ -43,10 +43,14 @@ class ErrorKind(str, enum.Enum):
 
     @property
     def retriable(self) -> bool:
-        """Retried by the API policy (:data:`nodeforge.transport.retry.API_RETRIABLE`)."""
-        from nodeforge.transport.retry import API_RETRIABLE
-
+        """Retried by the API policy (:data:`API_RETRIABLE`)."""
         return self in API_RETRIABLE
+
+
+# The kinds the retry policies send again (nodeforge.transport.retry): an answer that refused the
+# call for now, or none at all; downloads also retry any 5xx.
+API_RETRIABLE = frozenset({ErrorKind.LOCKED, ErrorKind.UNAVAILABLE, ErrorKind.NETWORK, ErrorKind.RATE_LIMITED})
+DOWNLOAD_RETRIABLE = API_RETRIABLE | {ErrorKind.SERVER}
 
 
 # 409 bodies that say what the conflict is (lower case, searched in the detail).

@@ -28,14 +28,12 @@ from typing import Callable, TypeVar
 import tenacity
 
 from nodeforge.redact import scrub
-from nodeforge.transport.errors import ErrorKind, Failure
+from nodeforge.transport.errors import API_RETRIABLE, DOWNLOAD_RETRIABLE, Failure
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-API_RETRIABLE = frozenset({ErrorKind.LOCKED, ErrorKind.UNAVAILABLE, ErrorKind.NETWORK, ErrorKind.RATE_LIMITED})
-DOWNLOAD_RETRIABLE = API_RETRIABLE | {ErrorKind.SERVER}
 
 
 class Refused(Exception):
