@@ -155,3 +155,29 @@ def variants(help: str = "Only this variant (repeatable).  [default: every image
 
     return click.option("--variant", "variants", multiple=True, type=click.Choice(sorted(builddir.VARIANT_FORMATS)),
                         help=help)
+
+
+def variant(help: str = "Only this variant."):
+    """``--variant NAME`` (one, passed as ``variant``): an image variant (``image list``)."""
+    from nodeforge.imageverify import builddir
+
+    return click.option("--variant", type=click.Choice(sorted(builddir.VARIANT_FORMATS)), help=help)
+
+
+def _variant_list(ctx, param, value: str) -> tuple[str, ...]:
+    from nodeforge.imagebuild import render
+
+    names = tuple(v.strip() for v in value.split(",") if v.strip())
+    unknown = [v for v in names if v not in render.VARIANTS]
+    if unknown or not names:
+        raise click.BadParameter(f"expected a comma-separated list of {', '.join(render.VARIANTS)}")
+    return names
+
+
+def variant_list(help: str = "Comma-separated variants to build from the one root filesystem."):
+    """``--variant vm,baremetal`` (comma-separated, passed as ``variants``; default every variant):
+    the variants a build makes (``image build``)."""
+    from nodeforge.imagebuild import render
+
+    return click.option("--variant", "variants", default=",".join(render.VARIANTS), show_default=True,
+                        callback=_variant_list, help=help)

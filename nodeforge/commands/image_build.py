@@ -15,14 +15,6 @@ from nodeforge.pins.lockfile import Arch
 _lockfile_option = options.lockfile()
 
 
-def _variants(ctx, param, value: str) -> tuple[str, ...]:
-    names = tuple(v.strip() for v in value.split(",") if v.strip())
-    unknown = [v for v in names if v not in render_mod.VARIANTS]
-    if unknown or not names:
-        raise click.BadParameter(f"expected a comma-separated list of {', '.join(render_mod.VARIANTS)}")
-    return names
-
-
 def _out_dir(ctx, param, value):
     """--out as a Path; an empty value is a usage error (Path("") would mean the current directory)."""
     if value is None:
@@ -50,8 +42,7 @@ def render(app, minor, out, arch, lockfile_path):
 
 @click.command()
 @click.option("--k8s", "minor", required=True, metavar="1.NN", help="Kubernetes minor, as pinned in the lockfile.")
-@click.option("--variant", "variants", default=",".join(render_mod.VARIANTS), show_default=True,
-              callback=_variants, help="Comma-separated variants to build from the one root filesystem.")
+@options.variant_list()
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path),
               help="Build directory to create (must not exist).  [default: build/images/k8s-<version>-<time>]")
 @options.cache_dir()

@@ -110,7 +110,7 @@ def promote(app, image, scope, retention_path, dry_run):
 @click.command("list")
 @click.option("--approved", is_flag=True, help="Only approved images.")
 @click.option("--k8s", metavar="1.NN[.P]", help="Only this Kubernetes minor (or exact version).")
-@click.option("--variant", type=VARIANTS, help="Only this variant.")
+@options.variant()
 @click.option("--all", "include_hidden", is_flag=True, help="Include hidden (superseded) images.")
 @options.scope("Only images of this ownership scope (nodeforge_scope).  [default: every scope, and legacy "
                "images without one]")

@@ -8,7 +8,6 @@ import click
 
 from nodeforge import log, options, output
 from nodeforge.imageverify import boottest
-from nodeforge.pins import lockfile
 from nodeforge.publish import retention
 from nodeforge.pipeline import runrecord as rr
 from nodeforge.pipeline.run import DEFAULT_RUNS_DIR, Pipeline
@@ -80,15 +79,10 @@ def pipeline():
 @click.option("--resume", "resume_id", metavar="RUN_ID",
               help="Resume a failed run from its failed stage (its recorded inputs are used).")
 @_runs_dir_option
-@click.option("--lockfile", "lockfile_path", type=click.Path(dir_okay=False, path_type=Path),
-              envvar="NODEFORGE_LOCKFILE", default=lockfile.DEFAULT_PATH, show_default="manifests/versions.yaml",
-              help="The version lockfile (bump rewrites it).")
-@click.option("--sources", "sources_file", type=click.Path(dir_okay=False, path_type=Path),
-              envvar="NODEFORGE_SOURCES", help="Mirror settings.  [default: sources.yaml beside the lockfile]")
-@click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path), envvar="NODEFORGE_CACHE_DIR",
-              help="Artifact cache.  [default: $XDG_CACHE_HOME/nodeforge/artifacts]")
-@click.option("--work-dir", type=click.Path(file_okay=False, path_type=Path), envvar="NODEFORGE_WORK_DIR",
-              help="Scratch space for build and verify.  [default: $TMPDIR]")
+@options.lockfile("The version lockfile (bump rewrites it).")
+@options.sources("Mirror settings.  [default: sources.yaml beside the lockfile]")
+@options.cache_dir()
+@options.work_dir("Scratch space for build and verify.  [default: $TMPDIR]")
 @click.option("--dib-cache", type=click.Path(file_okay=False, path_type=Path), envvar="NODEFORGE_DIB_CACHE",
               help="debootstrap/apt cache for builds.")
 @click.option("--retention", "retention_path", type=click.Path(dir_okay=False, path_type=Path),
