@@ -42,6 +42,7 @@ import json
 import logging
 import os
 import re
+import select
 import shutil
 import struct
 import subprocess
@@ -138,25 +139,94 @@ def ovmf() -> tuple[Path, Path]:
     raise MissingToolError(tool="OVMF UEFI firmware (/usr/share/OVMF)", package="ovmf")
 
 
-def kvm_usable(qemu: str = QEMU) -> bool:
-    """/dev/kvm opens read-write and QEMU can run a vCPU on it (nested setups
-    often expose a /dev/kvm that fails on the first vCPU run)."""
+KVM_CPU = "host"                   # the CPU model a KVM boot uses (qemu_argv) and the probe tries
+KVM_PROBE_TIMEOUT = 30.0           # seconds for the whole probe (QEMU starts slowly on a loaded machine)
+
+
+def kvm_usable(qemu: str = QEMU, timeout: float = KVM_PROBE_TIMEOUT) -> bool:
+    """/dev/kvm opens read-write and QEMU can run a vCPU on it with the CPU model the boot uses
+    (nested setups often expose a /dev/kvm that fails on the first vCPU run, e.g. "failed to set
+    MSR 0x10a").
+
+    The answer must be positive: QEMU's monitor (QMP) reports the machine running and reads the
+    vCPU's registers (which needs the vCPU set up in KVM), and QEMU is still alive afterwards.
+    "Not dead yet after a moment" is not enough: on a loaded machine QEMU may not have reached its
+    first vCPU run by then, and the boot would then abort."""
     if not os.access("/dev/kvm", os.R_OK | os.W_OK):
         return False
+    argv = [qemu, "-machine", "q35,accel=kvm", "-cpu", KVM_CPU, "-smp", "1", "-nodefaults",
+            "-display", "none", "-m", "64", "-no-reboot", "-qmp", "stdio"]
     try:
-        proc = subprocess.Popen([qemu, "-machine", "q35,accel=kvm", "-cpu", "host", "-nodefaults",
-                                 "-display", "none", "-m", "64", "-no-reboot", "-qmp", "stdio"],
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                text=True, bufsize=1)
     except OSError:
         return False
     try:
-        time.sleep(1.5)   # the firmware runs: a broken KVM aborts within this time
-        alive = proc.poll() is None
-        return alive
+        return _kvm_probe(proc, time.monotonic() + timeout)
     finally:
         if proc.poll() is None:
             proc.kill()
-        proc.communicate()
+        proc.wait()
+        for stream in (proc.stdin, proc.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+
+
+def _kvm_probe(proc: subprocess.Popen, deadline: float) -> bool:
+    fd, pending = proc.stdout.fileno(), bytearray()
+
+    def line() -> bytes | None:
+        """One line of QEMU's output, read from the descriptor itself (a buffered reader would hold
+        lines that select() then no longer sees); None on EOF or the deadline."""
+        while b"\n" not in pending:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                return None
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return None
+            pending.extend(chunk)
+        end = pending.index(b"\n") + 1
+        out = bytes(pending[:end])
+        del pending[:end]
+        return out
+
+    def answer() -> dict | None:
+        """The next QMP reply (events skipped), or None on EOF, garbage or the deadline."""
+        while True:
+            text = line()
+            if text is None:
+                return None
+            try:
+                doc = json.loads(text)
+            except ValueError:
+                return None
+            if isinstance(doc, dict) and "event" not in doc:
+                return doc
+
+    def ask(command: str, **arguments) -> dict | None:
+        try:
+            proc.stdin.write(json.dumps({"execute": command, **({"arguments": arguments} if arguments else {})})
+                             + "\n")
+            proc.stdin.flush()
+        except OSError:
+            return None
+        doc = answer()
+        return doc.get("return") if doc is not None and "return" in doc else None
+
+    greeting = answer()
+    if greeting is None or "QMP" not in greeting or ask("qmp_capabilities") is None:
+        return False
+    status = ask("query-status")
+    if not isinstance(status, dict) or status.get("status") != "running":
+        return False
+    registers = ask("human-monitor-command", **{"command-line": "info registers"})
+    if not isinstance(registers, str) or not re.search(r"\b[RE]IP=", registers):
+        return False
+    time.sleep(0.5)
+    return proc.poll() is None
 
 
 def choose_accel(requested: str = "auto") -> str:
@@ -362,7 +432,7 @@ def make_seed(path: Path, label: str, files: dict[str, bytes], genisoimage: str 
 def qemu_argv(*, variant: str, overlay: Path, seed: Path, console: Path, report: Path, accel: str,
               firmware: tuple[Path, Path] | None = None, smp: int = 2, memory_mb: int = MEMORY_MB) -> list[str]:
     argv = [QEMU, "-name", f"nodeforge-verify-{variant}", "-nodefaults", "-display", "none", "-no-reboot",
-            "-machine", f"q35,accel={accel}", "-cpu", "host" if accel == "kvm" else "max",
+            "-machine", f"q35,accel={accel}", "-cpu", KVM_CPU if accel == "kvm" else "max",
             "-smp", str(smp), "-m", str(memory_mb)]
     if firmware:
         code, vars_copy = firmware
