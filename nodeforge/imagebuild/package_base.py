@@ -95,12 +95,42 @@ sudo chmod 0755 "$TARGET_ROOT/usr/local/sbin/nodeforge-verify-debs"
 """
 
 
+ISCSI_NAME_FILE = "/etc/iscsi/initiatorname.iscsi"
+# What the package base holds in open-iscsi's initiator name file: no name, open-iscsi makes one on the
+# node's first start (iscsid.service's ExecStartPre /lib/open-iscsi/startup-checks.sh replaces a file
+# holding ``GenerateName=yes`` with a generated ``InitiatorName``). Written before open-iscsi is installed
+# (base's install.d/00-baseline-environment), its postinst keeps an existing file instead of drawing a
+# random name, so the initramfs (its hook copies the file in) and every node from the base never share one.
+ISCSI_NAME_TEXT = (
+    "## nodeforge: no InitiatorName in the image; open-iscsi generates a unique one\n"
+    "## on this node's first start (/lib/open-iscsi/startup-checks.sh).\n"
+    "GenerateName=yes\n")
+ISCSI_PRE_INSTALL = "00-nodeforge-iscsi-initiator"
+ISCSI_PRE_INSTALL_SCRIPT = """#!/bin/bash
+# nodeforge: open-iscsi's initiator name file says GenerateName=yes before open-iscsi is
+# installed, so its postinst draws no random InitiatorName into the package base (and its
+# initramfs hook copies no name into the initrd); the node makes its own on first start.
+set -eu
+set -o pipefail
+NAMEFILE=""" + ISCSI_NAME_FILE + """
+if [ -e "$NAMEFILE" ] && ! grep -q '^InitiatorName=' "$NAMEFILE"; then
+    exit 0
+fi
+install -d -m 0755 "$(dirname "$NAMEFILE")"
+cat > "$NAMEFILE" <<'NODEFORGE_EOF'
+""" + ISCSI_NAME_TEXT + """NODEFORGE_EOF
+chmod 0600 "$NAMEFILE"
+"""
+
+
 def write_element(dest: Path, packages: dict, source_elements: Path, os_lock=None) -> Path:
     """Write the ``nodeforge-package-base`` element under ``dest`` (an ELEMENTS_PATH dir); returns it.
 
     With ``os_lock`` (a :class:`nodeforge.oslock.lock.PackageLock`) the element
     also pins every package to its locked version and installs the apt hook
-    that refuses any ``.deb`` not in the lock (:mod:`nodeforge.oslock.pins`)."""
+    that refuses any ``.deb`` not in the lock (:mod:`nodeforge.oslock.pins`). Always: the
+    ``pre-install.d`` script that leaves open-iscsi's initiator name file at ``GenerateName=yes``
+    (:data:`ISCSI_NAME_TEXT`) before open-iscsi is installed."""
     elem = Path(dest) / ELEMENT
     elem.mkdir(parents=True, exist_ok=True)
     (elem / "README.rst").write_text(
@@ -112,6 +142,10 @@ def write_element(dest: Path, packages: dict, source_elements: Path, os_lock=Non
         "# Union of the nodeforge elements' package-installs.yaml (generated).\n"
         + yaml.safe_dump(packages, sort_keys=True, default_flow_style=False))
     shutil.copyfile(Path(source_elements) / BLOCK_DEVICE, elem / "block-device-default.yaml")
+    (elem / "pre-install.d").mkdir(exist_ok=True)
+    iscsi = elem / "pre-install.d" / ISCSI_PRE_INSTALL
+    iscsi.write_text(ISCSI_PRE_INSTALL_SCRIPT)
+    os.chmod(iscsi, 0o755)
     if os_lock is not None:
         from nodeforge.oslock import pins
 
