@@ -23,10 +23,16 @@ per-file manifest and the disks:
   keys are removed (made on first boot: ``nodeforge-ssh-host-keys.service``
   and cloud-init); log files are truncated (owner and mode kept);
 * the password-change day in ``/etc/shadow`` is the epoch's day;
-* ``/etc/iscsi/initiatorname.iscsi``: the random ``InitiatorName`` open-iscsi's
-  postinst made when the package base was built (every node from that base
-  would share it; the file says it must be unique) becomes
-  ``GenerateName=yes``: open-iscsi makes one on the node's first start;
+* ``/etc/iscsi/initiatorname.iscsi``: a line ``InitiatorName=...`` becomes
+  ``GenerateName=yes`` (open-iscsi makes a unique name on the node's first
+  start). The fix is at the source: the package base writes the file with
+  ``GenerateName=yes`` before open-iscsi is installed
+  (:data:`nodeforge.imagebuild.package_base.ISCSI_NAME_TEXT`), so open-iscsi's
+  postinst keeps it instead of drawing a random name, and the initramfs (its
+  hook copies the file in) holds none either. This step is the safety net for
+  a name something else wrote later (it rewrites the root filesystem only, not
+  the initrd); in builds from such a package base it finds nothing to reset
+  (``iSCSI initiator name reset: False`` in ``build.log``);
 * in diskimage-builder's own record (``/etc/dib-manifests/dib_arguments``,
   ``dib_environment``) the build's scratch directory, the artifact cache and
   the Python environment are replaced by fixed names (``<work>``, ...): they
