@@ -347,12 +347,13 @@ def _dib_env(plan: Plan, elements_path: Path, image_cache: Path, extra: dict[str
 
 
 def package_base_spec(plan: Plan, rendered: rd.Rendered, base_elements: Path) -> pb.BaseSpec:
-    """What the package base is built from (its cache key); nothing Kubernetes-specific."""
+    """What the package base is built from (its cache key); nothing Kubernetes-specific. With an OS
+    package lock the mirrors are not part of it (see :func:`pb.spec_mirrors`)."""
     renv = rendered_env(rendered.env_file)
     return pb.BaseSpec(
         distro_element=rendered.distro.element, release=rendered.distro.release,
         components=renv.get("DIB_DEBIAN_COMPONENTS", "main"), arch=plan.request.arch.value,
-        mirrors=dict(sorted(plan.mirrors.items())),
+        mirrors=pb.spec_mirrors(plan.mirrors, plan.os_lock),
         packages=pb.union_packages(rendered.elements, list(rd.NODEFORGE_ELEMENTS)),
         element_digest=rd.tree_digest(base_elements), dib_version=dib_version(plan.disk_image_create),
         os_package_lock=plan.os_lock.digest() if plan.os_lock is not None else None)

@@ -8,12 +8,17 @@ diskimage-builder (``debian-minimal`` plus the generated
 of every nodeforge element's) and stored as a gzip tarball, content-addressed:
 
 * :class:`BaseSpec` lists every input that shapes the stage (recipe version,
-  distribution element, release, components, architecture, Debian mirrors,
-  the package lists, the generated element's digest, diskimage-builder
-  version, and the OS package lock's digest when there is one: see
-  docs/os-packages.md); :meth:`BaseSpec.key` is the sha256 of its canonical JSON. The
-  Kubernetes version and artifact checksums are not inputs, so a patch bump
-  (or another minor) reuses the base;
+  distribution element, release, components, architecture, the package lists,
+  the generated element's digest, diskimage-builder version, and the OS
+  package lock's digest when there is one; the Debian mirrors only when there
+  is none: see docs/os-packages.md); :meth:`BaseSpec.key` is the sha256 of its
+  canonical JSON. The Kubernetes version and artifact checksums are not
+  inputs, so a patch bump (or another minor) reuses the base. With a lock
+  every ``.deb`` is pinned by version and checked by sha256 (the apt hook), so
+  the mirror is only a transport: what the base holds of the mirror's URLs
+  (``/etc/apt/sources.list.d``, ``dib_environment``) is rewritten by the main
+  build and removed by the normalisation (:mod:`.reproducible`), and the same
+  base serves a build from any mirror that serves the locked files;
 * :class:`BaseCache` keeps one directory per key (``<root>/<key>/`` with
   ``base.tar.gz`` and ``meta.json``). An entry is written into a temporary
   directory, verified (``gzip -t``, sha256 recorded) and renamed into place;
@@ -165,13 +170,19 @@ def write_element(dest: Path, packages: dict, source_elements: Path, os_lock=Non
     return Path(dest)
 
 
+def spec_mirrors(mirrors: dict, os_lock) -> dict | None:
+    """The mirrors as a package-base input: sorted, or None when the build has an OS package lock
+    (every .deb pinned and checked by its locked sha256; the base does not depend on where it came from)."""
+    return None if os_lock is not None else dict(sorted(mirrors.items()))
+
+
 @dataclasses.dataclass(frozen=True)
 class BaseSpec:
     distro_element: str
     release: str
     components: str
     arch: str
-    mirrors: dict
+    mirrors: dict | None      # None with an OS package lock (the mirror is then only a transport)
     packages: dict
     element_digest: str
     dib_version: str
@@ -182,6 +193,8 @@ class BaseSpec:
         out = dataclasses.asdict(self)
         if out["os_package_lock"] is None:   # keys of builds without a package lock stay as they were
             del out["os_package_lock"]
+        if out["mirrors"] is None:           # with a lock: the locked sha256s name the content, not the mirror
+            del out["mirrors"]
         return out
 
     def key(self) -> str:
