@@ -22,6 +22,7 @@ import functools
 import hashlib
 import http.server
 import lzma
+import os
 import shutil
 import subprocess
 import re
@@ -33,6 +34,7 @@ from pathlib import Path
 
 ARCH = "amd64"
 RELEASE = "nftest"
+REVERSION_EPOCH = 1704067200   # 2024-01-01: a re-versioned package without files of its own
 
 
 def _gpg(home: Path, *args: str, input: bytes | None = None) -> bytes:
@@ -228,15 +230,29 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 
 
 def reversion(deb: Path, version: str, out_dir: Path) -> Path:
-    """``deb`` rebuilt with ``Version: version`` (``dpkg-deb -R``, edit, ``dpkg-deb -b``); returns the new file."""
+    """``deb`` rebuilt with ``Version: version`` (``dpkg-deb -R``, edit, ``dpkg-deb -b``); returns the new file.
+
+    Byte-deterministic: the same ``deb`` and ``version`` give the same file on every run (its sha256
+    is in the package lock, whose digest is in the package-base cache key). Every entry of the
+    unpacked tree gets one fixed time (the original's newest file time, so nothing depends on when
+    this ran; :data:`REVERSION_EPOCH` for a package without files), ``dpkg-deb`` gets it as
+    ``SOURCE_DATE_EPOCH`` (its ``ar`` member times) and builds with fixed compression (xz level 6
+    on every member, one thread: the output of multi-threaded xz depends on the block split)."""
     work = Path(out_dir) / f"unpacked-{deb.stem}"
+    if work.exists():
+        shutil.rmtree(work)
     subprocess.run(["dpkg-deb", "-R", str(deb), str(work)], check=True, capture_output=True)
     control = work / "DEBIAN" / "control"
     text = control.read_text()
+    shipped = [p for p in work.rglob("*") if "DEBIAN" not in p.relative_to(work).parts and not p.is_dir()]
+    epoch = max((int(p.lstat().st_mtime) for p in shipped), default=REVERSION_EPOCH)
     control.write_text(re.sub(r"(?m)^Version: .*$", f"Version: {version}", text, count=1))
+    for p in [*work.rglob("*"), work]:
+        os.utime(p, (epoch, epoch), follow_symlinks=False)
     out = Path(out_dir) / f"{deb.name.split('_')[0]}_{version.split(':')[-1]}_rebuilt.deb"
-    subprocess.run(["dpkg-deb", "--root-owner-group", "-Zxz", "-b", str(work), str(out)], check=True,
-                   capture_output=True)
+    env = {**os.environ, "SOURCE_DATE_EPOCH": str(epoch)}
+    subprocess.run(["dpkg-deb", "--root-owner-group", "-Zxz", "-z6", "--uniform-compression", "--threads-max=1",
+                    "-b", str(work), str(out)], check=True, capture_output=True, env=env)
     shutil.rmtree(work)
     return out
 
