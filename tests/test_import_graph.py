@@ -8,7 +8,8 @@ or a module of the base layer (``nodeforge.base.runner``). Each unit has a
 rank in :data:`LAYERS`. A module may import its own unit, or a unit of a
 strictly lower rank; an import of an equal or higher rank from another unit
 (sideways or up) fails, and so does importing a ``_private`` name or module
-of another unit. Then :data:`ONE_HOME` fails on a second implementation of a
+of another unit. Inside a unit, modules may not import each other round (a
+circle, lazy imports included). Then :data:`ONE_HOME` fails on a second implementation of a
 base-layer concept (running a host tool, atomic replacement, SHA*SUMS
 parsing, YAML loading) outside its one module, except the entries of
 :data:`ALLOWED`, each with its reason.
@@ -199,6 +200,66 @@ def test_relative_and_lazy_imports_are_seen(tmp_path):
     got = {(e.target, e.name) for e in imports_of(src, tree)}
     assert got == {("nodeforge.magnum.live", None), ("nodeforge.publish.glance", None),
                    ("nodeforge.publish.retention", "_private")}
+
+
+# --- no circle inside a unit ------------------------------------------------------------
+
+def circles(edges: list[Edge]) -> list[list[Edge]]:
+    """Import circles among the modules of one unit (a package's modules importing each other
+    round, lazy imports included: a lazy import that dodges a circle at import time is a circle
+    all the same). Each circle is given as its edges, from its first module (sorted) round."""
+    graph: dict[str, dict[str, Edge]] = {}
+    for e in edges:
+        if e.source != e.target and unit_of(e.source) == unit_of(e.target):
+            graph.setdefault(e.source, {}).setdefault(e.target, e)
+    found, seen = [], set()
+    for start in sorted(graph):
+        # The shortest path back to ``start`` (breadth first), if any.
+        back: dict[str, Edge] = {}
+        queue = [start]
+        while queue and start not in back:
+            nxt = []
+            for node in queue:
+                for target, e in sorted(graph.get(node, {}).items()):
+                    if target not in back:
+                        back[target] = e
+                        nxt.append(target)
+            queue = nxt
+        if start not in back:
+            continue
+        path, node = [], start
+        while True:
+            e = back[node]
+            path.append(e)
+            node = e.source
+            if node == start:
+                break
+        path.reverse()
+        key = frozenset(e.source for e in path)
+        if key not in seen:
+            seen.add(key)
+            found.append(path)
+    return found
+
+
+def test_no_import_circle_inside_a_unit(edges):
+    found = circles(edges)
+    text = ["  " + " -> ".join([c[0].source] + [f"{e.target} ({e.where()})" for e in c]) for c in found]
+    assert not found, ("import circles inside a package (move what both need into a module below both, "
+                       "as publish/glance_api.py is for the Glance REST calls):\n" + "\n".join(text))
+
+
+def test_the_circle_rule_catches_a_lazy_circle_and_accepts_a_chain():
+    f = PKG / "publish" / "glance.py"
+    chain = [Edge("nodeforge.publish.glance", "nodeforge.publish.provenance", None, f, 1),
+             Edge("nodeforge.publish.provenance", "nodeforge.publish.glance_api", None, f, 2),
+             Edge("nodeforge.publish.glance", "nodeforge.publish.glance_api", "get_image", f, 3)]
+    assert circles(chain) == []
+    lazy = Edge("nodeforge.publish.provenance", "nodeforge.publish.glance", None, f, 4)   # inside a function
+    [circle] = circles(chain + [lazy])
+    assert {e.line for e in circle} == {1, 4}
+    across = Edge("nodeforge.publish.provenance", "nodeforge.pins.release", None, f, 5)   # another unit: the layer rule's
+    assert circles(chain + [across]) == []
 
 
 # --- one implementation each -------------------------------------------------------------

@@ -260,11 +260,9 @@ def apply(conn, plan_: PromotePlan) -> list[Step]:
     return plan_.steps
 
 
-def promote(conn, ref: str, policy: RetentionPolicy, *, dry_run: bool = False,
-            scope: str | None = None) -> list[Step]:
-    """:func:`plan`, then :func:`apply` unless ``dry_run``; the steps."""
-    plan_ = plan(conn, ref, policy, scope=scope)
-    return plan_.steps if dry_run else apply(conn, plan_)
+def promote(conn, ref: str, policy: RetentionPolicy, *, scope: str | None = None) -> list[Step]:
+    """Promote ``ref``: :func:`apply` of :func:`plan` (a dry run is ``plan(...).steps``); the steps made."""
+    return apply(conn, plan(conn, ref, policy, scope=scope))
 
 
 # --------------------------------------------------------------------------

@@ -38,6 +38,7 @@ from pathlib import Path
 
 from nodeforge.errors import NodeforgeError, UsageError
 from nodeforge.imagebuild import contents
+from nodeforge.publish import glance_api as g
 
 MANIFEST = "manifest.json"
 EXIT_DIFFERENT = 10
@@ -316,37 +317,6 @@ def build_files_bytes(build) -> bytes | None:
     return data
 
 
-def store_files(publisher, build, variant: str, existing: list[dict]) -> dict[str, str]:
-    """Upload ``build``'s per-file manifest as a hidden Glance image beside the node image (like the
-    manifest: ``os_hidden``, tag ``nodeforge-files``, role ``files``); returns the node image's
-    properties linking it ({} when the build has no per-file manifest). Images of this role, build and
-    variant in ``existing`` (an interrupted run's) are deleted once the new one is active."""
-    data = build_files_bytes(build)
-    if data is None:
-        return {}
-    image_id = publisher.side_image(build, variant, role=FILES_ROLE, tag=FILES_TAG, suffix=contents.FILENAME,
-                                    data=data, digest_prop=FILES_SHA256, existing=existing,
-                                    what="per-file manifest", replace=True)
-    return {FILES_IMAGE: image_id, FILES_SHA256: hashlib.sha256(data).hexdigest()}
-
-
-def ensure_files(publisher, image: dict, build, variant: str, existing: list[dict], dry_run: bool) -> str | None:
-    """A node image of this build already in Glance links its per-file manifest (published before
-    per-file manifests were, or the side image was lost): attach one if not."""
-    from nodeforge.publish import glance as g
-
-    linked = image.get(FILES_IMAGE)
-    if linked and any(f["id"] == linked and f["status"] == g.ACTIVE for f in existing):
-        return linked
-    if dry_run:
-        return None
-    props = store_files(publisher, build, variant, [f for f in existing if f["id"] != linked])
-    if props:
-        g.patch_image(publisher.conn, image["id"], g.set_ops(image, props),
-                      f"attaching the per-file manifest to {image.get('name')}")
-    return props.get(FILES_IMAGE)
-
-
 def image_properties(image: dict) -> dict:
     """A Glance image's fields and properties that say what it is (tags sorted)."""
     out = {k: v for k, v in image.items() if k not in IDENTITY_PROPERTIES}
@@ -357,8 +327,6 @@ def image_properties(image: dict) -> dict:
 
 def diff_images(conn, a: str, b: str) -> ImageDiff:
     """Compare two node images in Glance (ID, or unique name) through their stored manifests."""
-    from nodeforge.publish import glance as g
-
     images, manifests, files, unreadable = [], [], [], []
     for ref in (a, b):
         image = g.find_image(conn, ref)
@@ -398,11 +366,9 @@ def diff_images(conn, a: str, b: str) -> ImageDiff:
 
 def _glance_files(conn, image: dict, manifest: dict) -> list[dict] | None:
     """The per-file manifest linked from a node image (None when it was published without one)."""
-    from nodeforge.publish import glance as g
-
     if not image.get(FILES_IMAGE):
         return None
-    raw = g._download_linked(conn, image, FILES_IMAGE, FILES_SHA256, "per-file manifest")
+    raw = g.download_linked(conn, image, FILES_IMAGE, FILES_SHA256, "per-file manifest")
     want = (manifest.get("files") or {}).get("sha256")
     if want and hashlib.sha256(raw).hexdigest() != want:
         raise DiffError(detail=f"image {image['id']}: its per-file manifest is not the one its build manifest "

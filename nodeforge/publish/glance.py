@@ -38,11 +38,17 @@ are refused (:class:`ScopeConflict`), legacy ones (no ``nodeforge_scope``)
 are taken into the scope. The rule (:func:`nodeforge.scope.scope_problem`)
 is the one flavors and bare-metal inventories use.
 
-All calls are plain Glance v2 REST through the openstacksdk session (the
-SDK's ``create_image`` adds its own ``owner_specified.*`` properties, reads
-the file for checksums first, and its list call ignores property filters).
-The upload is a ``PUT /v2/images/{id}/file`` whose body is a reader yielding
-1 MiB chunks from disk while hashing them, so client memory stays flat.
+Plan and apply (nodeforge/plan.py): :meth:`Publisher.plan` reads Glance and
+the build directory and writes nothing (every refusal is raised there, before
+any write; ``image publish --dry-run`` prints its results);
+:meth:`Publisher.apply` makes the writes; :meth:`Publisher.publish` is apply
+of plan. The four side images have one writer, :meth:`Publisher.side_image`
+(:data:`SIDES`).
+
+All calls are plain Glance v2 REST through the openstacksdk session, in
+:mod:`.glance_api` (re-exported here). The upload is a ``PUT
+/v2/images/{id}/file`` whose body is a reader yielding 1 MiB chunks from disk
+while hashing them, so client memory stays flat.
 """
 
 from __future__ import annotations
@@ -55,28 +61,27 @@ import math
 import os
 import socket
 import time
-import uuid
 from pathlib import Path
 from typing import Iterable
 
 from nodeforge import plan as PL, transport
 from nodeforge.base import qemuimg, runner
 from nodeforge.errors import NodeforgeError, UsageError
+from nodeforge.imagebuild import contents
 from nodeforge.imageverify import verifyreport
 from nodeforge.imageverify.builddir import BuildDir, VariantImage, VerifyStatus
-from nodeforge.publish import diff as imgdiff, provenance
+from nodeforge.publish import diff as imgdiff, glance_api as api, provenance
+# The REST helpers, for this module's callers (their home is glance_api).
+from nodeforge.publish.glance_api import (  # noqa: F401 - re-exported
+    ACTIVE, DEACTIVATED, FAILED, P, TRANSIENT, ForbiddenError, GlanceError, PublishError, create_image,
+    deactivate_image, delete_image, download_manifest, download_verify_report, find_image, get_image,
+    list_images, patch_image, put_data, set_ops)
 from nodeforge.publish.retention import RetentionPolicy
 from nodeforge import scope as IC
 
 log = logging.getLogger(__name__)
 
 CHUNK = 1 << 20
-# Glance image statuses: in flight (an upload or import that may have died),
-# failed, and the resting ones.
-TRANSIENT = frozenset({"queued", "saving", "importing", "uploading"})
-FAILED = frozenset({"killed"})
-ACTIVE = "active"
-DEACTIVATED = "deactivated"
 
 # Limits a production Glance enforces or a MySQL/MariaDB schema implies; the
 # local SQLite-backed Glance enforces none of them, so nodeforge checks here.
@@ -95,7 +100,6 @@ TAG_CANDIDATE = "nodeforge-candidate"
 TAG_APPROVED = "nodeforge-approved"
 TAG_SUPERSEDED = "nodeforge-superseded"
 TAG_IN_USE = "nodeforge-in-use"
-P = "nodeforge_"  # namespace of nodeforge's own properties
 # The ownership mark: the scope of the declaration (lockfile) that made the image.
 SCOPE = f"{P}scope"
 # The scope of a build whose manifest names none (built before scopes, or a
@@ -128,19 +132,7 @@ def check_scope(value: str | None, what: str = "scope") -> str | None:
 
 
 # --------------------------------------------------------------------------
-# Errors
-
-class GlanceError(NodeforgeError):
-    message = "Glance {what} failed (HTTP {status}): {detail}"
-
-
-class ForbiddenError(GlanceError):
-    message = "Glance refused {what} (HTTP 403): {detail}"
-
-
-class PublishError(NodeforgeError):
-    message = "{detail}"
-
+# Errors (GlanceError, ForbiddenError and PublishError: glance_api)
 
 class DigestMismatch(PublishError):
     message = ("{image}: Glance stored {algo} {glance} but {source} says {expected}; "
@@ -178,81 +170,6 @@ class UploadInProgress(PublishError):
     message = ("{image}: image {image_id} is being uploaded right now by process {pid} on this host; "
                "wait for it or stop it, then publish again")
 
-
-# --------------------------------------------------------------------------
-# REST helpers
-
-def _error(failure: transport.Failure, what: str) -> GlanceError:
-    cls = ForbiddenError if failure.forbidden else GlanceError
-    return cls(what=what, status=failure.status or "no answer", detail=failure.short(300))
-
-
-def _call(conn, method: str, url: str, what: str, **kwargs):
-    """One Glance call (:func:`nodeforge.transport.request`: the API retry policy, Glance's
-    message in :class:`GlanceError`); ``missing_ok=True``: a 404 is None."""
-    return transport.request(conn.image, method, url, what=what, error=_error, **kwargs)
-
-
-def list_images(conn, **filters) -> list[dict]:
-    """Every image matching ``filters`` (Glance v2 query parameters, including
-    custom properties and repeated ``tag``), hidden ones included, any visibility."""
-    out, seen = [], set()
-    for hidden in ("false", "true"):
-        params = dict(filters, os_hidden=hidden, limit=200)
-        params.setdefault("visibility", "all")
-        for img in transport.paged(conn.image, "/images", "images", what="image list", params=params, error=_error):
-            if img["id"] not in seen:
-                seen.add(img["id"])
-                out.append(img)
-    return out
-
-
-def get_image(conn, image_id: str) -> dict:
-    resp = _call(conn, "GET", f"/images/{image_id}", f"reading image {image_id}", missing_ok=True)
-    if resp is None:
-        raise PublishError(detail=f"no image {image_id} (or it is not visible to this project)")
-    return resp.json()
-
-
-def find_image(conn, ref: str) -> dict:
-    """An image by ID, or by exact name when the name is unique."""
-    try:
-        uuid.UUID(ref)
-    except ValueError:
-        matches = [i for i in list_images(conn, name=ref)]
-        if len(matches) != 1:
-            raise PublishError(detail=f"{len(matches)} images are named '{ref}'; give the image ID")
-        return matches[0]
-    return get_image(conn, ref)
-
-
-def create_image(conn, body: dict) -> dict:
-    return _call(conn, "POST", "/images", f"creating image {body.get('name')}", json=body).json()
-
-
-def patch_image(conn, image_id: str, ops: list[dict], what: str) -> dict:
-    return _call(conn, "PATCH", f"/images/{image_id}", what, json=ops,
-                 headers={"Content-Type": "application/openstack-images-v2.1-json-patch"}).json()
-
-
-def set_ops(image: dict, props: dict) -> list[dict]:
-    """JSON-patch ops setting ``props`` on ``image`` (add or replace)."""
-    return [{"op": "replace" if k in image else "add", "path": f"/{k}", "value": v} for k, v in props.items()]
-
-
-def delete_image(conn, image_id: str) -> bool:
-    return _call(conn, "DELETE", f"/images/{image_id}", f"deleting image {image_id}", missing_ok=True) is not None
-
-
-def deactivate_image(conn, image_id: str) -> None:
-    _call(conn, "POST", f"/images/{image_id}/actions/deactivate", f"deactivating image {image_id}")
-
-
-def put_data(conn, image_id: str, data, what: str):
-    """Upload image data, once (a streamed body cannot be sent again): a refused upload raises
-    :class:`GlanceError`, no answer raises :class:`transport.ApiError` of kind NETWORK."""
-    return transport.request(conn.image, "PUT", f"/images/{image_id}/file", what=what, error=transport.ApiError,
-                             retry=transport.ONCE, data=data, headers={"Content-Type": "application/octet-stream"})
 
 
 # --------------------------------------------------------------------------
@@ -439,7 +356,52 @@ def uploader_alive(owner: str | None) -> int | None:
 
 
 # --------------------------------------------------------------------------
-# Publish
+# Side images: the documents beside a node image
+
+@dataclasses.dataclass(frozen=True)
+class SideImage:
+    """A hidden Glance image beside the node image holding one document: ``os_hidden``,
+    ``disk_format=raw``, its ``tag``, ``nodeforge_role`` = ``role``, the sha256 of its bytes in
+    ``digest`` (on it and on the node image), named by the node image's ``link`` property.
+    ``same_bytes``: a linked image counts as attached only when it holds these very bytes (the
+    verify report: a build verified again gets the new one); otherwise any active linked one does
+    (the provenance: its signature differs from one run to the next). ``marks``: node-image
+    properties set together with the link."""
+
+    role: str
+    tag: str
+    suffix: str
+    link: str
+    digest: str
+    what: str
+    same_bytes: bool = False
+    marks: tuple[tuple[str, str], ...] = ()
+
+
+MANIFEST = SideImage("manifest", TAG_MANIFEST, "manifest.json", f"{P}manifest_image", f"{P}manifest_sha256",
+                     "manifest", same_bytes=True)
+VERIFY_REPORT = SideImage("verify-report", TAG_VERIFY_REPORT, "verify.json", f"{P}verify_report",
+                          f"{P}verify_sha256", "verify report", same_bytes=True,
+                          marks=((f"{P}verify", VerifyStatus.PASSED.value),))
+PROVENANCE = SideImage(provenance.ROLE, provenance.TAG, "provenance.dsse.json", provenance.PROP_IMAGE,
+                       provenance.PROP_SHA256, "provenance")
+FILES = SideImage(imgdiff.FILES_ROLE, imgdiff.FILES_TAG, contents.FILENAME, imgdiff.FILES_IMAGE,
+                  imgdiff.FILES_SHA256, "per-file manifest")
+# In the order a publish writes them (before the node image, which links all four).
+SIDES = (MANIFEST, VERIFY_REPORT, PROVENANCE, FILES)
+
+
+def side_attached(image: dict, side: SideImage, existing: list[dict], data: bytes | None) -> bool:
+    """Whether node image ``image`` links an active ``side`` image among ``existing`` (holding
+    ``data`` when ``side.same_bytes``)."""
+    linked = image.get(side.link)
+    if not linked or not any(s["id"] == linked and s["status"] == ACTIVE for s in existing):
+        return False
+    return not side.same_bytes or image.get(side.digest) == hashlib.sha256(data or b"").hexdigest()
+
+
+# --------------------------------------------------------------------------
+# Publish: a plan (reads Glance and the build directory, writes nothing), then its apply
 
 @dataclasses.dataclass
 class VariantResult:
@@ -473,14 +435,64 @@ class VariantResult:
 
 
 @dataclasses.dataclass
+class VariantPlan:
+    """What publishing one variant does, decided from Glance as it was when planning:
+    ``kind`` CREATE (upload the node image and its side images), UPDATE (the node image is there;
+    ``attach`` lists the side images it lacks, ``adopt`` marks a legacy image with the scope) or
+    NOOP; ``cleanup``: images an interrupted upload left in flight or failed, to delete first.
+    ``result``: what a dry run reports (``would-upload`` or ``exists``)."""
+
+    variant: str
+    name: str
+    scope: str
+    kind: PL.Kind
+    report: bytes                          # the verify.json bytes that passed the gate
+    image: dict | None                     # the node image already in Glance
+    existing: dict[str, list[dict]]        # side role -> this build's and variant's images of it (after clean-up)
+    cleanup: list[str]
+    attach: list[SideImage]
+    adopt: bool
+    has_files: bool                        # the build has a per-file manifest (files.jsonl)
+    result: VariantResult
+
+    def changes(self) -> list[PL.Change]:
+        """The plan entry in the shared shape: one change per image created, updated or deleted."""
+        out = [PL.Change(PL.Kind.DELETE, image_id, (), "left in flight or failed by an interrupted upload")
+               for image_id in self.cleanup]
+        if self.kind is PL.Kind.CREATE:
+            out += [PL.Change(PL.Kind.CREATE, f"{self.name}.{s.suffix}"[:255], (), f"the {s.what} (hidden)")
+                    for s in SIDES if s is not FILES or self.has_files]
+            out.append(PL.Change(PL.Kind.CREATE, self.name, (PL.FieldChange(SCOPE, None, self.scope),),
+                                 f"the {self.variant} node image (candidate)"))
+            return out
+        image = self.image or {}
+        fields = tuple(PL.FieldChange(s.link, image.get(s.link), "(new)") for s in self.attach)
+        if self.adopt:
+            fields += (PL.FieldChange(SCOPE, None, self.scope),)
+        out += [PL.Change(PL.Kind.CREATE, f"{self.name}.{s.suffix}"[:255], (), f"the {s.what} (hidden), attached")
+                for s in self.attach]
+        out.append(PL.Change(PL.Kind.UPDATE if fields else PL.Kind.NOOP, self.name, fields,
+                             "in Glance already" + ("; legacy image taken into the scope" if self.adopt else "")))
+        return out
+
+
+@dataclasses.dataclass
 class PublishPlan:
-    """What :meth:`Publisher.publish` would do for a build: one would-upload or
-    exists (dry run) result per variant, every refusal (unknown variant, no
-    passing verify report, another scope's image) already raised."""
+    """What :meth:`Publisher.apply` does for a build: one :class:`VariantPlan` per variant,
+    every refusal (unknown variant, no passing verify report, another scope's image, an upload
+    in progress) already raised by :meth:`Publisher.plan`."""
 
     build: BuildDir
     variants: list[str]
-    results: list[VariantResult]
+    entries: list[VariantPlan]
+
+    @property
+    def results(self) -> list[VariantResult]:
+        """What a dry run reports (``image publish --dry-run``): would-upload or exists per variant."""
+        return [e.result for e in self.entries]
+
+    def changes(self) -> list[PL.Change]:
+        return [c for e in self.entries for c in e.changes()]
 
     def counts(self) -> dict[str, int]:
         return PL.counts((PL.Kind.CREATE, PL.Kind.NOOP), (r.kind for r in self.results))
@@ -493,8 +505,9 @@ class SignOptions:
 
 
 class Publisher:
-    """Publishes builds. ``scope``: the ownership scope every image gets (validated here,
-    :class:`UsageError`); None: the build manifest's ``scope``, else :data:`DEFAULT_SCOPE`."""
+    """Publishes builds: :meth:`plan` (reads, writes nothing), :meth:`apply`, and
+    :meth:`publish` = apply(plan). ``scope``: the ownership scope every image gets (validated
+    here, :class:`UsageError`); None: the build manifest's ``scope``, else :data:`DEFAULT_SCOPE`."""
 
     def __init__(self, conn, policy: RetentionPolicy, *, sign: SignOptions | None = None, progress=None,
                  scope: str | None = None):
@@ -525,144 +538,6 @@ class Publisher:
             if owner is not None and owner != scope:
                 raise ScopeConflict(image=image_name(build, variant), image_id=img["id"], owner=owner, scope=scope)
 
-    # -- lookup and clean-up
-
-    def _mine(self, build: BuildDir, variant: str, role: str) -> list[dict]:
-        return list_images(self.conn, **{f"{P}build_id": build.build_id, f"{P}variant": variant, f"{P}role": role})
-
-    def _clean(self, images: Iterable[dict], name: str, dry_run: bool) -> tuple[list[dict], list[str]]:
-        """Delete images stuck in flight or failed; return the rest and the deleted IDs."""
-        keep, cleaned = [], []
-        for img in images:
-            if img["status"] not in TRANSIENT | FAILED:
-                keep.append(img)
-                continue
-            pid = uploader_alive(img.get(f"{P}uploader"))
-            if pid is not None:
-                raise UploadInProgress(image=name, image_id=img["id"], pid=pid)
-            log.info("removing %s image %s left by an interrupted upload", img["status"], img["id"])
-            if not dry_run:
-                delete_image(self.conn, img["id"])
-            cleaned.append(img["id"])
-        return keep, cleaned
-
-    # -- the two uploads
-
-    def _upload(self, image_id: str, path: Path, hashers: dict, name: str) -> dict[str, str]:
-        with HashingReader(path, hashers, self.progress) as reader:
-            try:
-                put_data(self.conn, image_id, reader, f"uploading {name}")
-            except transport.ApiError as exc:
-                self._discard(image_id)
-                f = exc.failure
-                if f.kind is transport.ErrorKind.NETWORK:   # connection reset, timeout: left queued/saving
-                    raise UploadInterrupted(image=name, sent=reader.sent, detail=f.detail) from None
-                if self.sign and f.kind is transport.ErrorKind.BAD_REQUEST and "ignature" in f.text:
-                    raise SignatureRejected(image=name, status=f.status, detail=" ".join(f.text.split())[:200],
-                                            cert_id=self.sign.cert_id) from None
-                raise _error(f, f"uploading {name}") from None
-            except Exception as exc:  # noqa: BLE001 - anything else mid-upload: the image is left queued/saving
-                self._discard(image_id)
-                raise UploadInterrupted(image=name, sent=reader.sent, detail=type(exc).__name__) from None
-            return reader.digests()
-
-    def _discard(self, image_id: str) -> None:
-        try:
-            delete_image(self.conn, image_id)
-        except Exception:  # noqa: BLE001 - the next run cleans it up
-            log.warning("could not delete image %s now; the next publish removes it", image_id)
-
-    def _manifest_image(self, build: BuildDir, variant: str, existing: list[dict], dry_run: bool) -> str | None:
-        for img in existing:
-            if img["status"] == ACTIVE and img.get(f"{P}manifest_sha256") == build.manifest_sha256:
-                return img["id"]
-        if dry_run:
-            return None
-        raw = build.manifest_path.read_bytes()
-        img = create_image(self.conn, {
-            "name": f"{image_name(build, variant)}.manifest.json"[:255], "disk_format": "raw",
-            "container_format": "bare", "os_hidden": True, "tags": [TAG_MANIFEST],
-            f"{P}role": "manifest", f"{P}build_id": build.build_id, f"{P}variant": variant,
-            f"{P}manifest_sha256": build.manifest_sha256, f"{P}uploader": self.owner,
-            SCOPE: self.scope_for(build),
-        })
-        digests = self._upload(img["id"], build.manifest_path, {"sha256": hashlib.sha256()}, img["name"])
-        if digests["sha256"] != build.manifest_sha256 or hashlib.sha256(raw).hexdigest() != build.manifest_sha256:
-            self._discard(img["id"])
-            raise PublishError(detail=f"{build.manifest_path} changed while publishing")
-        return img["id"]
-
-    def side_image(self, build: BuildDir, variant: str, *, role: str, tag: str, suffix: str, data: bytes,
-                   digest_prop: str, existing: list[dict], what: str, replace: bool = False) -> str:
-        """A hidden image holding ``data`` beside the node image (``os_hidden``, ``tag``, ``role``, the
-        sha256 of ``data`` in ``digest_prop``): the verify report, the provenance, the per-file
-        manifest. An active image in ``existing`` with that digest is reused; Glance's own hash of
-        the stored bytes is checked; with ``replace`` the other images in ``existing`` (an
-        interrupted run's) are deleted once the new one is active. Nothing is left half-made: a
-        refused or interrupted upload deletes the new image."""
-        digest = hashlib.sha256(data).hexdigest()
-        for img in existing:
-            if img["status"] == ACTIVE and img.get(digest_prop) == digest:
-                return img["id"]
-        img = create_image(self.conn, {
-            "name": f"{image_name(build, variant)}.{suffix}"[:255], "disk_format": "raw",
-            "container_format": "bare", "os_hidden": True, "tags": [tag],
-            f"{P}role": role, f"{P}build_id": build.build_id, f"{P}variant": variant,
-            digest_prop: digest, f"{P}uploader": self.owner, SCOPE: self.scope_for(build),
-        })
-        try:
-            put_data(self.conn, img["id"], data, f"uploading {img['name']}")
-        except transport.ApiError as exc:
-            self._discard(img["id"])
-            if exc.failure.kind is transport.ErrorKind.NETWORK:
-                raise UploadInterrupted(image=img["name"], sent=0, detail=exc.failure.detail) from None
-            raise _error(exc.failure, f"uploading {img['name']}") from None
-        except Exception as exc:  # noqa: BLE001 - as for the image data: the next run cleans up
-            self._discard(img["id"])
-            raise UploadInterrupted(image=img["name"], sent=0, detail=type(exc).__name__) from None
-        stored = get_image(self.conn, img["id"])
-        algo = stored.get("os_hash_algo") or "sha512"
-        local = hashlib.new(algo, data).hexdigest() if algo in hashlib.algorithms_available else None
-        if stored["status"] != ACTIVE or stored.get("os_hash_value") != local:
-            self._discard(img["id"])
-            raise PublishError(detail=f"{img['name']}: Glance stored the {what} as '{stored['status']}' "
-                                      f"with {algo} {stored.get('os_hash_value')}, not the {len(data)} bytes sent")
-        patch_image(self.conn, img["id"], [{"op": "remove", "path": f"/{P}uploader"}], f"updating {img['name']}")
-        if replace:
-            for old in existing:
-                if old["id"] != img["id"]:
-                    delete_image(self.conn, old["id"])
-        return img["id"]
-
-    def _report_image(self, build: BuildDir, variant: str, existing: list[dict], report: bytes) -> str:
-        """The hidden image holding ``report`` (the verify.json bytes judged at load)."""
-        return self.side_image(build, variant, role="verify-report", tag=TAG_VERIFY_REPORT, suffix="verify.json",
-                               data=report, digest_prop=f"{P}verify_sha256", existing=existing,
-                               what="verify report")
-
-    def _ensure_report(self, image: dict, build: BuildDir, variant: str, reports: list[dict], report: bytes,
-                       dry_run: bool) -> str | None:
-        """An existing node image of this build carries this verify report (publishing a build
-        verified again, or published before images carried one): attach it if not."""
-        digest = hashlib.sha256(report).hexdigest()
-        linked = image.get(f"{P}verify_report")
-        if linked and image.get(f"{P}verify_sha256") == digest and \
-                any(r["id"] == linked and r["status"] == ACTIVE for r in reports):
-            return linked
-        if dry_run:
-            return None
-        report_id = self._report_image(build, variant, reports, report)
-        patch_image(self.conn, image["id"], set_ops(image, {
-            f"{P}verify_report": report_id, f"{P}verify_sha256": digest,
-            f"{P}verify": VerifyStatus.PASSED.value}), f"attaching the verify report to {image.get('name')}")
-        log.info("%s: verify report %s attached (was %s)", image["id"], report_id, linked or "none")
-        for old in reports:
-            if old["id"] != report_id:
-                delete_image(self.conn, old["id"])
-        return report_id
-
-    # -- one variant
-
     @staticmethod
     def gate(build: BuildDir, variant: str) -> bytes:
         """The verify.json bytes that pass for ``variant`` (judged again, strictly, from the bytes
@@ -672,7 +547,44 @@ class Publisher:
             raise NotVerified(image=image_name(build, variant), status=verdict.status.value, reason=verdict.reason)
         return build.verify_raw
 
-    def publish_variant(self, build: BuildDir, variant: str, *, dry_run: bool = False) -> VariantResult:
+    # -- lookup
+
+    def _mine(self, build: BuildDir, variant: str, role: str) -> list[dict]:
+        return list_images(self.conn, **{f"{P}build_id": build.build_id, f"{P}variant": variant, f"{P}role": role})
+
+    @staticmethod
+    def _in_flight(images: Iterable[dict], name: str) -> tuple[list[dict], list[str]]:
+        """Split off images stuck in flight or failed (an interrupted upload's: to delete); one a
+        live process on this host is uploading right now is :class:`UploadInProgress`."""
+        keep, stale = [], []
+        for img in images:
+            if img["status"] not in TRANSIENT | FAILED:
+                keep.append(img)
+                continue
+            pid = uploader_alive(img.get(f"{P}uploader"))
+            if pid is not None:
+                raise UploadInProgress(image=name, image_id=img["id"], pid=pid)
+            stale.append(img["id"])
+        return keep, stale
+
+    # -- plan
+
+    def plan(self, build: BuildDir, variants: Iterable[str] | None = None) -> PublishPlan:
+        """What publishing ``build`` (``variants``, default all) does: reads Glance and the build
+        directory, writes nothing. Every refusal is raised here, before any write: an unknown
+        variant, one without a passing verify report, one already in Glance under another scope,
+        one being uploaded by a live process."""
+        names = list(variants) if variants else sorted(build.variants)
+        for v in names:
+            build.variant(v)  # all unknown variants fail before any upload
+        for v in names:
+            self.gate(build, v)  # and so does any variant without a passing verify report
+        scope = self.scope_for(build)
+        for v in names:
+            self.check_owner(build, v, scope)  # and any variant already in Glance under another scope
+        return PublishPlan(build, names, [self._plan_variant(build, v) for v in names])
+
+    def _plan_variant(self, build: BuildDir, variant: str) -> VariantPlan:
         image = build.variant(variant)
         name = image_name(build, variant)
         report = self.gate(build, variant)
@@ -681,12 +593,13 @@ class Publisher:
                                verify=VerifyStatus.PASSED.value, scope=scope)
         found = self._mine(build, variant, "image")
         self.check_owner(build, variant, scope, found)     # before any write
-        found, cleaned = self._clean(found, name, dry_run)
-        manifests, cleaned_m = self._clean(self._mine(build, variant, "manifest"), name, dry_run)
-        reports, cleaned_r = self._clean(self._mine(build, variant, "verify-report"), name, dry_run)
-        provs, cleaned_p = self._clean(self._mine(build, variant, provenance.ROLE), name, dry_run)
-        files, cleaned_f = self._clean(self._mine(build, variant, imgdiff.FILES_ROLE), name, dry_run)
-        result.cleaned = cleaned + cleaned_m + cleaned_r + cleaned_p + cleaned_f
+        found, cleanup = self._in_flight(found, name)
+        existing: dict[str, list[dict]] = {}
+        for side in SIDES:
+            existing[side.role], stale = self._in_flight(self._mine(build, variant, side.role), name)
+            cleanup += stale
+        result.cleaned = list(cleanup)
+        has_files = imgdiff.build_files_bytes(build) is not None
         for img in found:  # active or deactivated: this build is in Glance already
             algo = img.get("os_hash_algo") or "sha512"
             expected = image.digest(algo) if algo in ("sha256", "sha512") else None
@@ -694,33 +607,97 @@ class Publisher:
                 raise PublishError(detail=f"{name}: image {img['id']} has build id {build.build_id} but other "
                                           f"content ({algo} {img.get('os_hash_value')}); a build id must not be "
                                           "reused. Delete that image or rebuild")
+            attach = [s for s in (VERIFY_REPORT, PROVENANCE, FILES)
+                      if not side_attached(img, s, existing[s.role], report if s is VERIFY_REPORT else None)
+                      and (s is not FILES or has_files)]
+            adopt = scope_of(img) is None
             result.action = "exists"
             result.image_id, result.hash_algo, result.hash_value = img["id"], algo, img.get("os_hash_value")
-            result.manifest_image_id = img.get(f"{P}manifest_image")
+            result.manifest_image_id = img.get(MANIFEST.link)
             result.signed = "img_signature" in img
-            result.verify_report_id = self._ensure_report(img, build, variant, reports, report, dry_run)
-            result.provenance_image_id = provenance.ensure(self, img, build, variant, provs, dry_run)
-            imgdiff.ensure_files(self, img, build, variant, files, dry_run)   # the per-file manifest (image diff)
-            if scope_of(img) is None:
+            result.verify_report_id = None if VERIFY_REPORT in attach else img.get(VERIFY_REPORT.link)
+            result.provenance_image_id = None if PROVENANCE in attach else img.get(PROVENANCE.link)
+            if adopt:
                 # Published before scopes (legacy): this build is declared in ``scope`` now.
                 result.note = f"legacy image (no {SCOPE}): taken into scope '{scope}'"
-                if not dry_run:
-                    current = get_image(self.conn, img["id"])
-                    patch_image(self.conn, img["id"], set_ops(current, {SCOPE: scope}),
-                                f"marking {name} with scope {scope}")
                 log.info("%s: %s", img["id"], result.note)
-            return result
-        if dry_run:
-            result.action = "would-upload"
-            result.signed = self.sign is not None
-            return result
+            kind = PL.Kind.UPDATE if attach or adopt or cleanup else PL.Kind.NOOP
+            return VariantPlan(variant, name, scope, kind, report, img, existing, cleanup, attach, adopt, has_files,
+                               result)
+        result.action = "would-upload"
+        result.signed = self.sign is not None
+        return VariantPlan(variant, name, scope, PL.Kind.CREATE, report, None, existing, cleanup, [], False,
+                           has_files, result)
 
+    # -- apply
+
+    def apply(self, plan: PublishPlan) -> list[VariantResult]:
+        """Carry out ``plan``: per variant, delete what interrupted uploads left, then upload the
+        side images and the node image (CREATE), or attach the side images an existing node image
+        lacks and mark a legacy one with the scope (UPDATE). A variant planned for upload whose
+        node image has appeared in Glance since (another run published it) is planned again
+        first, so a plan made earlier never uploads an image twice."""
+        out = []
+        for entry in plan.entries:
+            if entry.kind is PL.Kind.CREATE and any(i["id"] not in entry.cleanup
+                                                    for i in self._mine(plan.build, entry.variant, "image")):
+                entry = self._plan_variant(plan.build, entry.variant)
+            out.append(self._apply_variant(plan.build, entry))
+        return out
+
+    def publish(self, build: BuildDir, variants: Iterable[str] | None = None) -> list[VariantResult]:
+        """Publish ``build`` (``variants``, default all): :meth:`apply` of :meth:`plan`."""
+        return self.apply(self.plan(build, variants))
+
+    def _apply_variant(self, build: BuildDir, entry: VariantPlan) -> VariantResult:
+        result = dataclasses.replace(entry.result, cleaned=list(entry.cleanup))
+        for image_id in entry.cleanup:
+            log.info("removing image %s left by an interrupted upload", image_id)
+            delete_image(self.conn, image_id)
+        if entry.kind is not PL.Kind.CREATE:
+            img = entry.image
+            for side in entry.attach:
+                props = self.side_image(build, entry.variant, side, self._side_data(build, entry, side),
+                                        entry.existing[side.role], node=img)
+                img = {**img, **props}
+                if side is VERIFY_REPORT:
+                    result.verify_report_id = props.get(side.link)
+                elif side is PROVENANCE:
+                    result.provenance_image_id = props.get(side.link)
+            if entry.adopt:
+                current = get_image(self.conn, img["id"])
+                patch_image(self.conn, img["id"], set_ops(current, {SCOPE: entry.scope}),
+                            f"marking {entry.name} with scope {entry.scope}")
+            return result
+        return self._upload_variant(build, entry, result)
+
+    def _side_data(self, build: BuildDir, entry: VariantPlan, side: SideImage) -> bytes | None:
+        """The bytes ``side`` holds for this build (None: the build has none: no per-file manifest)."""
+        if side is MANIFEST:
+            raw = build.manifest_path.read_bytes()
+            if hashlib.sha256(raw).hexdigest() != build.manifest_sha256:
+                raise PublishError(detail=f"{build.manifest_path} changed while publishing")
+            return raw
+        if side is VERIFY_REPORT:
+            return entry.report
+        if side is PROVENANCE:
+            data = provenance.dumps(provenance.envelope(provenance.statement(build),
+                                                        self.sign.signer if self.sign is not None else None))
+            log.info("%s: provenance %s", entry.name, "signed" if self.sign is not None else "unsigned")
+            return data
+        return imgdiff.build_files_bytes(build)
+
+    def _upload_variant(self, build: BuildDir, entry: VariantPlan, result: VariantResult) -> VariantResult:
+        variant, name = entry.variant, entry.name
+        image = build.variant(variant)
         t0 = time.monotonic()
-        manifest_id = self._manifest_image(build, variant, manifests, dry_run)
-        report_id = self._report_image(build, variant, reports, report)
-        props = image_properties(build, image, self.policy, manifest_image_id=manifest_id,
-                                 verify_report_id=report_id, verify_sha256=hashlib.sha256(report).hexdigest(),
-                                 scope=scope)
+        links: dict[str, str] = {}
+        for side in (MANIFEST, VERIFY_REPORT):
+            links.update(self.side_image(build, variant, side, self._side_data(build, entry, side),
+                                         entry.existing[side.role]))
+        props = image_properties(build, image, self.policy, manifest_image_id=links[MANIFEST.link],
+                                 verify_report_id=links[VERIFY_REPORT.link],
+                                 verify_sha256=links[VERIFY_REPORT.digest], scope=entry.scope)
         # sha512 of what is sent: tells a local file that changed since the
         # build from bytes damaged on the way.
         hashers = {"sha512": hashlib.sha512()}
@@ -735,17 +712,20 @@ class Publisher:
             self._check_local(image, local, name)
             props.update(signer.properties(signer.sign(pre[signer.hash_name].digest()), self.sign.cert_id))
             hashers = {"sha512": hashlib.sha512()}
-        # Signed SLSA provenance beside the manifest (nodeforge/publish/provenance.py), linked from the image.
-        prov_id, prov_sha256 = provenance.store(self, build, variant, provs)
-        props.update(provenance.properties(prov_id, prov_sha256))
-        props.update(imgdiff.store_files(self, build, variant, files))   # per-file manifest, for 'image diff'
+        # Signed SLSA provenance (nodeforge/publish/provenance.py) and the per-file manifest (for
+        # 'image diff') beside the manifest, linked from the image.
+        for side in (PROVENANCE, FILES):
+            props.update(self.side_image(build, variant, side, self._side_data(build, entry, side),
+                                         entry.existing[side.role]))
         props[f"{P}uploader"] = self.owner
         check_properties(name, props)
         body = {"name": name, "disk_format": image.disk_format, "container_format": "bare",
                 "visibility": "private", "min_disk": max(1, math.ceil(virtual_size(image) / (1 << 30))),
                 "min_ram": 2048, "tags": tags_for(build, variant), **props}
         created = create_image(self.conn, body)
-        sent = self._upload(created["id"], image.path, hashers, name)
+        with HashingReader(image.path, hashers, self.progress) as reader:
+            self._put(created["id"], reader, name)
+            sent = reader.digests()
         stored = get_image(self.conn, created["id"])
         algo = stored.get("os_hash_algo") or "sha512"
         try:
@@ -762,12 +742,83 @@ class Publisher:
         # Upload finished: drop the in-flight owner marker.
         patch_image(self.conn, created["id"], [{"op": "remove", "path": f"/{P}uploader"}], f"updating {name}")
         result.action = "uploaded"
-        result.image_id, result.manifest_image_id, result.verify_report_id = created["id"], manifest_id, report_id
-        result.provenance_image_id = prov_id
+        result.image_id, result.manifest_image_id = created["id"], links[MANIFEST.link]
+        result.verify_report_id, result.provenance_image_id = links[VERIFY_REPORT.link], props[PROVENANCE.link]
         result.hash_algo, result.hash_value = algo, stored.get("os_hash_value")
         result.signed = self.sign is not None
         result.seconds = round(time.monotonic() - t0, 3)
         return result
+
+    # -- the writers
+
+    def _put(self, image_id: str, body, name: str) -> None:
+        """Upload ``body`` (bytes, or a :class:`HashingReader`) as image ``image_id``'s data, once;
+        anything but success deletes the image (the next run cleans up what cannot be deleted now)."""
+        try:
+            put_data(self.conn, image_id, body, f"uploading {name}")
+        except transport.ApiError as exc:
+            self._discard(image_id)
+            f = exc.failure
+            if f.kind is transport.ErrorKind.NETWORK:   # connection reset, timeout: left queued/saving
+                raise UploadInterrupted(image=name, sent=getattr(body, "sent", 0), detail=f.detail) from None
+            if self.sign and f.kind is transport.ErrorKind.BAD_REQUEST and "ignature" in f.text:
+                raise SignatureRejected(image=name, status=f.status, detail=" ".join(f.text.split())[:200],
+                                        cert_id=self.sign.cert_id) from None
+            raise api.error(f, f"uploading {name}") from None
+        except Exception as exc:  # noqa: BLE001 - anything else mid-upload: the image is left queued/saving
+            self._discard(image_id)
+            raise UploadInterrupted(image=name, sent=getattr(body, "sent", 0), detail=type(exc).__name__) from None
+
+    def _discard(self, image_id: str) -> None:
+        try:
+            delete_image(self.conn, image_id)
+        except Exception:  # noqa: BLE001 - the next run cleans it up
+            log.warning("could not delete image %s now; the next publish removes it", image_id)
+
+    def side_image(self, build: BuildDir, variant: str, side: SideImage, data: bytes | None,
+                   existing: list[dict], *, node: dict | None = None) -> dict[str, str]:
+        """The one writer of side images (:data:`SIDES`: the manifest, the verify report, the
+        provenance, the per-file manifest): a hidden image holding ``data`` beside the node image.
+        An active image in ``existing`` holding these bytes is reused, else one is created (marked
+        with this process as its uploader), uploaded once, Glance's own hash of the stored bytes
+        checked and the mark dropped; a refused or interrupted upload deletes it. With ``node`` (a
+        node image already in Glance) the node image is pointed at it (with ``side.marks``). Then
+        the other images in ``existing`` (an interrupted run's, or the one it replaces) are
+        deleted. Returns the node image's properties linking it ({} when ``data`` is None: the
+        build has no such document)."""
+        if data is None:
+            return {}
+        digest = hashlib.sha256(data).hexdigest()
+        side_id = next((s["id"] for s in existing if s["status"] == ACTIVE and s.get(side.digest) == digest), None)
+        if side_id is None:
+            side_id = self._store(build, variant, side, data, digest)
+        props = {side.link: side_id, side.digest: digest}
+        if node is not None:
+            patch_image(self.conn, node["id"], set_ops(node, {**props, **dict(side.marks)}),
+                        f"attaching the {side.what} to {node.get('name')}")
+            log.info("%s: %s %s attached (was %s)", node["id"], side.what, side_id, node.get(side.link) or "none")
+        for old in existing:
+            if old["id"] != side_id:
+                delete_image(self.conn, old["id"])
+        return props
+
+    def _store(self, build: BuildDir, variant: str, side: SideImage, data: bytes, digest: str) -> str:
+        img = create_image(self.conn, {
+            "name": f"{image_name(build, variant)}.{side.suffix}"[:255], "disk_format": "raw",
+            "container_format": "bare", "os_hidden": True, "tags": [side.tag],
+            f"{P}role": side.role, f"{P}build_id": build.build_id, f"{P}variant": variant,
+            side.digest: digest, f"{P}uploader": self.owner, SCOPE: self.scope_for(build),
+        })
+        self._put(img["id"], data, img["name"])
+        stored = get_image(self.conn, img["id"])
+        algo = stored.get("os_hash_algo") or "sha512"
+        local = hashlib.new(algo, data).hexdigest() if algo in hashlib.algorithms_available else None
+        if stored["status"] != ACTIVE or stored.get("os_hash_value") != local:
+            self._discard(img["id"])
+            raise PublishError(detail=f"{img['name']}: Glance stored the {side.what} as '{stored['status']}' "
+                                      f"with {algo} {stored.get('os_hash_value')}, not the {len(data)} bytes sent")
+        patch_image(self.conn, img["id"], [{"op": "remove", "path": f"/{P}uploader"}], f"updating {img['name']}")
+        return img["id"]
 
     @staticmethod
     def _check_local(image: VariantImage, digests: dict[str, str], name: str) -> None:
@@ -776,61 +827,9 @@ class Publisher:
                 raise PublishError(detail=f"{name}: {image.path} does not match SHA{algo[3:]}SUMS "
                                           f"({digests[algo]} != {image.digest(algo)}); the file changed or is corrupt")
 
-    def publish(self, build: BuildDir, variants: Iterable[str] | None = None, *,
-                dry_run: bool = False) -> list[VariantResult]:
-        names = list(variants) if variants else sorted(build.variants)
-        for v in names:
-            build.variant(v)  # all unknown variants fail before any upload
-        for v in names:
-            self.gate(build, v)  # and so does any variant without a passing verify report
-        scope = self.scope_for(build)
-        for v in names:
-            self.check_owner(build, v, scope)  # and any variant already in Glance under another scope
-        return [self.publish_variant(build, v, dry_run=dry_run) for v in names]
-
-    def plan(self, build: BuildDir, variants: Iterable[str] | None = None) -> PublishPlan:
-        """The dry run as a plan (reads Glance, writes nothing)."""
-        names = list(variants) if variants else sorted(build.variants)
-        return PublishPlan(build, names, self.publish(build, names, dry_run=True))
-
-    def apply(self, plan: PublishPlan) -> list[VariantResult]:
-        """Publish what ``plan`` planned. Each variant is decided again against
-        Glance as it is now (publishing is idempotent by build id), so a plan
-        made earlier never uploads an image twice."""
-        return self.publish(plan.build, plan.variants)
-
 
 # --------------------------------------------------------------------------
-# The manifest and the verify report, back from Glance
-
-def _download_linked(conn, image: dict, id_prop: str, sha_prop: str, what: str) -> bytes:
-    """The side image ``image[id_prop]`` points at, verified against ``image[sha_prop]``."""
-    linked_id = image.get(id_prop)
-    expected = image.get(sha_prop)
-    if not linked_id or not expected:
-        raise PublishError(detail=f"image {image['id']} carries no nodeforge {what} reference")
-    resp = _call(conn, "GET", f"/images/{linked_id}/file", f"downloading {what} {linked_id}", missing_ok=True,
-                 stream=True)
-    if resp is None:
-        raise PublishError(detail=f"{what} image {linked_id} of image {image['id']} is gone")
-    data = resp.content
-    actual = hashlib.sha256(data).hexdigest()
-    if actual != expected:
-        raise PublishError(detail=f"{what} image {linked_id}: sha256 {actual} does not match the "
-                                  f"image's {sha_prop} {expected}")
-    return data
-
-
-def download_manifest(conn, image: dict) -> bytes:
-    """The manifest of a node image, verified against its ``nodeforge_manifest_sha256``."""
-    return _download_linked(conn, image, f"{P}manifest_image", f"{P}manifest_sha256", "manifest")
-
-
-def download_verify_report(conn, image: dict) -> bytes:
-    """The verify.json publish stored for a node image, verified against its ``nodeforge_verify_sha256``
-    (whether it is a passing report for this image is :func:`verify_binding` + :func:`verifyreport.judge`)."""
-    return _download_linked(conn, image, f"{P}verify_report", f"{P}verify_sha256", "verify report")
-
+# The verify report's binding, from the Glance image
 
 def verify_binding(image: dict) -> verifyreport.Binding:
     """What a node image's verify report must be bound to, from the image Glance holds: its build

@@ -62,6 +62,7 @@ import nodeforge
 from nodeforge import transport
 from nodeforge.errors import NodeforgeError
 from nodeforge.imageverify.builddir import BuildDir
+from nodeforge.publish import glance_api as g, signing
 
 log = logging.getLogger(__name__)
 
@@ -402,40 +403,9 @@ def summary(doc: dict) -> dict:
 
 
 # --------------------------------------------------------------------------
-# Glance: stored at publish time, beside the manifest
-
-def store(publisher, build: BuildDir, variant: str, existing: list[dict]) -> tuple[str, str]:
-    """Upload ``build``'s provenance for ``variant`` as a hidden image (signed with the publisher's
-    key when it has one); returns (image id, sha256 of the envelope bytes). Provenance images of
-    this build and variant in ``existing`` (left by an interrupted run, linked to no node image)
-    are deleted once the new one is active."""
-    from nodeforge.publish import glance as g
-
-    sign = publisher.sign
-    data = dumps(envelope(statement(build), sign.signer if sign is not None else None))
-    digest = hashlib.sha256(data).hexdigest()
-    image_id = publisher.side_image(build, variant, role=ROLE, tag=TAG, suffix="provenance.dsse.json", data=data,
-                                    digest_prop=PROP_SHA256, existing=existing, what="provenance", replace=True)
-    log.info("%s: provenance %s (%s)", g.image_name(build, variant), image_id,
-             "signed" if sign is not None else "unsigned")
-    return image_id, digest
-
-
-def ensure(publisher, image: dict, build: BuildDir, variant: str, existing: list[dict], dry_run: bool) -> str | None:
-    """An existing node image of this build links an active provenance image (published before
-    provenance existed, or its provenance image was lost): attach a new one if not."""
-    from nodeforge.publish import glance as g
-
-    linked = image.get(PROP_IMAGE)
-    if linked and any(p["id"] == linked and p["status"] == g.ACTIVE for p in existing):
-        return linked
-    if dry_run:
-        return None
-    prov_id, digest = store(publisher, build, variant, [p for p in existing if p["id"] != linked])
-    g.patch_image(publisher.conn, image["id"], g.set_ops(image, {PROP_IMAGE: prov_id, PROP_SHA256: digest}),
-                  f"attaching provenance to {image.get('name')}")
-    return prov_id
-
+# Glance: stored at publish time, beside the manifest, by the one side-image writer
+# (nodeforge.publish.glance.Publisher.side_image, side PROVENANCE): these bytes, signed with the
+# publisher's key when it has one.
 
 def properties(prov_id: str, digest: str) -> dict[str, str]:
     return {PROP_IMAGE: prov_id, PROP_SHA256: digest}
@@ -443,12 +413,6 @@ def properties(prov_id: str, digest: str) -> dict[str, str]:
 
 # --------------------------------------------------------------------------
 # Verification: nodeforge image provenance IMAGE
-
-def _download(conn, image_id: str, what: str) -> bytes | None:
-    resp = transport.request(conn.image, "GET", f"/images/{image_id}/file", what=f"downloading {what}",
-                             missing_ok=True)
-    return transport.content_of(resp)
-
 
 def _hash_image_data(conn, image_id: str, algos: tuple[str, ...]) -> tuple[dict[str, str], int, float]:
     """Stream the image data Glance serves and hash it; (digests, bytes, seconds)."""
@@ -467,8 +431,6 @@ def _hash_image_data(conn, image_id: str, algos: tuple[str, ...]) -> tuple[dict[
 
 
 def _certificate(conn, image: dict, cert_path: Path | None, cert_id: str | None, label: str):
-    from nodeforge.publish import signing
-
     if cert_path is not None:
         pem = Path(cert_path).read_bytes()
         return signing.load_certificate(pem, str(cert_path)), f"certificate {cert_path}", None
@@ -483,8 +445,6 @@ def _certificate(conn, image: dict, cert_path: Path | None, cert_id: str | None,
 def _check_validity(cert, label: str, cert_label: str) -> None:
     """The publishing certificate must be valid now, as Glance and Nova require for the image
     signature made with the same key (an expired or not-yet-valid one proves nothing today)."""
-    from nodeforge.publish import signing
-
     try:
         signing.check_validity(cert, cert_label)
     except signing.SigningError as exc:
@@ -499,8 +459,6 @@ def verify(conn, ref: str, *, cert_path: Path | None = None, cert_id: str | None
     digest is the image data Glance serves (``os_hash_value``, computed by Glance on upload; or the
     data downloaded and hashed with ``download`` or an algorithm the statement does not carry) and
     the build id. Returns the report; :class:`ProvenanceInvalid` naming the failed check."""
-    from nodeforge.publish import glance as g
-
     image = g.find_image(conn, ref)
     label = image.get("name") or image["id"]
     prov_id, want = image.get(PROP_IMAGE), image.get(PROP_SHA256)
@@ -508,7 +466,7 @@ def verify(conn, ref: str, *, cert_path: Path | None = None, cert_id: str | None
         raise ProvenanceInvalid(image=label, check="missing provenance",
                                 detail=f"image {image['id']} carries no {PROP_IMAGE}/{PROP_SHA256} "
                                        "(published before provenance, or not by nodeforge)")
-    data = _download(conn, prov_id, f"provenance {prov_id}")
+    data = g.download(conn, prov_id, f"provenance {prov_id}")
     if data is None:
         raise ProvenanceInvalid(image=label, check="missing provenance",
                                 detail=f"provenance image {prov_id} is gone or holds no data")

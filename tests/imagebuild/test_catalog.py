@@ -110,7 +110,7 @@ def test_promote_newer_hides_older_and_list_shows_approved(tmp_path, admin, trac
     policy = RetentionPolicy(visible=1, keep=3)
     catalog.promote(admin, old, policy)
     assert g.get_image(admin, old)["visibility"] == "public"
-    steps = catalog.promote(admin, new, policy, dry_run=True)
+    steps = catalog.plan(admin, new, policy).steps
     assert [(s.image_id, s.action.value) for s in steps] == [(new, "approve"), (old, "hide")]
     assert g.get_image(admin, old)["os_hidden"] is False  # dry run wrote nothing
     catalog.promote(admin, new, policy)

@@ -157,7 +157,7 @@ def test_second_publish_uploads_nothing(tmp_path, admin, tracker, policy):
     assert (second.action, second.image_id, second.manifest_image_id, second.verify_report_id) == \
         ("exists", first.image_id, first.manifest_image_id, first.verify_report_id)
     assert {i["id"] for i in tracker.images(b.build_id)} == before and len(before) == 4   # + manifest, report, provenance
-    assert g.Publisher(admin, policy).publish(b, dry_run=True)[0].action == "exists"
+    assert g.Publisher(admin, policy).plan(b).results[0].action == "exists"
 
 
 @pytest.mark.devcloud

@@ -350,8 +350,8 @@ def test_publishing_again_attaches_provenance_to_an_image_published_without_it(t
         conn.image.images[r.image_id].pop(prop)
     with pytest.raises(pv.ProvenanceInvalid):
         pv.verify(conn, r.image_id, cert_path=cert)
-    [dry] = g.Publisher(conn, RetentionPolicy(), sign=g.SignOptions(signer, "cert-1")).publish(
-        builddir.load(d), dry_run=True)
+    [dry] = g.Publisher(conn, RetentionPolicy(), sign=g.SignOptions(signer, "cert-1")).plan(
+        builddir.load(d)).results
     assert dry.provenance_image_id is None and "nodeforge_provenance" not in g.get_image(conn, r.image_id)
     [again] = g.Publisher(conn, RetentionPolicy(), sign=g.SignOptions(signer, "cert-1")).publish(builddir.load(d))
     assert again.action == "exists" and again.provenance_image_id not in (None, old)

@@ -42,7 +42,7 @@ def test_promote_hides_instead_of_deleting_an_image_magnum_uses(devcloud, run_pr
         assert json.loads(capsys.readouterr().out)["used_by"] == [f"template {t['name']} ({t['uuid']})"]
 
         policy = RetentionPolicy(visible=1, keep=1, expire=Expire.DELETE)
-        plan = {s.image_id: s for s in catalog.promote(admin, newest, policy, dry_run=True)}
+        plan = {s.image_id: s for s in catalog.plan(admin, newest, policy).steps}
         assert plan[used].action is catalog.Action.HIDE
         assert plan[used].reason == f"beyond keep=1 but used by Magnum: template {t['name']} ({t['uuid']})"
         assert plan[unused].action is catalog.Action.DELETE

@@ -120,7 +120,7 @@ def test_a_legacy_image_of_the_build_is_taken_into_the_scope_on_publish(tmp_path
     b = _build(tmp_path)
     [r] = g.Publisher(conn, RetentionPolicy()).publish(b)
     _make_legacy(conn, r.image_id)
-    [dry] = g.Publisher(conn, RetentionPolicy(), scope="team-a").publish(b, dry_run=True)
+    [dry] = g.Publisher(conn, RetentionPolicy(), scope="team-a").plan(b).results
     assert dry.action == "exists" and "legacy" in dry.note and g.SCOPE not in conn.image.images[r.image_id]
     [again] = g.Publisher(conn, RetentionPolicy(), scope="team-a").publish(b)
     assert again.action == "exists" and conn.image.images[r.image_id][g.SCOPE] == "team-a"
@@ -156,7 +156,7 @@ def test_cli_bad_scope_exits_2_before_any_api_call(args, tmp_path, run_cli, monk
 def test_a_bad_scope_in_a_manifest_is_refused(tmp_path):
     b = _build(tmp_path, manifest_scope="Not Valid")
     with pytest.raises(g.PublishError, match="manifest.json: scope must be 1-63"):
-        g.Publisher(FakeConn(), RetentionPolicy()).publish(b, dry_run=True)
+        g.Publisher(FakeConn(), RetentionPolicy()).plan(b).results
 
 
 # --------------------------------------------------------------------------
@@ -342,7 +342,7 @@ def test_devcloud_two_scopes_side_by_side(tmp_path, admin, tracker, scopes, uniq
     untouched = {i: _state(admin, i) for i in (b_old, legacy)}
     # Same Kubernetes minor, variant and OS: one group; A's promote retires only A's older image.
     a_new = _dc_publish(admin, tmp_path / "a-new", tracker, k8s=unique_k8s, scope=a)
-    plan = catalog.promote(admin, a_new, STRICT, dry_run=True)
+    plan = catalog.plan(admin, a_new, STRICT).steps
     assert [(s.image_id, s.action.value) for s in plan] == [(a_new, "approve"), (a_old, "delete")]
     catalog.promote(admin, a_new, STRICT)
     assert _state(admin, a_old) is None

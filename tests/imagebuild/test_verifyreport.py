@@ -263,7 +263,7 @@ def test_publish_refuses_unverified_and_failed_builds(tmp_path, verify, status):
     b = builddir.load(make_build_dir(tmp_path, verify=verify))
     conn = FakeConn()
     with pytest.raises(g.NotVerified, match=f"boot verification is '{status}'"):
-        g.Publisher(conn, RetentionPolicy()).publish(b, dry_run=True)
+        g.Publisher(conn, RetentionPolicy()).plan(b).results
     assert conn.image.calls == []
 
 
@@ -436,7 +436,7 @@ def test_promote_refuses_a_report_of_another_build_moved_over(tmp_path, good):
     other = builddir.load(make_build_dir(tmp_path / "other", verify="passed"))
     _swap_report(conn, ids["vm"], other.verify_raw)
     with pytest.raises(catalog.PromoteRefused, match=f"build_id \"{other.build_id}\" is another build's"):
-        catalog.promote(conn, ids["vm"], RetentionPolicy(), dry_run=True)
+        catalog.plan(conn, ids["vm"], RetentionPolicy()).steps
 
 
 # --------------------------------------------------------------------------
