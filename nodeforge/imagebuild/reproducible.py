@@ -37,6 +37,17 @@ per-file manifest and the disks:
   ``dib_environment``) the build's scratch directory, the artifact cache and
   the Python environment are replaced by fixed names (``<work>``, ...): they
   are this host's paths, not the image's content;
+* the image carries no apt sources and no mirror of the build host: the
+  ``/etc/apt/sources.list`` and ``/etc/apt/sources.list.d/*.{list,sources}``
+  diskimage-builder wrote for the build (the build host's mirrors, a test
+  fixture's loopback URL) are removed, and in ``dib_environment`` the values
+  of the mirror settings (``DIB_*MIRROR``, ``DIB_APT_SOURCES_CONF``) become
+  :data:`MIRROR_PLACEHOLDER`. What apt installed is named by the OS package
+  lock (versions and sha256s), not by where it came from; a node that needs
+  apt sources gets them from its own configuration (cloud-init user-data
+  ``apt:``; Debian's ``cloud.cfg`` preserves an existing sources list, so
+  none is written unless the user-data asks). This is also what lets the
+  package base's cache key leave the mirrors out (package_base.py);
 * every entry's modification and access time is clamped to the epoch
   (``min(mtime, epoch)``, atime = mtime).
 """
@@ -49,6 +60,7 @@ import glob
 import hashlib
 import json
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -66,11 +78,18 @@ REMOVE = (
     # The build host's device nodes (its disks, kvm, loop devices; group ids of the host) that end up in
     # the tree; the booted system mounts devtmpfs on /dev (the initramfs moves its own there).
     "dev/*", "dev/.*",
+    # The apt sources diskimage-builder wrote for the build: the build host's mirrors (see the module).
+    "etc/apt/sources.list", "etc/apt/sources.list.d/*.list", "etc/apt/sources.list.d/*.sources",
+    "etc/apt/sources.list.d/.list",
 )
 EMPTY = ("etc/machine-id",)
 TRUNCATE_UNDER = ("var/log",)
 # Files that name the build host's paths (diskimage-builder's record of its run).
 HOST_PATH_FILES = ("etc/dib-manifests/dib_arguments", "etc/dib-manifests/dib_environment")
+# diskimage-builder's record of its environment (``export`` output: ``declare -x NAME="value"``).
+DIB_ENVIRONMENT = "etc/dib-manifests/dib_environment"
+MIRROR_SETTING = re.compile(r"^(declare -x (?:DIB_APT_SOURCES_CONF|DIB_(?:[A-Z0-9]+_)*MIRROR))=.*$", re.M)
+MIRROR_PLACEHOLDER = "<debian-mirror>"
 
 
 def source_date_epoch(os_lock=None) -> tuple[int, str]:
@@ -170,11 +189,28 @@ def replace_host_paths(root: Path, replacements: dict[str, str], files=HOST_PATH
     return changed
 
 
+def replace_mirror_settings(root: Path, rel: str = DIB_ENVIRONMENT) -> list[str]:
+    """In diskimage-builder's environment record, the value of every mirror setting replaced by
+    :data:`MIRROR_PLACEHOLDER` (times kept); returns the settings replaced."""
+    path = Path(root) / rel
+    if not path.is_file() or path.is_symlink():
+        return []
+    text = path.read_text(errors="surrogateescape")
+    names = [m.group(1).split()[-1] for m in MIRROR_SETTING.finditer(text)]
+    new = MIRROR_SETTING.sub(lambda m: f'{m.group(1)}="{MIRROR_PLACEHOLDER}"', text)
+    if new != text:
+        st = path.stat()
+        path.write_text(new, errors="surrogateescape")
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    return names
+
+
 def normalise(root: Path, epoch: int, host_paths: dict[str, str] | None = None) -> dict:
     """Normalise the tree at ``root`` in place (see the module); ``host_paths``: host path -> fixed name
     for :func:`replace_host_paths`. Returns what was done (counts and the removed paths)."""
     root = Path(root)
     replaced = replace_host_paths(root, host_paths or {})
+    mirror_settings = replace_mirror_settings(root)
     removed = []
     for pattern in REMOVE:
         for path in sorted(glob.glob(str(root / pattern), recursive=True)):
@@ -201,7 +237,7 @@ def normalise(root: Path, epoch: int, host_paths: dict[str, str] | None = None) 
     clamped = clamp_times(root, epoch)
     return {"epoch": epoch, "removed": removed, "emptied": emptied, "truncated_logs": truncated,
             "shadow_dates": shadow, "host_paths_replaced": replaced, "iscsi_initiator_reset": iscsi,
-            "clamped": clamped}
+            "mirror_settings_replaced": mirror_settings, "clamped": clamped}
 
 
 def clamp_times(root: Path, epoch: int) -> int:
