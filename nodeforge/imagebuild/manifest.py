@@ -22,6 +22,7 @@ builds of the same inputs have the same SBOM.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import hashlib
 import json
@@ -99,6 +100,9 @@ def build_manifest(*, build_id: str, build_time: datetime.datetime, minor: str, 
 
 
 def dumps(manifest: dict) -> str:
+    """The text of ``manifest.json``; the manifest must hold the declaration (:class:`Manifest`):
+    every manifest nodeforge writes is one :func:`read` reads back unchanged."""
+    validate_data("manifest.json (as written)", manifest, Manifest)
     return json.dumps(manifest, indent=2, sort_keys=True) + "\n"
 
 
@@ -172,20 +176,36 @@ class ReproducibleDecl(_Open):
     inputs_sha256: vocab.Sha256
 
 
+class BaseOsDecl(_Open):
+    """The base OS of the image (the lockfile's ``base_os``; ``codename`` the Debian release name)."""
+
+    distro: str
+    release: str
+    codename: str | None = None
+
+
+class LockfileDecl(_Open):
+    """The version lockfile the build was made from: its file name and sha256."""
+
+    path: Annotated[str, Rule("absent only in a manifest converted from " + "nodeforge-image-manifest/0")] | None = None
+    sha256: vocab.Sha256
+
+
 class ManifestDecl(Declared):
-    """``manifest.json``: what one build put into its images (written by ``image build``)."""
+    """``manifest.json``: what one build put into its images (written by ``image build``; read by
+    ``image verify``/``publish`` through :func:`read`, older shapes through :func:`upgrade`)."""
 
     schema_: Annotated[str, AfterValidator(_schema), Rule(SCHEMA), Field(alias="schema")]
     build_id: str
     build_time: Annotated[str, Rule("UTC, YYYY-MM-DDTHH:MM:SSZ")]
     kubernetes: KubernetesDecl
-    base_os: dict[str, str]
+    base_os: BaseOsDecl
     arch: str
     variants: list[str]
     images: dict[str, str]
     packages: list[PackageDecl]
     artifacts: list[ArtifactDecl]
-    lockfile: dict[str, Any]
+    lockfile: LockfileDecl
     element_tree: DigestDecl
     hardening: dict[str, Any]
     diskimage_builder: DibDecl
@@ -196,9 +216,166 @@ class ManifestDecl(Declared):
     files: FilesDecl | None = None
     reproducible: ReproducibleDecl | None = None
 
+    # -- what readers use (one derivation each) -----------------------------------------
+    def to_dict(self) -> dict:
+        """The manifest as written (keys absent from the file stay absent)."""
+        return self.model_dump(mode="json", by_alias=True, exclude_unset=True)
+
+    @staticmethod
+    def disk_format(file_name: str) -> str:
+        """An image's disk format: qcow2 for a ``.qcow2`` file (the vm variant), else raw."""
+        return "qcow2" if file_name.endswith(".qcow2") else "raw"
+
+    @staticmethod
+    def firmware(variant: str) -> str:
+        """The firmware a variant's image is published for: uefi for baremetal, else bios (the
+        OpenStack default; nodeforge disks boot both)."""
+        return "uefi" if variant == "baremetal" else "bios"
+
+
+Manifest = ManifestDecl   # the one typed manifest: written by build (dumps), read by read()
+
 
 KIND = register("manifest", ManifestDecl, title="Build manifest", path="<build dir>/manifest.json",
                 formats=("json",), description="Written by `image build`, checked by `image verify` and the tests.")
+
+
+# --- reading: one reader, one converter for older shapes -----------------------------------
+
+LEGACY_SCHEMA = "nodeforge-image-manifest/0"
+MAX_BYTES = 16 << 20
+# Glance/Nova architecture spellings -> the Debian ones the manifest records.
+_GLANCE_ARCH = {"x86_64": "amd64", "aarch64": "arm64"}
+
+
+class ManifestError(SchemaError):
+    """A ``manifest.json`` that is not a manifest nodeforge can read (exit 2, names the field)."""
+
+
+def _legacy_problem(path: str, key: str, detail: str) -> SchemaError:
+    return SchemaError(path, [Problem(path, None, tuple(key.split(".")), detail)],
+                       hint=f"the manifest has no 'schema' and was read as {LEGACY_SCHEMA}; rebuild the image "
+                            "(nodeforge image build) for a current manifest")
+
+
+def upgrade(doc: dict, path: str = "manifest.json") -> dict:
+    """``doc`` as a :data:`SCHEMA` manifest: the one converter for older shapes.
+
+    * ``SCHEMA`` (what ``image build`` has written since the manifest exists, commit 3c085bb):
+      returned as it is; later additions (package_base, scope, os_package_lock, files,
+      reproducible) are optional fields of the same schema.
+    * no ``schema`` key: :data:`LEGACY_SCHEMA`, the spellings the build-directory reader accepted
+      besides the current ones since it was written (8e0af9c; no nodeforge writer produced
+      them): ``build.id``/``build.time``; ``k8s_version``/``kubernetes_version``;
+      ``os.distro``/``os.version`` and ``base_os.version``; ``architecture`` (Glance names);
+      ``lockfile_digest``/``lockfile_sha256`` (``sha256:`` prefix allowed); ``images`` entries
+      ``{file | path, format, firmware}`` (format and firmware must be what the current schema
+      derives: :meth:`Manifest.disk_format`, :meth:`Manifest.firmware`); ``image_source``,
+      ``source_url``, ``source.url``, ``original_user``, ``image_original_user`` (never set by
+      nodeforge; dropped). Renamed only: a field the old shape lacks stays missing and the
+      declaration names it.
+    * any other ``schema``: refused, naming it."""
+    if not isinstance(doc, dict):
+        return doc
+    if "schema" in doc:
+        if doc["schema"] != SCHEMA:
+            raise SchemaError(path, [Problem(path, None, ("schema",),
+                                             f"schema is {json.dumps(doc['schema'])[:60]}, expected {SCHEMA!r} "
+                                             f"(or none: {LEGACY_SCHEMA})")])
+        return doc
+    out = dict(doc)
+
+    def take(*keys):
+        """The first of ``keys`` (dotted) present, removed from ``out`` (all of them removed)."""
+        found = None
+        for key in keys:
+            head, _, rest = key.partition(".")
+            node = out.get(head)
+            if rest:
+                value = node.pop(rest, None) if isinstance(node, dict) else None
+                if isinstance(node, dict) and not node:
+                    out.pop(head)
+            else:
+                value = out.pop(head, None)
+            if found is None and value not in (None, ""):
+                found = value
+        return found
+
+    if isinstance(out.get("build"), dict):
+        build = dict(out["build"])
+        out["build"] = build
+    for new, old in (("build_id", "build.id"), ("build_time", "build.time")):
+        value = take(new, old)
+        if value is not None:
+            out[new] = value
+    version = take("k8s_version", "kubernetes_version")
+    if version is not None:
+        kube = dict(out.get("kubernetes") or {})
+        if not isinstance(version, str):
+            raise _legacy_problem(path, "k8s_version", f"expected a string, got {type(version).__name__}")
+        kube.setdefault("version", version.lstrip("v"))
+        kube.setdefault("minor", ".".join(kube["version"].split(".")[:2]))
+        out["kubernetes"] = kube
+    if isinstance(out.get("os"), dict) and "base_os" not in out:
+        old = out.pop("os")
+        out["base_os"] = {k: v for k, v in (("distro", old.get("distro")), ("release", old.get("version")))
+                          if v is not None}
+    if isinstance(out.get("base_os"), dict) and "version" in out["base_os"]:
+        base = dict(out["base_os"])
+        base.setdefault("release", base.pop("version"))
+        base.pop("version", None)
+        out["base_os"] = base
+    arch = take("arch", "architecture")
+    if arch is not None:
+        out["arch"] = _GLANCE_ARCH.get(arch, arch) if isinstance(arch, str) else arch
+    digest = take("lockfile_digest", "lockfile_sha256")
+    if digest is not None:
+        lock = dict(out.get("lockfile") or {})
+        lock.setdefault("sha256", digest.split(":", 1)[1] if isinstance(digest, str) and digest.startswith("sha256:")
+                        else digest)
+        out["lockfile"] = lock
+    if isinstance(out.get("source"), dict) and "url" in out["source"]:
+        out["source"] = {k: v for k, v in out["source"].items() if k != "url"}
+    take("image_source", "source_url", "original_user", "image_original_user")
+    if isinstance(out.get("images"), dict):
+        images = {}
+        for variant, entry in out["images"].items():
+            if isinstance(entry, dict):
+                name = entry.get("file") or entry.get("path")
+                if not isinstance(name, str) or not name:
+                    raise _legacy_problem(path, f"images.{variant}", "an image entry needs 'file' (a file name)")
+                for key, want in (("format", Manifest.disk_format(name)), ("firmware", Manifest.firmware(variant))):
+                    if entry.get(key) not in (None, want):
+                        raise _legacy_problem(path, f"images.{variant}.{key}",
+                                              f"is {json.dumps(entry[key])[:40]}; a {variant} image {name} is {want}")
+                entry = name
+            images[variant] = entry
+        out["images"] = images
+    out["schema"] = SCHEMA
+    return out
+
+
+def parse(data: bytes | str, path: str = "manifest.json") -> Manifest:
+    """The manifest in ``data`` (the text of ``path``): strict JSON, :func:`upgrade`, then the
+    declaration; every problem names the field (``path:line: key.path: detail``, a
+    :class:`~nodeforge.schema.SchemaError`, exit 2)."""
+    from nodeforge.schema import Document, loader, validate
+
+    if len(data) > MAX_BYTES:
+        raise SchemaError(path, [Problem(path, None, (), f"larger than {MAX_BYTES >> 20} MiB: not a build manifest")])
+    text = data if isinstance(data, str) else loader.decode(path, data)
+    document = loader.load(path, text, format="json", limits=dataclasses.replace(loader.DEFAULT_LIMITS,
+                                                                                  max_bytes=MAX_BYTES))
+    upgraded = upgrade(document.data, path)
+    if upgraded is not document.data:   # converted: lines of the old spelling would mislead
+        document = Document(f"{path} (read as {LEGACY_SCHEMA})", "data", upgraded, upgraded)
+    return validate(document, Manifest)
+
+
+def read(path: Path | str) -> tuple[bytes, Manifest]:
+    """``path``'s bytes (what digests and verify reports are bound to) and its :class:`Manifest`."""
+    raw = Path(path).read_bytes()
+    return raw, parse(raw, str(path))
 
 
 def problems(manifest: Any, file: str = "manifest.json") -> list[Problem]:

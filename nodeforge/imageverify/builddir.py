@@ -11,10 +11,11 @@ A build directory (written by `nodeforge image build`, checked by
     build.log            (optional here)
     verify.json          boot verification report (absent until verified; strict, see verifyreport)
 
-This reader is deliberately tolerant: the keys it reads from ``manifest.json``
-have fallbacks (listed on :func:`load`), optional files may be missing, and a
-variant is found either in the manifest's ``images`` map or by the image file
-extension in the SUMS files. What it never tolerates is an image without both
+``manifest.json`` is read by the one manifest reader
+(:func:`nodeforge.imagebuild.manifest.read`, the declared ``Manifest``; an
+older shape goes through its one converter, ``manifest.upgrade``): a bad field
+is an error naming it. The variants are the manifest's ``images``; optional
+files may be missing. What it never tolerates is an image without both
 digests: publishing compares Glance's digest with ``SHA512SUMS`` (or
 ``SHA256SUMS``, whichever algorithm the cloud hashes with).
 
@@ -29,7 +30,6 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import hashlib
-import json
 import logging
 from pathlib import Path
 
@@ -47,7 +47,6 @@ SBOM = "sbom.cdx.json"
 
 # Variant -> (disk format, file extensions that mean it).
 VARIANT_FORMATS = {"vm": "qcow2", "baremetal": "raw"}
-_EXT_VARIANT = {".qcow2": "vm", ".raw": "baremetal", ".img": "baremetal"}
 _DEB_ARCH = {"amd64": "x86_64", "arm64": "aarch64", "x86_64": "x86_64", "aarch64": "aarch64"}
 
 
@@ -99,6 +98,7 @@ class BuildDir:
     image_source: str | None = None
     original_user: str | None = None
     verify_raw: bytes | None = None   # verify.json exactly as judged (publish stores these bytes)
+    manifest: object | None = None    # the typed manifest read (nodeforge.imagebuild.manifest.Manifest)
 
     @property
     def k8s_minor(self) -> str:
@@ -140,64 +140,30 @@ def _read_sums(path: Path) -> dict[str, str]:
 
 
 def load(path: Path | str) -> BuildDir:
-    """Read ``path``. ``manifest.json`` keys used (first found wins):
+    """Read ``path``. ``manifest.json`` is read by the one manifest reader
+    (:func:`nodeforge.imagebuild.manifest.read`: the declared :class:`~nodeforge.imagebuild.manifest.Manifest`,
+    an older shape through its one converter, :func:`~nodeforge.imagebuild.manifest.upgrade`); a bad
+    field is an error naming it (exit 2). Images: the manifest's ``images`` (variant: file name),
+    each with both digests in the SUMS files; the disk format and firmware are the manifest's
+    (:meth:`~nodeforge.imagebuild.manifest.Manifest.disk_format`, ``.firmware``)."""
+    from nodeforge.imagebuild import manifest as mf
 
-    * build id: ``build_id``, ``build.id``; else the directory name;
-    * Kubernetes: ``kubernetes.version``, ``k8s_version``, ``kubernetes_version``;
-    * OS: ``os.distro``/``os.version``, ``base_os.distro``/``base_os.release``; default debian 12;
-    * architecture: ``architecture``, ``arch`` (Debian names mapped); default x86_64;
-    * build time: ``build_time``, ``build.time`` (ISO 8601); else the manifest's mtime;
-    * lockfile digest: ``lockfile_digest``, ``lockfile.sha256``, ``lockfile_sha256``;
-    * images: ``images: {variant: file name}`` (or ``{variant: {file, format, firmware}}``);
-      else by file extension in the SUMS files. The disk format follows the
-      extension (``.qcow2``, else raw); firmware defaults to bios for ``vm``
-      (the OpenStack default; nodeforge disks boot both) and uefi for ``baremetal``.
-    """
     root = Path(path)
     if not root.is_dir():
         raise BuildDirError(path=root, detail="not a directory")
     manifest_path = root / MANIFEST
     if not manifest_path.is_file():
         raise BuildDirError(path=root, detail=f"no {MANIFEST}: not a finished build directory")
-    raw = manifest_path.read_bytes()
-    try:
-        manifest = json.loads(raw)
-    except ValueError as exc:
-        raise BuildDirError(path=manifest_path, detail=f"not JSON: {exc}") from None
-    if not isinstance(manifest, dict):
-        raise BuildDirError(path=manifest_path, detail="not a JSON object")
+    raw, manifest = mf.read(manifest_path)
 
-    k8s = _first(manifest, "kubernetes.version", "k8s_version", "kubernetes_version")
-    if not k8s:
-        raise BuildDirError(path=manifest_path, detail="no Kubernetes version (kubernetes.version)")
-    if not isinstance(k8s, str):
-        raise BuildDirError(path=manifest_path, detail=f"kubernetes.version: expected a string, "
-                                                       f"got {type(k8s).__name__}")
-    k8s = str(k8s).lstrip("v")
-    build_id = str(_first(manifest, "build_id", "build.id") or root.name)
-    os_distro = str(_first(manifest, "os.distro", "base_os.distro") or "debian")
-    os_version = str(_first(manifest, "os.version", "base_os.release", "base_os.version") or "12")
-    arch = str(_first(manifest, "architecture", "arch") or "x86_64")
-    arch = _DEB_ARCH.get(arch, arch)
-    build_time = _parse_time(_first(manifest, "build_time", "build.time"), manifest_path)
-    lock = _first(manifest, "lockfile_digest", "lockfile.sha256", "lockfile_sha256")
-    if isinstance(lock, str) and lock.startswith("sha256:"):
-        lock = lock.split(":", 1)[1]
+    k8s = manifest.kubernetes.version.lstrip("v")
+    arch = _DEB_ARCH.get(manifest.arch, manifest.arch)
+    build_time = _parse_time(manifest.build_time, manifest_path)
 
     verify_raw = (root / VERIFY).read_bytes() if (root / VERIFY).is_file() else None
     sums = {algo: _read_sums(root / fname) for algo, fname in SUMS.items()}
     variants: dict[str, VariantImage] = {}
-    declared = manifest.get("images") if isinstance(manifest.get("images"), dict) else None
-    if declared:
-        # {variant: "file name"} (what `image build` writes) or {variant: {file, format, firmware}}.
-        entries = [(v, e, {}) if isinstance(e, str) else (v, str(e.get("file") or e.get("path") or ""), e)
-                   for v, e in declared.items() if isinstance(e, (str, dict))]
-    else:
-        names = sorted(set(sums["sha256"]) | set(sums["sha512"]))
-        entries = [(_EXT_VARIANT[Path(n).suffix], n, {}) for n in names if Path(n).suffix in _EXT_VARIANT]
-    for variant, fname, entry in entries:
-        if variant in variants:
-            raise BuildDirError(path=root, detail=f"two images for variant '{variant}'")
+    for variant, fname in manifest.images.items():
         file = root / Path(fname).name
         if not file.is_file():
             raise BuildDirError(path=file, detail="image listed but missing")
@@ -206,20 +172,17 @@ def load(path: Path | str) -> BuildDir:
             if file.name not in sums[algo]:
                 raise BuildDirError(path=root / fname_sums, detail=f"no entry for {file.name}")
             digests[algo] = sums[algo][file.name]
-        fmt = str(entry.get("format") or ("qcow2" if file.suffix == ".qcow2" else "raw"))
-        firmware = str(entry.get("firmware") or ("uefi" if variant == "baremetal" else "bios"))
-        variants[variant] = VariantImage(variant, file, fmt, digests["sha256"], digests["sha512"],
-                                         file.stat().st_size, VerifyStatus.ABSENT, firmware)
+        variants[variant] = VariantImage(variant, file, manifest.disk_format(file.name), digests["sha256"],
+                                         digests["sha512"], file.stat().st_size, VerifyStatus.ABSENT,
+                                         manifest.firmware(variant))
     if not variants:
-        raise BuildDirError(path=root, detail="no images found (no manifest 'images' and no .qcow2/.raw in SHA*SUMS)")
+        raise BuildDirError(path=manifest_path, detail="images is empty: no image in this build")
     build = BuildDir(
-        path=root, build_id=build_id, k8s_version=k8s, os_distro=os_distro.lower(), os_version=os_version,
-        architecture=arch, build_time=build_time, lockfile_sha256=lock if isinstance(lock, str) else None,
-        manifest_path=manifest_path, manifest_sha256=hashlib.sha256(raw).hexdigest(), variants=variants,
-        verify_present=verify_raw is not None,
-        image_source=_first(manifest, "image_source", "source.url", "source_url"),
-        original_user=_first(manifest, "image_original_user", "original_user"),
-        verify_raw=verify_raw,
+        path=root, build_id=manifest.build_id, k8s_version=k8s, os_distro=manifest.base_os.distro.lower(),
+        os_version=manifest.base_os.release, architecture=arch, build_time=build_time,
+        lockfile_sha256=manifest.lockfile.sha256, manifest_path=manifest_path,
+        manifest_sha256=hashlib.sha256(raw).hexdigest(), variants=variants, verify_present=verify_raw is not None,
+        verify_raw=verify_raw, manifest=manifest,
     )
     # Each variant's status, strictly (verifyreport), bound to this build; ``variants`` is the BuildDir's dict.
     verdicts = verifyreport.judge(verify_raw, [build.binding(v) for v in variants], str(root / VERIFY))
@@ -229,21 +192,9 @@ def load(path: Path | str) -> BuildDir:
     return build
 
 
-def _first(doc: dict, *keys: str):
-    for key in keys:
-        node = doc
-        for part in key.split("."):
-            node = node.get(part) if isinstance(node, dict) else None
-        if node not in (None, ""):
-            return node
-    return None
-
-
-def _parse_time(value, path: Path) -> datetime.datetime:
-    if value:
-        try:
-            t = datetime.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-        except ValueError:
-            raise BuildDirError(path=path, detail=f"build_time '{value}' is not ISO 8601") from None
-        return t if t.tzinfo else t.replace(tzinfo=datetime.timezone.utc)
-    return datetime.datetime.fromtimestamp(path.stat().st_mtime, datetime.timezone.utc)
+def _parse_time(value: str, path: Path) -> datetime.datetime:
+    try:
+        t = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise BuildDirError(path=path, detail=f"build_time '{value[:40]}' is not ISO 8601") from None
+    return t if t.tzinfo else t.replace(tzinfo=datetime.timezone.utc)

@@ -23,6 +23,7 @@ from nodeforge import cli
 from nodeforge.errors import UsageError
 from nodeforge.imageverify import builddir
 from nodeforge.pins import lockfile
+from nodeforge.schema import SchemaError
 from nodeforge.publish import catalog, glance as g
 from nodeforge.base.sums import write_sums
 from nodeforge.publish.retention import Expire, RetentionPolicy
@@ -154,9 +155,9 @@ def test_cli_bad_scope_exits_2_before_any_api_call(args, tmp_path, run_cli, monk
 
 
 def test_a_bad_scope_in_a_manifest_is_refused(tmp_path):
-    b = _build(tmp_path, manifest_scope="Not Valid")
-    with pytest.raises(g.PublishError, match="manifest.json: scope must be 1-63"):
-        g.Publisher(FakeConn(), RetentionPolicy()).plan(b).results
+    """Refused when the build directory is read (the manifest's declaration), naming the field."""
+    with pytest.raises(SchemaError, match=r"manifest.json:\d+: scope: must be 1-63"):
+        _build(tmp_path, manifest_scope="Not Valid")
 
 
 # --------------------------------------------------------------------------
