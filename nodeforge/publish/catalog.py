@@ -238,6 +238,10 @@ class PromotePlan:
     def counts(self) -> dict[str, int]:
         return PL.counts(KINDS, (s.action for s in self.steps))
 
+    def changes(self) -> list[PL.Change]:
+        """The steps in the shared plan shape (nodeforge/plan.py)."""
+        return [s.to_change() for s in self.steps]
+
 
 def plan(conn, ref: str, policy: RetentionPolicy, *, scope: str | None = None) -> PromotePlan:
     """Plan promoting ``ref`` within its scope (``scope``: see

@@ -175,3 +175,25 @@ def test_member_cannot_promote_and_failed_verify_stays_candidate(tmp_path, admin
     with pytest.raises(catalog.PromoteRefused, match="build_id .* is another build's"):
         catalog.promote(admin, mine, RetentionPolicy())
     assert "nodeforge-approved" not in g.get_image(admin, mine)["tags"]
+
+
+def test_promote_plan_writes_nothing_and_apply_makes_its_steps(tmp_path):
+    """catalog.plan reads (Glance, the verify report), writes nothing; apply makes the steps;
+    promote is apply of plan (in-memory Glance)."""
+    from tests.imagebuild.fake_glance import FakeConn
+
+    conn = FakeConn()
+    ids = []
+    for n in range(2):
+        b = builddir.load(make_build_dir(tmp_path / str(n), variants=("vm",)))
+        ids.append(g.Publisher(conn, RetentionPolicy()).publish(b)[0].image_id)
+    catalog.promote(conn, ids[0], RetentionPolicy())
+    before = len(conn.image.calls)
+    plan = catalog.plan(conn, ids[1], RetentionPolicy(visible=1, keep=1, expire=Expire.DELETE))
+    assert [c for c in conn.image.calls[before:] if c[0] != "GET"] == []
+    assert [(c.kind.value, c.target) for c in plan.changes()] == \
+        [("approve", conn.image.images[ids[1]]["name"]), ("delete", conn.image.images[ids[0]]["name"])]
+    assert plan.counts() == {"approve": 1, "keep": 0, "hide": 0, "deactivate": 0, "delete": 1}
+    assert catalog.state(g.get_image(conn, ids[1])) == "candidate" and ids[0] in conn.image.images
+    assert catalog.apply(conn, plan) == plan.steps
+    assert catalog.state(g.get_image(conn, ids[1])) == "approved" and ids[0] not in conn.image.images
