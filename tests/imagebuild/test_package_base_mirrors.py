@@ -35,7 +35,8 @@ EPOCH = 1733011200
 def _lock(tmp: Path, version: str = "1.0-1"):
     pkgs = [LockedPackage("nf-app", version, "amd64", "nftest", 1234, hashlib.sha256(version.encode()).hexdigest(),
                           f"pool/main/n/nf-app/nf-app_{version}_amd64.deb"),
-            LockedPackage("nf-lib", "2.0-1", "amd64", "nftest", 99, "b" * 64, "pool/main/n/nf-lib/nf-lib_2.0-1_amd64.deb")]
+            LockedPackage("nf-lib", "2.0-1", "amd64", "nftest", 99, "b" * 64,
+                          "pool/main/n/nf-lib/nf-lib_2.0-1_amd64.deb")]
     return lock_template(tmp / "packages.lock.yaml").with_packages(pkgs)
 
 
