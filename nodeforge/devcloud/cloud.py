@@ -141,19 +141,17 @@ class DevCloud:
                     seed.keystone(self.paths, ctx)
                     self.write_clouds_yaml(ctx)
         except BaseException:
-            for name in reversed(started):
-                self.supervisor.stop(name)
+            self.supervisor.stop_all(list(reversed(started)))
             raise
         self.write_clouds_yaml(ctx)
         return [results[name] for name in names if name in results]
 
     def down(self) -> list[dict]:
-        results = []
-        for name in reversed(ORDER):
-            stopped = self.supervisor.stop(name)
-            if stopped:
-                results.append({"service": name, "action": "stopped"})
-        return results
+        """Stop every service of this cloud: all signalled at once (in reverse
+        start order), then waited for together, so ``down`` takes about as
+        long as the slowest service's shutdown rather than the sum."""
+        stopped = self.supervisor.stop_all(list(reversed(ORDER)))
+        return [{"service": name, "action": "stopped"} for name in stopped]
 
     def status(self) -> list[dict]:
         ctx = None

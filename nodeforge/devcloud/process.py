@@ -186,30 +186,50 @@ class Supervisor:
         Ironic's forked service): SIGTERM, then SIGKILL after ``timeout``
         seconds (default: the service's ``stop_timeout`` recorded at start,
         else 15). Returns False if it was not running."""
-        pid = self.running_pid(name)
-        pidfile = self.pidfile(name)
-        if pid is None:
-            pidfile.unlink(missing_ok=True)
-            return False
-        if timeout is None:
-            try:
-                timeout = float(json.loads(pidfile.read_text()).get("stop_timeout", 15.0))
-            except (OSError, ValueError, TypeError):
-                timeout = 15.0
-        _signal_group(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and _group_members(pid):
-            self._reap(name)
-            time.sleep(0.1)
-        if _group_members(pid):
-            _signal_group(pid, signal.SIGKILL)
-            deadline = time.monotonic() + 5
-            while time.monotonic() < deadline and _group_members(pid):
+        return bool(self.stop_all([name], timeout=timeout))
+
+    def stop_all(self, names: Sequence[str], timeout: float | None = None) -> list[str]:
+        """Stop several services at once: SIGTERM to every group (in the order
+        given), then wait for all of them together, each SIGKILLed when its
+        own ``stop_timeout`` (or ``timeout``) has passed. Takes about as long
+        as the slowest service, not the sum of all. Returns the names that
+        were running (in the order given)."""
+        groups: dict[str, tuple[int, float]] = {}
+        for name in names:
+            pid = self.running_pid(name)
+            pidfile = self.pidfile(name)
+            if pid is None:
+                pidfile.unlink(missing_ok=True)
+                continue
+            wait = timeout
+            if wait is None:
+                try:
+                    wait = float(json.loads(pidfile.read_text()).get("stop_timeout", 15.0))
+                except (OSError, ValueError, TypeError):
+                    wait = 15.0
+            _signal_group(pid, signal.SIGTERM)
+            groups[name] = (pid, time.monotonic() + wait)
+        left = dict(groups)
+        killed: dict[str, float] = {}
+        while left:
+            alive = _live_groups({pid for pid, _ in left.values()})
+            now = time.monotonic()
+            for name, (pid, deadline) in list(left.items()):
                 self._reap(name)
+                if pid not in alive:
+                    del left[name]
+                elif name not in killed and now >= deadline:
+                    LOG.info("%s ignored SIGTERM; killing its process group", name)
+                    _signal_group(pid, signal.SIGKILL)
+                    killed[name] = now + 5
+                elif name in killed and now >= killed[name]:
+                    del left[name]        # unkillable (D state): give up waiting, as before
+            if left:
                 time.sleep(0.05)
-        self._reap(name, wait=True)
-        pidfile.unlink(missing_ok=True)
-        return True
+        for name in groups:
+            self._reap(name, wait=True)
+            self.pidfile(name).unlink(missing_ok=True)
+        return list(groups)
 
     def _reap(self, name: str, wait: bool = False) -> None:
         proc = getattr(self, "_procs", {}).get(name)
@@ -230,6 +250,21 @@ def _signal_group(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
     except ProcessLookupError:
         pass
+
+
+def _live_groups(pgids: set[int]) -> set[int]:
+    """Which of ``pgids`` still have a live (non-zombie) member: one pass over /proc."""
+    live: set[int] = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z" and int(fields[2]) in pgids:
+            live.add(int(fields[2]))
+    return live
 
 
 def _group_members(pgid: int) -> list[int]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -196,6 +197,39 @@ def test_supervisor_health_timeout_includes_log_tail(tmp_path):
     finally:
         assert sup.stop("sleepy") is True
     assert sup.running_pid("sleepy") is None
+
+
+def test_supervisor_stop_all_signals_every_group_and_kills_only_the_stubborn(tmp_path):
+    """``stop_all`` (what ``down`` uses): every service gets SIGTERM at once; one
+    that exits on it ends by SIGTERM, one that ignores it is SIGKILLed after its
+    own stop timeout, with its child (the whole process group); pidfiles go."""
+    sup = Supervisor(tmp_path / "run", tmp_path / "log")
+    ready = tmp_path / "ready"
+    stubborn = ("import signal, subprocess, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                "child = subprocess.Popen([sys.executable, '-c', 'import signal, time; "
+                "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)']); "
+                f"open({str(ready)!r}, 'w').write(str(child.pid)); time.sleep(600)")
+    specs = [ServiceSpec(name="polite", argv=[sys.executable, "-c", "import time; time.sleep(600)"], ports=[],
+                         health=lambda: None),
+             ServiceSpec(name="stubborn", argv=[sys.executable, "-c", stubborn], ports=[], health=lambda: None,
+                         stop_timeout=1.0)]
+    procs = {}
+    for spec in specs:
+        sup.start(spec)
+        procs[spec.name] = sup._procs[spec.name]
+    for _ in range(600):
+        if ready.exists() and ready.read_text():
+            break
+        import time
+
+        time.sleep(0.05)
+    child = int(ready.read_text())
+    assert sup.stop_all(["stubborn", "missing", "polite"]) == ["stubborn", "polite"]
+    assert procs["polite"].returncode == -signal.SIGTERM
+    assert procs["stubborn"].returncode == -signal.SIGKILL
+    assert _start_time(child) is None, "the stubborn service's child outlived stop_all"
+    assert not sup.pidfile("polite").exists() and not sup.pidfile("stubborn").exists()
+    assert sup.stop_all(["polite", "stubborn"]) == []
 
 
 def test_port_holder_reports_pid(tmp_path):
