@@ -54,10 +54,13 @@ def render(app, minor, out, arch, lockfile_path):
 @click.option("--keep-work", is_flag=True, help="Keep the scratch directory (for debugging).")
 @click.option("--rebuild-package-base", is_flag=True,
               help="Build the package base (base OS + element packages) afresh even if it is cached.")
+@click.option("--rendered", type=click.Path(file_okay=False, exists=True, path_type=Path), metavar="DIR",
+              help="Build from this element tree ('image render --out DIR' for the same lockfile, minor and "
+                   "architecture; refused if either moved since).  [default: render into the work directory]")
 @_lockfile_option
 @options.pass_app
 def build(app, minor, variants, out, cache_dir, dib_cache, work_dir, sources_file, offline, keep_work,
-          rebuild_package_base, lockfile_path):
+          rebuild_package_base, rendered, lockfile_path):
     """Build the VM (qcow2) and bare-metal (raw, UEFI) images from one root filesystem.
 
     Fails before the long build on an unknown minor, a missing or corrupt
@@ -69,7 +72,7 @@ def build(app, minor, variants, out, cache_dir, dib_cache, work_dir, sources_fil
     req = build_mod.BuildRequest(
         minor=minor, lockfile_path=lockfile_path, sources_file=sources_file, variants=variants, out=out,
         cache_dir=cache_dir, dib_cache=dib_cache, work_dir=work_dir, offline=offline, keep_work=keep_work,
-        rebuild_package_base=rebuild_package_base, stream=(lambda line: log.say(line, level="info", prefix=False)))
+        rebuild_package_base=rebuild_package_base, rendered=rendered, stream=(lambda line: log.say(line, level="info", prefix=False)))
     result = build_mod.build(req)
     output.emit(result.to_dict(), app.output, columns=["out", "kubernetes", "images", "packages", "package_base", "seconds"])
 

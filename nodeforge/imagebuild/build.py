@@ -7,7 +7,10 @@ Stages (see ``docs/image-build.md``):
    tool, too little disk, the Debian mirror, and every pinned artifact present
    and verified in the cache (fetched from the configured sources when missing
    unless ``offline``);
-2. **render** the element tree for the pins (:mod:`.render`);
+2. **render** the element tree for the pins (:mod:`.render`), unless the request
+   names a tree :func:`.render.render` already wrote (``BuildRequest.rendered``:
+   read back by :func:`.render.load`, refused in preflight when it is not this
+   lockfile's and these elements' render or changed since);
 3. **package base** (:mod:`.package_base`): the base OS with every element
    package installed, cached by the sha256 of its inputs (nothing
    Kubernetes-specific); built by diskimage-builder only on a miss;
@@ -93,6 +96,8 @@ class BuildRequest:
     min_free_work: int = 8 * GIB
     min_free_out: int = 4 * GIB
     stream: Callable[[str], None] | None = None   # progress lines (the CLI passes click.echo)
+    rendered: Path | None = None            # an element tree render.render wrote for these inputs (render.load
+                                            # checks it); None: the build renders into its work directory
 
 
 @dataclasses.dataclass
@@ -109,6 +114,7 @@ class Plan:
     artifacts: list[dict]
     disk_image_create: str
     os_lock: object | None = None   # nodeforge.oslock.lock.PackageLock, when one is beside the lockfile
+    rendered: rd.Rendered | None = None   # the request's rendered tree, read back and checked
 
 
 @dataclasses.dataclass
@@ -159,6 +165,8 @@ def preflight(req: BuildRequest) -> Plan:
                                     f"(known: {', '.join(rd.VARIANTS)})", hint="use --variant vm,baremetal")
     if req.arch not in lock.architectures:
         raise PreflightError(detail=f"architecture {req.arch.value} is not pinned in {req.lockfile_path}")
+    # A rendered tree given: this lockfile's and these elements' render, unchanged (else refused, named).
+    rendered = rd.load(req.rendered, lock, req.minor, arch=req.arch) if req.rendered is not None else None
 
     runner.require(*HOST_TOOLS, path=runner.sbin_path())
     dic = Path(sys.prefix) / "bin" / "disk-image-create"
@@ -191,7 +199,7 @@ def preflight(req: BuildRequest) -> Plan:
     cache = Cache(req.cache_dir)
     artifacts = _ensure_artifacts(req, lock, cache)
     return Plan(req, lock, out, work_root, Path(req.dib_cache or default_dib_cache()).absolute(), cache, mirrors,
-                artifacts, str(dic), os_lock)
+                artifacts, str(dic), os_lock, rendered)
 
 
 def os_lock_preflight(lockfile_path: Path, codename: str, arch: str, mirrors: dict[str, str], *,
@@ -412,8 +420,13 @@ def _build(plan: Plan, work: Path, stage: Path, logf: _Log, build_time, seconds)
     req, lock = plan.request, plan.lock
     entry = lock.minor(req.minor)
     t = time.monotonic()
-    logf.step(f"render elements for Kubernetes {entry.version} ({req.arch.value})")
-    rendered = rd.render(lock, req.minor, work / "render", arch=req.arch)
+    if plan.rendered is not None:
+        rendered = plan.rendered
+        logf.step(f"elements rendered in {rendered.root} for Kubernetes {entry.version} ({req.arch.value}): "
+                  f"tree {rendered.digest[:16]}")
+    else:
+        logf.step(f"render elements for Kubernetes {entry.version} ({req.arch.value})")
+        rendered = rd.render(lock, req.minor, work / "render", arch=req.arch)
 
     # -- package base: base OS + every element package, cached by its inputs -----------
     base, reused = _package_base(plan, rendered, work, logf)

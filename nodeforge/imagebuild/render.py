@@ -47,6 +47,8 @@ from nodeforge.schema import loader
 
 ELEMENTS_SRC = Path(__file__).resolve().parents[2] / "elements"
 MARKER = ".nodeforge-render"
+RECORD = "render.json"        # what the tree was rendered from (read back by :func:`load`)
+RECORD_SCHEMA = "nodeforge-render/1"
 PROFILE = Path("k8s-hardening") / "profile.yaml"
 HARDENING_JSON = Path("k8s-hardening") / "k8s-hardening-files" / "etc" / "nodeforge" / "hardening.json"
 
@@ -234,6 +236,7 @@ def render(lock: Lockfile, minor: str, out: Path, *, arch: Arch = Arch.AMD64,
         _write(tmp / "nodeforge.env", "\n".join(env_lines) + "\n", 0o644)
         _write(tmp / MARKER, "rendered by nodeforge image render\n", 0o644)
         digest = tree_digest(elements)
+        _write(tmp / RECORD, _json(_record(lock, minor, arch, digest, src)), 0o644)
         os.chmod(tmp, 0o755)
         if out.exists():
             old = out.with_name(f".{out.name}.old.{os.getpid()}")
@@ -247,6 +250,61 @@ def render(lock: Lockfile, minor: str, out: Path, *, arch: Arch = Arch.AMD64,
         raise
     return Rendered(out, out / "elements", out / "nodeforge.env", out / "pins.json", digest, minor,
                     str(entry.version), arch, distro)
+
+
+def _record(lock: Lockfile, minor: str, arch: Arch, digest: str, src: Path) -> dict:
+    return {"schema": RECORD_SCHEMA, "minor": minor, "arch": arch.value,
+            "lockfile": {"path": lock.path.name, "sha256": _sha256_file(lock.path)},
+            "element_tree_sha256": digest, "elements_source_sha256": tree_digest(src, skip=SKIP_DIRS)}
+
+
+def _sha256_file(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+class StaleRenderError(RenderError):
+    """A rendered tree given to the build that is not this lockfile's and elements' render (exit 2)."""
+
+    message = "rendered tree {root}: {detail}"
+    exit_code = ExitCode.USAGE
+
+
+def load(root: Path, lock: Lockfile, minor: str, *, arch: Arch = Arch.AMD64, src: Path = ELEMENTS_SRC) -> Rendered:
+    """The render in ``root`` (written by :func:`render`), read back for ``lock``/``minor``/``arch``.
+    Refused (:class:`StaleRenderError`, naming ``root``) unless it is exactly what :func:`render`
+    would write now: rendered from this lockfile (its sha256), minor and architecture and from
+    these elements (the digest of ``src``), and its element tree unchanged since (its digest)."""
+    root = Path(os.path.abspath(root))
+
+    def stale(detail: str, hint: str | None = None):
+        raise StaleRenderError(root=root, detail=detail,
+                               hint=hint or f"render it again: nodeforge image render --k8s {minor} --out {root}")
+
+    if not (root / MARKER).is_file() or not (root / "elements").is_dir():
+        stale("not a nodeforge render (no .nodeforge-render and elements/)")
+    try:
+        record = json.loads((root / RECORD).read_text())
+    except FileNotFoundError:
+        stale(f"no {RECORD}: rendered by an older nodeforge")
+    except (ValueError, UnicodeDecodeError) as exc:
+        stale(f"{RECORD} is not JSON ({exc})")
+    if not isinstance(record, dict) or record.get("schema") != RECORD_SCHEMA:
+        stale(f"{RECORD}: schema is not {RECORD_SCHEMA}")
+    lock_sha = _sha256_file(lock.path)
+    if (record.get("lockfile") or {}).get("sha256") != lock_sha:
+        stale(f"stale: rendered from a lockfile with sha256 {str((record.get('lockfile') or {}).get('sha256'))[:16]}, "
+              f"{lock.path} now has {lock_sha[:16]}")
+    if (record.get("minor"), record.get("arch")) != (minor, arch.value):
+        stale(f"rendered for Kubernetes {record.get('minor')} {record.get('arch')}, not {minor} {arch.value}")
+    if record.get("elements_source_sha256") != tree_digest(src, skip=SKIP_DIRS):
+        stale(f"stale: {src} changed since it was rendered")
+    digest = tree_digest(root / "elements")
+    if digest != record.get("element_tree_sha256"):
+        stale(f"its elements/ changed since it was rendered (digest {digest[:16]}, rendered "
+              f"{str(record.get('element_tree_sha256'))[:16]})")
+    entry = lock.minor(minor)
+    return Rendered(root, root / "elements", root / "nodeforge.env", root / "pins.json", digest, minor,
+                    str(entry.version), arch, distro_for(lock))
 
 
 def _render_tree(src: Path, dest: Path, env: jinja2.Environment, context: dict) -> None:
@@ -282,12 +340,17 @@ def _json(data) -> str:
     return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
 
-def tree_digest(root: Path) -> str:
-    """sha256 over every entry's relative path, type, mode and content, in sorted order."""
+SKIP_DIRS = ("__pycache__",)   # left out of a render (and of the source digest)
+
+
+def tree_digest(root: Path, *, skip: tuple[str, ...] = ()) -> str:
+    """sha256 over every entry's relative path, type, mode and content, in sorted order
+    (directories named in ``skip`` left out)."""
     h = hashlib.sha256()
     root = Path(root)
     entries = []
     for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d not in skip]
         for name in dirnames + filenames:
             entries.append(Path(dirpath) / name)
     for path in sorted(entries, key=lambda p: p.relative_to(root).as_posix()):

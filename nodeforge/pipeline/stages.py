@@ -334,10 +334,12 @@ def build(ctx: StageContext) -> dict:
             return _build_outputs(existing, reused=True)
         raise StageFailed(stage="build", detail=f"{out} exists from another lockfile state",
                           hint="remove it, then resume")
+    # The render stage's tree (render.load refuses it if the lockfile or elements moved since).
+    rendered = (ctx.previous.get("render") or {}).get("root")
     result = build_mod.build(build_mod.BuildRequest(
         minor=ctx.minor, lockfile_path=Path(cfg.lockfile), sources_file=cfg.sources_file, out=out,
         cache_dir=cfg.cache_dir, dib_cache=cfg.dib_cache, work_dir=cfg.work_dir, arch=Arch(cfg.arch),
-        stream=ctx.say))
+        stream=ctx.say, rendered=Path(rendered) if rendered else None))
     return _build_outputs(builddir.load(result.out), reused=False,
                           seconds={k: round(v, 1) for k, v in result.seconds.items()})
 

@@ -257,3 +257,30 @@ def test_cli_dry_run_and_nothing_new(upstream, tmp_path, capsys):
     assert cli.main(["pipeline", "show", row["run_id"], "--runs-dir", str(tmp_path / "runs"), "-o", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["status"] == "nothing-to-do"
     assert cli.main(["pipeline", "run", "--resume", "x", "--minor", "1.36"]) == 2
+
+
+def test_build_stage_uses_the_render_stages_tree(tmp_path):
+    """The real render and build stages: build is given the render stage's tree (not a render of its
+    own), so a tree changed after the render stage is refused, naming it, before anything is built."""
+    import shutil
+
+    lock = tmp_path / "versions.yaml"
+    shutil.copyfile(st.PRODUCTION_LOCKFILE, lock)
+    rec = Recorder(minors=["1.36"])
+    stages = rec.stages()
+
+    def render_then_edit(ctx):
+        out = st.render(ctx)
+        readme = ctx.workdir / "render" / ctx.minor / "elements" / "kubelet" / "README.rst"
+        readme.write_text(readme.read_text() + "edited after the render stage\n")
+        return out
+
+    stages |= {"render": render_then_edit, "build": st.build}
+    cfg = st.PipelineConfig(lockfile=lock, work_dir=tmp_path / "work", cache_dir=tmp_path / "cache")
+    with pytest.raises(PipelineFailed, match=r"build\[1.36\]"):
+        Pipeline(cfg, runs_dir=tmp_path / "runs", stages=stages).run()
+    run = rr.RunRecord.load(tmp_path / "runs", next((tmp_path / "runs").glob("*/run.json")).parent.name)
+    root = run.find("render", "1.36").outputs["root"]
+    error = run.find("build", "1.36").error
+    assert root in error["message"] and "elements/ changed since it was rendered" in error["message"]
+    assert not (run.root / "builds").exists() and "publish[1.36]" not in rec.calls
