@@ -98,7 +98,8 @@ class BuildDir:
     image_source: str | None = None
     original_user: str | None = None
     verify_raw: bytes | None = None   # verify.json exactly as judged (publish stores these bytes)
-    manifest: object | None = None    # the typed manifest read (nodeforge.imagebuild.manifest.Manifest)
+    # The typed manifest read (nodeforge.imagebuild.manifest.Manifest); the fields above come from it.
+    manifest: object | None = dataclasses.field(default=None, compare=False, repr=False)
 
     @property
     def k8s_minor(self) -> str:
