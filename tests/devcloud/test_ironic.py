@@ -221,7 +221,7 @@ def test_wrong_bmc_password_back_to_enroll_without_leaking_it(conn, devcloud, no
     log_offset = log.stat().st_size if log.exists() else 0
 
     node = nodes(name=f"badpw-{driver}", driver=driver, driver_info=info)
-    # [ipmi] command_retry_timeout bounds how long IPMI retries (10 s here).
+    # [ipmi] command_retry_timeout bounds how long IPMI retries (6 s here).
     node = move(conn, node, "manage", timeout=120)
     assert node.provision_state == "enroll"
     assert node.last_error
