@@ -258,7 +258,7 @@ def test_the_circle_rule_catches_a_lazy_circle_and_accepts_a_chain():
     lazy = Edge("nodeforge.publish.provenance", "nodeforge.publish.glance", None, f, 4)   # inside a function
     [circle] = circles(chain + [lazy])
     assert {e.line for e in circle} == {1, 4}
-    across = Edge("nodeforge.publish.provenance", "nodeforge.pins.release", None, f, 5)   # another unit: the layer rule's
+    across = Edge("nodeforge.publish.provenance", "nodeforge.pins.release", None, f, 5)   # another unit's
     assert circles(chain + [across]) == []
 
 

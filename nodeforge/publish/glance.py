@@ -171,7 +171,6 @@ class UploadInProgress(PublishError):
                "wait for it or stop it, then publish again")
 
 
-
 # --------------------------------------------------------------------------
 # Streaming
 
