@@ -58,6 +58,10 @@ ADMIN, SYSTEM = "nodeforge-dev", "nodeforge-dev-system"
 GOAL_SECONDS = 10.0
 
 
+def _db_locked(failure) -> bool:
+    return failure.status == 500 and "database is locked" in failure.detail
+
+
 def connect(root: Path, name: str):
     import openstack.config
     from openstack import connection
@@ -131,8 +135,8 @@ def naive_audit(conn, bm_conn) -> tuple[int, int]:
             if img.get("kube_version") != (t.get("labels") or {}).get("kube_tag"):
                 problems += 1
         for field in ("master_flavor_id", "flavor_id"):
-            flavor = F._call(conn, "GET", f"/flavors/{t[field]}", "flavor", ok=(200, 404))
-            specs = F._call(conn, "GET", f"/flavors/{t[field]}/os-extra_specs", "specs", ok=(200, 404))
+            flavor = F._call(conn, "GET", f"/flavors/{t[field]}", "flavor", missing_ok=True)
+            specs = F._call(conn, "GET", f"/flavors/{t[field]}/os-extra_specs", "specs", missing_ok=True)
             if not flavor:
                 problems += 1
             elif any(k.startswith("resources:CUSTOM_") for k in (specs or {}).get("extra_specs", {})):
@@ -159,6 +163,9 @@ def main() -> int:
     from nodeforge.devcloud.paths import Paths
     from nodeforge.magnum import client
     from nodeforge.magnum.live import RequestCounter
+    from nodeforge import transport
+
+    DB_LOCKED = transport.API.replace(also=_db_locked)
 
     private = private_cloud.prepare("nf-bench-tcheck-", OFFSET)
     root, env = private.root, private.env
@@ -186,7 +193,9 @@ def main() -> int:
                     "master_flavor_id": vm["id"], "flavor_id": bmf["id"] if i % 2 else vm["id"],
                     "server_type": "vm", "driver": "k8s_cluster_api_debian", "network_driver": "calico",
                     "external_network_id": "public", "labels": {"kube_tag": img["kube_version"]}}
-            return client.create_template(conn, body)["uuid"]
+            # The private Magnum's SQLite answers 500 "database is locked" under load (set-up, not timed).
+            return client._call(conn, "POST", "/clustertemplates", f"create cluster template {body['name']}",
+                                body=body, expect=(201,), retry=DB_LOCKED)["uuid"]
 
         t0 = time.monotonic()
         with ThreadPoolExecutor(8) as pool:
@@ -195,7 +204,7 @@ def main() -> int:
 
         # Magnum's default quota is 20 clusters per project: raise it for the admin project (API).
         project_id = conn.current_project_id
-        client._call(conn, "POST", "/quotas", "raise the cluster quota", ok=(201,),
+        client._call(conn, "POST", "/quotas", "raise the cluster quota", expect=(201,),
                      body={"project_id": project_id, "resource": "Cluster", "hard_limit": args.clusters + 10})
 
         def create_cluster(i: int) -> str:
