@@ -40,6 +40,16 @@ class Check:
                 "facts": self.facts}
 
 
+REDFISH_TRIES = 3          # sushy's own default is 10 tries 3 s apart: 27 s before an unreachable BMC is reported
+
+
+def redfish_limits(timeout: float) -> dict:
+    """sushy settings that keep one pre-flight request within about ``timeout`` seconds: a few
+    tries one second apart, each connection attempt a share of the timeout."""
+    return {"server_side_retries": REDFISH_TRIES, "server_side_retries_delay": 1, "read_timeout": timeout,
+            "connect_timeout": max(1.0, timeout / REDFISH_TRIES)}
+
+
 def check_redfish(spec: NodeSpec, timeout: float = 10.0) -> Check:
     import requests
     import sushy
@@ -49,7 +59,8 @@ def check_redfish(spec: NodeSpec, timeout: float = 10.0) -> Check:
     c = Check(spec.name, b.address, ok=False)
     try:
         root = sushy.Sushy(f"{b.redfish_address}/redfish/v1", verify=b.verify_ca,
-                           auth=sushy.auth.BasicAuth(b.username, b.password.reveal()))
+                           auth=sushy.auth.BasicAuth(b.username, b.password.reveal()),
+                           **redfish_limits(timeout))
         if b.system_id:
             system = root.get_system(b.system_id)
         else:
