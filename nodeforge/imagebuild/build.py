@@ -364,7 +364,8 @@ def package_base_spec(plan: Plan, rendered: rd.Rendered, base_elements: Path) ->
         mirrors=pb.spec_mirrors(plan.mirrors, plan.os_lock),
         packages=pb.union_packages(rendered.elements, list(rd.NODEFORGE_ELEMENTS)),
         element_digest=rd.tree_digest(base_elements), dib_version=dib_version(plan.disk_image_create),
-        os_package_lock=plan.os_lock.digest() if plan.os_lock is not None else None)
+        os_package_lock=plan.os_lock.digest() if plan.os_lock is not None else None,
+        source_date_epoch=reproducible.source_date_epoch(plan.os_lock)[0] if plan.os_lock is not None else None)
 
 
 def _package_base(plan: Plan, rendered: rd.Rendered, work: Path, logf: _Log) -> tuple[pb.Entry, bool]:

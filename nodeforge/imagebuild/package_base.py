@@ -188,11 +188,17 @@ class BaseSpec:
     dib_version: str
     recipe: str = RECIPE
     os_package_lock: str | None = None   # the OS package lock's digest, when the build has one
+    # With a lock: the SOURCE_DATE_EPOCH the base is built with (the lock's newest index date). The
+    # initramfs and every file a maintainer script writes carry it, so a base built for another
+    # epoch (the same packages, re-resolved later) would give other content.
+    source_date_epoch: int | None = None
 
     def to_dict(self) -> dict:
         out = dataclasses.asdict(self)
         if out["os_package_lock"] is None:   # keys of builds without a package lock stay as they were
             del out["os_package_lock"]
+        if out["source_date_epoch"] is None:
+            del out["source_date_epoch"]
         if out["mirrors"] is None:           # with a lock: the locked sha256s name the content, not the mirror
             del out["mirrors"]
         return out

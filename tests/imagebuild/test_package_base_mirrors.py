@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -159,3 +160,20 @@ def test_reversioning_twice_gives_the_same_bytes(tmp_path):
     assert not list(tmp_path.glob("*/unpacked-*"))   # nothing left behind
     # another version is another file
     assert reversion(deb, "1.0-1+nfsec2", tmp_path / "two").read_bytes() != first.read_bytes()
+
+
+def test_with_a_package_lock_the_epoch_is_in_the_key(demo_lock, tmp_path):
+    """The base is built with SOURCE_DATE_EPOCH (the lock's newest index date): its initramfs and the
+    files maintainer scripts write carry it. The same packages re-resolved from newer indexes are
+    another base, or a cached base would give other content than a fresh one."""
+    lock = _lock(tmp_path)
+    dated = dataclasses.replace(lock, index_dates={"bookworm": "Sat, 11 Jul 2026 10:16:37 UTC"})
+    later = dataclasses.replace(lock, index_dates={"bookworm": "Sun, 12 Jul 2026 10:16:37 UTC"})
+    assert dated.digest() == later.digest()          # the same packages
+    a = _spec(demo_lock, tmp_path, "dated", MIRRORS, dated)
+    b = _spec(demo_lock, tmp_path, "later", MIRRORS, later)
+    assert a.to_dict()["source_date_epoch"] == reproducible.source_date_epoch(dated)[0]
+    assert a.key() != b.key()
+    assert a.key() == _spec(demo_lock, tmp_path, "again", OTHER, dated).key()
+    # Without a lock there is no epoch from the inputs: those keys stay as they were.
+    assert "source_date_epoch" not in _spec(demo_lock, tmp_path, "nolock", MIRRORS, None).to_dict()

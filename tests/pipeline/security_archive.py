@@ -18,13 +18,16 @@ came from the fixture's gpgv-verified index.
 
 :meth:`SecurityArchive.publish_update` re-versions a real locked package
 (``dpkg-deb -R``, Version bumped, ``dpkg-deb -b``) into the fixture suite and
-signs the suite again, dated the moment it appears.
+signs the suite again, dated one second after its earlier Date (the real suite's:
+the same moved lock on every run), or the moment it appears (``now=True``, for
+the latency benchmark).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
+import email.utils
 import time
 from pathlib import Path
 
@@ -56,9 +59,11 @@ class SecurityArchive:
         self.repo = AptRepo(self.root / "archive", key, RELEASE, suites=[SEC],
                             upstream={"debian-security": self.real["security"]})
         self.repo.add_stanzas(SEC, index.stanzas)
-        # Dated a little in the past: the lock made from it is older than any update's index.
-        self.repo.date = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0) \
-            - datetime.timedelta(seconds=5)
+        # Dated as the real suite's verified InRelease: the lock made from it is older than any
+        # update's index, and the same on every run (while the real suite is), so the builds'
+        # SOURCE_DATE_EPOCH and the package-base cache key are too.
+        self.repo.date = _release_date(index) or (
+            datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0) - datetime.timedelta(seconds=5))
         self.repo.publish()
         self.keyring = self.root / "keyring.gpg"
         self.keyring.write_bytes(archive.DEFAULT_KEYRING.read_bytes() + key.keyring.read_bytes())
@@ -86,9 +91,11 @@ class SecurityArchive:
                                         f"security:deb [trusted=yes] {self.security_url} {SEC} main\n"}
 
     def publish_update(self, lock: ol.PackageLock, name: str = PACKAGE, arch: str = "all",
-                       suffix: str = "+nfsec1") -> Update:
+                       suffix: str = "+nfsec1", *, now: bool = False) -> Update:
         """``name`` as locked in ``lock``, re-versioned (``<version><suffix>``), appears in the fixture
-        security suite; returns the update with the suite's new InRelease Date."""
+        security suite; returns the update with the suite's new InRelease Date: one second after the
+        suite's earlier Date (deterministic: the same moved lock on every run), or with ``now`` the
+        moment it appears (what a latency measurement needs)."""
         old = lock.by_key().get((name, arch))
         if old is None:
             raise AssertionError(f"{name} ({arch}) is not in the package lock {lock.path}")
@@ -97,12 +104,22 @@ class SecurityArchive:
         [orig] = watch.fetch_debs(lock, config, self.root / "orig", names=[name])
         new_version = f"{old.version}{suffix}"
         rebuilt = reversion(orig, new_version, self.root)
-        time.sleep(1.1)                       # the InRelease Date has one-second resolution
-        published = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
+        if now:
+            time.sleep(1.1)                   # the InRelease Date has one-second resolution
+            published = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
+        else:
+            published = self.repo.date + datetime.timedelta(seconds=1)
         self.repo.add_deb(SEC, rebuilt, stanza(indexes, old))
         self.repo.date = published
         self.repo.publish()
         return Update(name, arch, old.version, new_version, published)
+
+
+def _release_date(index: archive.SuiteIndex) -> datetime.datetime | None:
+    try:
+        return email.utils.parsedate_to_datetime(index.release.get("Date", "")).astimezone(datetime.timezone.utc)
+    except (TypeError, ValueError):
+        return None
 
 
 def stanza(indexes: archive.Indexes, rec: ol.LockedPackage) -> str:
