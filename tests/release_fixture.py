@@ -94,7 +94,6 @@ class ReleaseRun:
     image_stat: dict[str, tuple]   # image file -> (mtime_ns, size, inode) before and after verify
     image_stat_after: dict[str, tuple]
     production_lockfile_unchanged: bool
-    upstream_root: Path            # the demo upstream the fixture mirror served (a new MirrorServer can serve it again)
 
     @property
     def build_dir(self) -> Path:
@@ -209,8 +208,7 @@ def _scenario(devcloud, tmp: Path) -> ReleaseRun:
             again_lines=again_lines, released=released, seeded=hooks.seeded, key=hooks.key, scope=scope, prev_ids=prev_ids,
             approved=approved, prev_after=prev_after, listed_after=listed, listed_after_rerun=listed_again,
             image_stat=hooks.before, image_stat_after=hooks.after,
-            production_lockfile_unchanged=(REPO / "manifests" / "versions.yaml").read_bytes() == production,
-            upstream_root=up.root)
+            production_lockfile_unchanged=(REPO / "manifests" / "versions.yaml").read_bytes() == production)
     finally:
         server.__exit__(None, None, None)
         # The scenario's images go again (tests that publish the build publish it afresh).

@@ -1,44 +1,22 @@
-"""Reproducible content, with real builds (slow, devcloud): the session's build and one more from the same inputs.
+"""Reproducible content, with real builds (slow): two builds from the same lockfile and OS package lock.
 
-Build "a" is the test run's one real build (``release_run``,
-tests/release_fixture.py: the release pipeline's build stage, from the demo
-lockfile bumped to 1.36.1, against the Debian mirror this machine's apt uses
-and the real diskimage-builder). Build "b" is made here, once, from exactly
-the inputs "a" was made from: the same lockfile file (the same bytes, and the
-same path, so the same derived ownership scope), whatever OS package lock
-lies beside it (the session's demo lockfile has none, so both builds take the
-fixed ``SOURCE_DATE_EPOCH``; builds from a package lock are made by
-tests/pipeline/test_pipeline_security_e2e.py), the same fixture upstream
-(served again by a new local mirror on the same upstream root; the mirror's
-URL is in neither ``inputs`` nor the manifest) and the same shared package
-base cache. "b" goes into a new build directory and never sees "a"'s output.
-Before comparing, the test checks that the lockfile still has the digest
-"a"'s manifest records; after, that the two builds recorded the same
-``inputs`` (lockfile, element tree, package base key, diskimage-builder,
-artifacts, ...) and the same package base bytes, each computed by its own
-build.
+Against the Debian mirror this machine's apt uses and the real
+diskimage-builder: the demo lockfile (pinned Kubernetes fixture artifacts
+served by a local mirror) with the committed OS package lock beside it is
+built twice into two new build directories (the second build never sees the
+first one's output; the package base cache is shared, as it is between CI
+runs). Asserted: the per-file manifests and the SBOMs are identical, and
+``image diff`` (:func:`nodeforge.publish.diff.diff_builds`) finds only the
+build identity. Reported, not asserted: how many bytes and 4 KiB blocks of
+each disk image differ, and where (``docs/image-build.md`` has the figures).
 
-Asserted: the per-file manifests and the SBOMs are identical, the epochs and
-``inputs_sha256`` are equal, and ``image diff``
-(:func:`nodeforge.publish.diff.diff_builds`) finds only the build identity.
-Reported, not asserted: how many bytes and 4 KiB blocks of each disk image
-differ, and where (``docs/image-build.md`` has the figures).
-
-On a developer's second session "a" is the cached build directory an earlier
-session made (``.cache/images/<key>``, handed to the pipeline's build stage):
-then the two builds were made at different times, by different processes,
-a stronger test. Its manifest then records the ownership scope derived from
-that earlier session's lockfile path; that one difference (and only when the
-scope is path-derived) is allowed and printed.
-
-``NODEFORGE_REPRO_FRESH_BASE=1`` also makes a build "c" from a package base
-built afresh in its own cache directory and compares it with "a" the same way
+``NODEFORGE_REPRO_FRESH_BASE=1`` also makes a third build from a package base
+built afresh in its own cache directory and compares it the same way
 (reported only: a different package base run is also a different dpkg run).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -51,14 +29,15 @@ import pytest
 
 from nodeforge.devcloud.upstream_mirror import MirrorServer
 from nodeforge.imagebuild import build, contents
+from nodeforge.oslock import lock as ol
 from nodeforge.publish import diff as imgdiff
-from nodeforge.pins import lockfile as lf
-from tests.demo.fixture_artifacts import write_sources
-from tests.imagebuild.realbuild import ARTIFACT_CACHE, linked_copy
+from tests.demo.fixture_artifacts import make_demo, write_sources
+from tests.imagebuild.realbuild import ARTIFACT_CACHE
 from tests.imagebuild.test_image_build import _root_fs
 from tests.prereq import require, require_tools
 
-pytestmark = [pytest.mark.slow, pytest.mark.devcloud]
+pytestmark = [pytest.mark.slow]
+REPO = Path(__file__).resolve().parents[2]
 MINOR = "1.36"
 
 
@@ -154,46 +133,21 @@ def _report(name: str, a: Path, b: Path, tmp: Path) -> dict:
     return out
 
 
-def _same_inputs(a: Path, b: Path, seeded: bool) -> None:
-    """The two builds were made from the same inputs, as each build recorded them itself."""
-    ma, mb = (json.loads((d / "manifest.json").read_text()) for d in (a, b))
-    where = (f"build a was handed from the image cache (built {ma['build_time']} by an earlier session); "
-             "NODEFORGE_IMAGE_FIXTURE_REBUILD=1 builds it afresh" if seeded else "both built in this session")
-    ia, ib = ma["reproducible"]["inputs"], mb["reproducible"]["inputs"]
-    differ = {k: [ia.get(k), ib.get(k)] for k in sorted(ia.keys() | ib.keys()) if ia.get(k) != ib.get(k)}
-    assert not differ, f"the two builds' inputs differ ({where}): {json.dumps(differ)}"
-    assert ma["reproducible"]["inputs_sha256"] == mb["reproducible"]["inputs_sha256"]
-    assert ma["reproducible"]["source_date_epoch"] == mb["reproducible"]["source_date_epoch"]
-    assert ma["package_base"]["sha256"] == mb["package_base"]["sha256"], \
-        f"the package base {ma['package_base']['key'][:12]} was rebuilt between the two builds ({where})"
-    assert ma.get("os_package_lock") == mb.get("os_package_lock")
-
-
-def test_two_builds_of_the_same_inputs_have_the_same_content(release_run, tmp_path):
+def test_two_builds_of_the_same_inputs_have_the_same_content(tmp_path):
     require(os.geteuid() == 0, "image builds run as root")
     require(shutil.which("disk-image-create") is not None or (Path(os.sys.prefix) / "bin/disk-image-create").exists(),
             "diskimage-builder not installed (make setup)")
     require_tools("debootstrap", "mkfs.ext4", "sgdisk", "qemu-img", "grub-mkimage", "mcopy")
-    lock, seeded = release_run.lockfile, release_run.seeded
-    # "a": the session's build as the build wrote it (hard links; the verify stage's outputs left out).
-    a = linked_copy(release_run.build_dir, tmp_path / "a")
-    ma = json.loads((a / "manifest.json").read_text())
-    assert ma["lockfile"]["sha256"] == hashlib.sha256(lock.read_bytes()).hexdigest(), \
-        f"{lock} changed after the session's build was made from it"
-    print(f"\n== build a: {release_run.build_dir} "
-          + (f"(from the image cache: built {ma['build_time']} by an earlier session)" if seeded
-             else f"(built in this session, {ma['build_time']})"))
-    # "b": the same lockfile and whatever lies beside it; only the (new) mirror's sources file is this test's.
-    with MirrorServer(release_run.upstream_root) as server:
-        (tmp_path / "inputs").mkdir()
-        sources = write_sources(tmp_path / "inputs" / lock.name, server)   # writes inputs/sources.yaml only
-        b, tb = _build(lock, tmp_path / "b", sources_file=sources)
-        print(f"\n== build b {tb:.0f}s")
-        _same_inputs(a, b, seeded)
+    up, lock = make_demo(tmp_path / "demo")
+    shutil.copyfile(REPO / "manifests" / ol.FILENAME, lock.parent / ol.FILENAME)
+    with MirrorServer(up.root) as server:
+        write_sources(lock, server)
+        a, ta = _build(lock, tmp_path / "a")
+        b, tb = _build(lock, tmp_path / "b")
+        print(f"\n== build a {ta:.0f}s, build b {tb:.0f}s")
         result = _report("a vs b (shared package base)", a, b, tmp_path)
         if os.environ.get("NODEFORGE_REPRO_FRESH_BASE") == "1":
-            c, tc = _build(lock, tmp_path / "c", sources_file=sources,
-                           package_base_cache=tmp_path / "fresh-package-base")
+            c, tc = _build(lock, tmp_path / "c", package_base_cache=tmp_path / "fresh-package-base")
             print(f"\n== build c (fresh package base) {tc:.0f}s")
             _report("a vs c (fresh package base)", a, c, tmp_path)
             shutil.rmtree(c, ignore_errors=True)
@@ -207,19 +161,8 @@ def test_two_builds_of_the_same_inputs_have_the_same_content(release_run, tmp_pa
     assert result["files"]["identical"], f"the per-file manifests differ: {json.dumps(result['files'])[:3000]}"
     assert ma["files"]["sha256"] == mb["files"]["sha256"]
     assert (a / "sbom.cdx.json").read_bytes() == (b / "sbom.cdx.json").read_bytes()
-    # image diff: the same content; only the build identity differs (and, for a build from an earlier
-    # session, the scope derived from that session's lockfile path: not content, printed).
+    # image diff: the same content; only the build identity differs.
     d = imgdiff.diff_builds(a, b)
-    allowed = {}
-    if ma.get("scope") != mb.get("scope"):
-        loaded = lf.load(lock)
-        assert seeded and loaded.scope_source == "derived" and mb["scope"] == loaded.scope, \
-            f"the builds' scopes differ: {ma.get('scope')} / {mb.get('scope')}"
-        allowed = {"scope": [ma["scope"], mb["scope"]]}
-        print(f"== a vs b: scope {ma['scope']} (derived from the earlier session's lockfile path) / {mb['scope']}")
-    assert d.packages.identical and d.artifacts.identical and d.files is not None and d.files.identical
-    assert d.inputs_changed == allowed and not d.properties_changed, d.to_dict()
-    if not allowed:
-        assert not d.content_differs, d.to_dict()
+    assert d.packages.identical and d.files is not None and d.files.identical
+    assert not d.content_differs, d.to_dict()
     assert d.identity_changed["build_id"][0] != d.identity_changed["build_id"][1]
-    print(f"== a vs b: image diff identity only: {sorted(d.identity_changed)}")
