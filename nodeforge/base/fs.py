@@ -13,7 +13,7 @@ import fcntl
 import os
 import tempfile
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 
 def atomic_write(path: Path, data: bytes | str, mode: int | None = None) -> Path:
@@ -60,13 +60,19 @@ def move_into_place(src: Path, dest: Path) -> Path:
 
 
 @contextlib.contextmanager
-def locked(lockfile: Path) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``lockfile`` (created 0600) while inside."""
+def locked(lockfile: Path, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``lockfile`` (created 0600) while inside. When another
+    process holds it, ``on_wait()`` is called once (to say so) before waiting for it."""
     lockfile = Path(lockfile)
     lockfile.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(lockfile, os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if on_wait is not None:
+                on_wait()
+            fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)

@@ -354,6 +354,18 @@ def _dib_env(plan: Plan, elements_path: Path, image_cache: Path, extra: dict[str
     return env
 
 
+DIB_CACHE_LOCK = ".nodeforge-dib.lock"
+
+
+def _dib_cache_lock(dib_cache: Path, logf: _Log):
+    """One diskimage-builder run at a time per diskimage-builder cache directory: its apt archive
+    cache (``DIB_APT_LOCAL_CACHE``) is bind-mounted into every build's chroot and apt takes its lock
+    without waiting, so a second build on the host failed with "Could not get lock
+    /var/cache/apt/archives/lock". A build that finds the cache in use says so and waits."""
+    return fs.locked(Path(dib_cache) / DIB_CACHE_LOCK, on_wait=lambda: logf.step(
+        f"waiting for another build using diskimage-builder's cache {dib_cache} (its apt cache is shared)"))
+
+
 def package_base_spec(plan: Plan, rendered: rd.Rendered, base_elements: Path) -> pb.BaseSpec:
     """What the package base is built from (its cache key); nothing Kubernetes-specific. With an OS
     package lock the mirrors are not part of it (see :func:`pb.spec_mirrors`)."""
@@ -392,8 +404,9 @@ def _package_base(plan: Plan, rendered: rd.Rendered, work: Path, logf: _Log) -> 
             "DIB_RELEASE": spec.release, "DIB_DEBIAN_COMPONENTS": spec.components,
             "DIB_DEBOOTSTRAP_CACHE": "1"})
         out = work / "package-base"
-        _run_logged([plan.disk_image_create, "-a", spec.arch, "-t", "tar", "-o", str(out), *elements], logf,
-                    env=env, what="disk-image-create (package base)")
+        with _dib_cache_lock(plan.dib_cache, logf):
+            _run_logged([plan.disk_image_create, "-a", spec.arch, "-t", "tar", "-o", str(out), *elements], logf,
+                        env=env, what="disk-image-create (package base)")
 
         def produce(dest: Path) -> None:
             logf.step("package base: compress and store")
@@ -446,7 +459,8 @@ def _build(plan: Plan, work: Path, stage: Path, logf: _Log, build_time, seconds)
         "DIB_NODEFORGE_ARTIFACT_CACHE": str(plan.cache.root.absolute()),
         "DIB_NODEFORGE_ACTIVATE_VARIANT": ""})
     logf.step(f"diskimage-builder: root filesystem from package base {base.key[:12]} ({' '.join(elements)})")
-    _run_logged([plan.disk_image_create, *args], logf, env=env, what="disk-image-create")
+    with _dib_cache_lock(plan.dib_cache, logf):
+        _run_logged([plan.disk_image_create, *args], logf, env=env, what="disk-image-create")
     seconds["rootfs"] = time.monotonic() - t
 
     t = time.monotonic()

@@ -39,7 +39,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
-import fcntl
 import hashlib
 import json
 import os
@@ -256,14 +255,9 @@ class BaseCache:
         return None
 
     @contextlib.contextmanager
-    def locked(self, key: str) -> Iterator[None]:
-        self.root.mkdir(parents=True, exist_ok=True)
-        with open(self.root / f".{key}.lock", "w") as fh:
-            fcntl.flock(fh, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(fh, fcntl.LOCK_UN)
+    def locked(self, key: str, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
+        with fs.locked(self.root / f".{key}.lock", on_wait):
+            yield
 
     def store(self, key: str, produce: Callable[[Path], None], *, inputs: dict | None = None) -> Entry:
         """Make the entry for ``key``: ``produce(tarball_path)`` writes the tarball into a temporary

@@ -27,3 +27,64 @@ def test_move_into_place_replaces_a_file_and_places_a_directory(tmp_path):
     (stage / "x").write_text("x")
     out = fs.move_into_place(stage, tmp_path / "out")
     assert (out / "x").read_text() == "x" and not stage.exists()
+
+
+def test_locked_waits_for_another_holder_and_says_so_once(tmp_path):
+    """flock: a second holder (another open file, as another process would have) waits; on_wait
+    is called once, before waiting; with the lock free it is not called at all."""
+    import threading
+
+    lock = tmp_path / "sub" / ".lock"
+    held, release, order = threading.Event(), threading.Event(), []
+
+    def holder():
+        with fs.locked(lock):
+            held.set()
+            release.wait(10)
+            order.append("released")
+
+    t = threading.Thread(target=holder)
+    t.start()
+    assert held.wait(10)
+    waits = []
+
+    def on_wait():
+        waits.append(1)
+        threading.Timer(0.2, release.set).start()
+
+    with fs.locked(lock, on_wait=on_wait):
+        order.append("acquired")
+    t.join(10)
+    assert waits == [1] and order == ["released", "acquired"]
+    assert oct(lock.stat().st_mode & 0o777) == "0o600"
+    called = []
+    with fs.locked(lock, on_wait=lambda: called.append(1)):
+        pass
+    assert called == []
+
+
+def test_the_build_waits_for_diskimage_builders_cache_and_logs_it(tmp_path):
+    """Two builds on one host share diskimage-builder's apt cache; the second waits for the first."""
+    import threading
+
+    from nodeforge.imagebuild import build
+
+    cache = tmp_path / "dib"
+    held, release = threading.Event(), threading.Event()
+
+    def other_build():
+        with fs.locked(cache / build.DIB_CACHE_LOCK):
+            held.set()
+            release.wait(10)
+
+    t = threading.Thread(target=other_build)
+    t.start()
+    assert held.wait(10)
+    lines = []
+    log = build._Log(tmp_path / "build.log", lambda line: (lines.append(line), release.set()))
+    with build._dib_cache_lock(cache, log):
+        inside = not t.is_alive() or release.is_set()
+    log.close()
+    t.join(10)
+    assert inside and len(lines) == 1 and "waiting for another build using diskimage-builder's cache" in lines[0]
+    assert str(cache) in (tmp_path / "build.log").read_text()
