@@ -17,7 +17,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 from nodeforge.base import runner
 from nodeforge.errors import NodeforgeError
@@ -252,24 +252,8 @@ def _signal_group(pgid: int, sig: int) -> None:
         pass
 
 
-def _live_groups(pgids: set[int]) -> set[int]:
-    """Which of ``pgids`` still have a live (non-zombie) member: one pass over /proc."""
-    live: set[int] = set()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if fields[0] != "Z" and int(fields[2]) in pgids:
-            live.add(int(fields[2]))
-    return live
-
-
-def _group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes in a process group."""
-    members = []
+def _live_processes() -> Iterator[tuple[int, int]]:
+    """(pid, process group) of every live (non-zombie) process: one pass over /proc."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -278,6 +262,15 @@ def _group_members(pgid: int) -> list[int]:
         except OSError:
             continue
         # fields: state ppid pgrp ...
-        if fields[0] != "Z" and int(fields[2]) == pgid:
-            members.append(int(entry.name))
-    return members
+        if fields[0] != "Z":
+            yield int(entry.name), int(fields[2])
+
+
+def _live_groups(pgids: set[int]) -> set[int]:
+    """Which of ``pgids`` still have a live (non-zombie) member."""
+    return {pgrp for _, pgrp in _live_processes() if pgrp in pgids}
+
+
+def _group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes in a process group."""
+    return [pid for pid, pgrp in _live_processes() if pgrp == pgid]

@@ -10,21 +10,7 @@ import pytest
 
 from nodeforge.imagebuild import build, render
 from nodeforge.pins.lockfile import Arch, load
-
-
-@pytest.fixture(autouse=True)
-def _mirrors(monkeypatch):
-    monkeypatch.setenv(build.ENV_DEBIAN_MIRROR, "http://debian.invalid/debian")
-    monkeypatch.setenv(build.ENV_DEBIAN_SECURITY_MIRROR, "http://debian.invalid/debian-security")
-
-
-def _req(fixture_lock, tmp_path, **kw):
-    kw.setdefault("cache_dir", tmp_path / "cache")
-    kw.setdefault("out", tmp_path / "out" / "b1")
-    kw.setdefault("work_dir", tmp_path)
-    kw.setdefault("min_free_work", 1)
-    kw.setdefault("min_free_out", 1)
-    return build.BuildRequest(minor=kw.pop("minor", "1.36"), lockfile_path=fixture_lock, **kw)
+from tests.imagebuild.test_build_preflight import _mirrors, _req  # noqa: F401 - the same request and (autouse) mirrors
 
 
 def test_load_reads_back_what_render_wrote(fixture_lock, tmp_path):
