@@ -46,7 +46,7 @@ from pydantic import AfterValidator, Field, ValidationError
 from nodeforge import schema
 from nodeforge.compute import flavors as F
 from nodeforge.errors import ConfigError, NodeforgeError
-from nodeforge.publish import glance as g
+from nodeforge.publish import glance_api as g
 from nodeforge.schema import Declared, Rule, register, vocab
 from nodeforge.schema.loader import plain
 from nodeforge.magnum import drivers as D

@@ -42,7 +42,7 @@ import re
 from typing import Iterable
 
 from nodeforge.compute import flavors as F
-from nodeforge.publish import glance as g
+from nodeforge.publish import glance_api as g
 from nodeforge.magnum import drivers
 from nodeforge.magnum.live import LiveState
 

@@ -82,7 +82,7 @@ class LiveState:
         """Read every resource type once (Ironic through ``baremetal_conn``, default ``conn``).
         ``nodegroups``: also each cluster's node groups (one call per cluster; the upgrade plan
         uses them for the kubelet skew of non-default groups)."""
-        from nodeforge.publish import glance as g
+        from nodeforge.publish import glance_api as g
         from nodeforge.ironic.provisioner import SdkProvisioner
 
         if not has_magnum(conn):

@@ -71,11 +71,13 @@ from nodeforge.imagebuild import contents
 from nodeforge.imageverify import verifyreport
 from nodeforge.imageverify.builddir import BuildDir, VariantImage, VerifyStatus
 from nodeforge.publish import diff as imgdiff, glance_api as api, provenance
-# The REST helpers, for this module's callers (their home is glance_api).
+# The REST helpers and the image vocabulary (tags, scope mark), for this module's callers (their
+# home is glance_api).
 from nodeforge.publish.glance_api import (  # noqa: F401 - re-exported
-    ACTIVE, DEACTIVATED, FAILED, P, TRANSIENT, ForbiddenError, GlanceError, PublishError, create_image,
-    deactivate_image, delete_image, download_manifest, download_verify_report, find_image, get_image,
-    list_images, patch_image, put_data, set_ops)
+    ACTIVE, DEACTIVATED, DEFAULT_SCOPE, FAILED, P, SCOPE, TAG, TAG_APPROVED, TAG_CANDIDATE, TAG_IN_USE,
+    TAG_MANIFEST, TAG_SUPERSEDED, TAG_VERIFY_REPORT, TRANSIENT, ForbiddenError, GlanceError, PublishError,
+    create_image, deactivate_image, delete_image, download_manifest, download_verify_report, find_image,
+    get_image, list_images, patch_image, put_data, scope_of, set_ops, tag_k8s, tag_variant)
 from nodeforge.publish.retention import RetentionPolicy
 from nodeforge import scope as IC
 
@@ -92,34 +94,6 @@ NOVA_COPY_CHARS = 255        # Nova copies properties onto instances truncated t
 # Properties allowed beyond 255 characters (Nova verifies signatures from
 # Glance's record, never from its truncated copy).
 LONG_OK = frozenset({"img_signature"})
-
-TAG = "nodeforge"
-TAG_MANIFEST = "nodeforge-manifest"
-TAG_VERIFY_REPORT = "nodeforge-verify-report"
-TAG_CANDIDATE = "nodeforge-candidate"
-TAG_APPROVED = "nodeforge-approved"
-TAG_SUPERSEDED = "nodeforge-superseded"
-TAG_IN_USE = "nodeforge-in-use"
-# The ownership mark: the scope of the declaration (lockfile) that made the image.
-SCOPE = f"{P}scope"
-# The scope of a build whose manifest names none (built before scopes, or a
-# synthetic build) when publish is given none either.
-DEFAULT_SCOPE = "default"
-
-
-def tag_k8s(minor: str) -> str:
-    return f"nodeforge-k8s-{minor}"
-
-
-def tag_variant(variant: str) -> str:
-    return f"nodeforge-{variant}"
-
-
-def scope_of(image: dict) -> str | None:
-    """The scope an image in Glance is marked with (None: legacy, published before scopes)."""
-    value = image.get(SCOPE)
-    return str(value) if value not in (None, "") else None
-
 
 def check_scope(value: str | None, what: str = "scope") -> str | None:
     """``value`` if it is a valid scope (or None); :class:`UsageError` (exit 2) otherwise."""

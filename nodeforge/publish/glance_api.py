@@ -1,6 +1,9 @@
 """Glance v2 REST, the low level: get, list, create, patch, delete, deactivate,
 upload and download images, over :mod:`nodeforge.transport` (its retry policy,
-its status mapping; Glance's message in :class:`GlanceError`).
+its status mapping; Glance's message in :class:`GlanceError`); and the
+vocabulary of nodeforge's images in Glance (tags, the ``nodeforge_`` property
+namespace, the scope mark), which readers such as ``templates`` and
+``magnum/`` need without the publisher (and its signing stack).
 
 The bottom of ``nodeforge/publish/``: :mod:`.glance` (the publisher),
 :mod:`.provenance` (verification), :mod:`.diff` (image diff) and
@@ -30,6 +33,33 @@ ACTIVE = "active"
 DEACTIVATED = "deactivated"
 
 P = "nodeforge_"  # namespace of nodeforge's own properties
+
+TAG = "nodeforge"
+TAG_MANIFEST = "nodeforge-manifest"
+TAG_VERIFY_REPORT = "nodeforge-verify-report"
+TAG_CANDIDATE = "nodeforge-candidate"
+TAG_APPROVED = "nodeforge-approved"
+TAG_SUPERSEDED = "nodeforge-superseded"
+TAG_IN_USE = "nodeforge-in-use"
+# The ownership mark: the scope of the declaration (lockfile) that made the image.
+SCOPE = f"{P}scope"
+# The scope of a build whose manifest names none (built before scopes, or a
+# synthetic build) when publish is given none either.
+DEFAULT_SCOPE = "default"
+
+
+def tag_k8s(minor: str) -> str:
+    return f"nodeforge-k8s-{minor}"
+
+
+def tag_variant(variant: str) -> str:
+    return f"nodeforge-{variant}"
+
+
+def scope_of(image: dict) -> str | None:
+    """The scope an image in Glance is marked with (None: legacy, published before scopes)."""
+    value = image.get(SCOPE)
+    return str(value) if value not in (None, "") else None
 
 
 class GlanceError(NodeforgeError):
