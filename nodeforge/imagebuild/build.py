@@ -111,7 +111,7 @@ class Plan:
     dib_cache: Path
     cache: Cache
     mirrors: dict[str, str]
-    artifacts: list[dict]
+    artifacts: list[rd.StagedArtifact]
     disk_image_create: str
     os_lock: object | None = None   # nodeforge.oslock.lock.PackageLock, when one is beside the lockfile
     rendered: rd.Rendered | None = None   # the request's rendered tree, read back and checked
@@ -244,23 +244,22 @@ def _check_space(path: Path, need: int, what: str, option: str) -> None:
                              hint=f"free some space or choose another place with {option}")
 
 
-def _ensure_artifacts(req: BuildRequest, lock: Lockfile, cache: Cache) -> list[dict]:
+def _ensure_artifacts(req: BuildRequest, lock: Lockfile, cache: Cache) -> list[rd.StagedArtifact]:
     pins = rd.pins_for(lock, req.minor, req.arch)
     sources = Sources.load(req.sources_file or Path(req.lockfile_path).parent / "sources.yaml")
     dl = Downloader(cache)
     for pin in pins:
-        name = f"{pin['component']} {pin['version']} {pin['arch']}"
+        name = pin.name
         if req.offline:
-            if cache.lookup(pin["sha256"]) is None:  # re-hashes; a damaged entry is evicted
-                raise PreflightError(detail=f"{name} ({pin['sha256']}) is missing or corrupt in the artifact "
+            if cache.lookup(pin.sha256) is None:  # re-hashes; a damaged entry is evicted
+                raise PreflightError(detail=f"{name} ({pin.sha256}) is missing or corrupt in the artifact "
                                             f"cache {cache.root}",
                                      hint=f"run: nodeforge release prefetch --minor {req.minor} "
-                                          f"--arch {pin['arch']}")
+                                          f"--arch {pin.arch.value}")
             continue
-        comp = lf.Component(pin["component"])
         try:
-            dl.fetch(sources.artifact_url(comp, pin["version"], req.arch), pin["sha256"], artifact=name,
-                     hint=sources.hint(SOURCE_OF[comp]))
+            dl.fetch(sources.artifact_url(pin.component, pin.version, req.arch), pin.sha256, artifact=name,
+                     hint=sources.hint(SOURCE_OF[pin.component]))
         except (DownloadError, ChecksumMismatch) as exc:
             raise PreflightError(detail=f"{name} is not in the artifact cache {cache.root} and could not be "
                                         f"fetched: {exc}",
@@ -501,8 +500,7 @@ def _build(plan: Plan, work: Path, stage: Path, logf: _Log, build_time, seconds)
                  "codename": rendered.distro.release},
         arch=req.arch.value, variants=list(req.variants), images=images,
         packages=mf.dpkg_packages(rootfs),
-        artifacts=[{k: a[k] for k in ("component", "version", "arch", "sha256", "source_path")}
-                   for a in plan.artifacts],
+        artifacts=[a.manifest_entry() for a in plan.artifacts],
         lockfile_path=Path(req.lockfile_path), element_tree_digest=rendered.digest,
         hardening={"profile": lock.hardening.profile, "version": lock.hardening.version},
         dib={"version": dib_version(plan.disk_image_create), "args": args, "elements": elements},

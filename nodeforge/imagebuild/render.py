@@ -149,16 +149,38 @@ def distro_for(lock: Lockfile) -> Distro:
                                                       f"cannot be built yet (image build supports: {supported})") from None
 
 
-def pins_for(lock: Lockfile, minor: str, arch: Arch) -> list[dict]:
+@dataclasses.dataclass(frozen=True)
+class StagedArtifact:
+    """One pinned artifact an image installs: what the elements stage (``file``, checked by
+    ``sha256``), where the upstream release server has it (``source_path``) and what the manifest
+    records. The templates read its fields (``pins.kubelet.sha256``); ``pins.json`` holds
+    :meth:`to_dict`."""
+
+    component: Component
+    version: str
+    arch: Arch
+    sha256: str
+    file: str
+    source_path: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.component.value} {self.version} {self.arch.value}"
+
+    def to_dict(self) -> dict:
+        return {"component": self.component.value, "version": self.version, "arch": self.arch.value,
+                "sha256": self.sha256, "file": self.file, "source_path": self.source_path}
+
+    def manifest_entry(self) -> dict:
+        """The manifest's ``artifacts[]`` item (no staging name: that is the build's business)."""
+        return {k: v for k, v in self.to_dict().items() if k != "file"}
+
+
+def pins_for(lock: Lockfile, minor: str, arch: Arch) -> list[StagedArtifact]:
     """The artifacts one image installs, in a stable order."""
     entry = lock.minor(minor)
-    out = []
-    for comp in Component:
-        pin = entry.pins[comp]
-        out.append({"component": comp.value, "version": pin.version, "arch": arch.value,
-                    "sha256": pin.sha256[arch], "file": STAGED_NAME[comp],
-                    "source_path": relpath(comp, pin.version, arch)})
-    return out
+    return [StagedArtifact(comp, entry.pins[comp].version, arch, entry.pins[comp].sha256[arch], STAGED_NAME[comp],
+                           relpath(comp, entry.pins[comp].version, arch)) for comp in Component]
 
 
 def load_profile(src: Path, lock: Lockfile) -> dict:
@@ -193,7 +215,7 @@ def render(lock: Lockfile, minor: str, out: Path, *, arch: Arch = Arch.AMD64,
     pins = pins_for(lock, minor, arch)
     context = {
         "minor": minor, "arch": arch.value, "lockfile_name": lock.path.name,
-        "pins": {p["component"]: p for p in pins}, "pause_image": entry.pause_image,
+        "pins": {p.component.value: p for p in pins}, "pause_image": entry.pause_image,
         "hardening": {"profile": lock.hardening.profile, "version": lock.hardening.version},
         "profile": profile,
     }
@@ -223,7 +245,7 @@ def render(lock: Lockfile, minor: str, out: Path, *, arch: Arch = Arch.AMD64,
         _write(elements / HARDENING_JSON, _json(hardening), 0o644)
         _write(tmp / "pins.json", _json({"minor": minor, "kubernetes_version": str(entry.version),
                                          "arch": arch.value, "pause_image": entry.pause_image,
-                                         "artifacts": pins}), 0o644)
+                                         "artifacts": [p.to_dict() for p in pins]}), 0o644)
         element_list = [distro.element, *DIB_ELEMENTS]
         env_lines = [
             "# diskimage-builder settings rendered by nodeforge (host-specific mirrors are added at build time)",

@@ -27,9 +27,10 @@ def _req(fixture_lock, tmp_path, **kw):
 
 def test_ok_fetches_missing_artifacts_from_the_mirror(fixture_lock, tmp_path):
     plan = build.preflight(_req(fixture_lock, tmp_path))
-    assert {a["component"] for a in plan.artifacts} == {c.value for c in Component}
+    assert {a.component for a in plan.artifacts} == set(Component)
     for art in plan.artifacts:
-        assert plan.cache.lookup(art["sha256"]) is not None
+        assert plan.cache.lookup(art.sha256) is not None
+        assert art.manifest_entry() == {k: v for k, v in art.to_dict().items() if k != "file"}
     assert plan.mirrors == {"main": "http://debian.invalid/debian", "security": "http://debian.invalid/debian-security"}
 
 

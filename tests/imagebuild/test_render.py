@@ -140,3 +140,20 @@ def test_render_into_a_foreign_directory_is_a_usage_error(run_cli, tmp_path):
     code, _, err = run_cli("image", "render", "--k8s", "1.36", "--out", str(tmp_path / "r"))
     assert code == 2 and "exists and is not a nodeforge render" in err
     assert (tmp_path / "r" / "precious").read_text() == "x"
+
+
+def test_the_staged_artifacts_are_typed_and_pins_json_holds_their_fields(fixture_lock, tmp_path):
+    from nodeforge.pins.lockfile import Arch, Component, load as load_lock
+
+    lock = load_lock(fixture_lock)
+    pins = render.pins_for(lock, "1.36", Arch.AMD64)
+    assert [p.component for p in pins] == list(Component)
+    assert all(p.arch is Arch.AMD64 and len(p.sha256) == 64 for p in pins)
+    kubelet = next(p for p in pins if p.component is Component.KUBELET)
+    assert kubelet.sha256 == lock.minor("1.36").pins[Component.KUBELET].sha256[Arch.AMD64]
+    assert kubelet.name == f"kubelet {kubelet.version} amd64"
+    r = render.render(lock, "1.36", tmp_path / "r")
+    doc = json.loads(r.pins_file.read_text())
+    assert doc["artifacts"] == [p.to_dict() for p in pins]
+    env = (r.elements / "kubelet" / "environment.d" / "10-kubelet").read_text()
+    assert f"DIB_KUBELET_SHA256:-{kubelet.sha256}" in env
