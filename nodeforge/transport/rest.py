@@ -21,8 +21,6 @@ import time
 from typing import Any, Callable, Mapping, Protocol
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
-from keystoneauth1 import exceptions as ks_exc
-
 from nodeforge.transport import errors as E
 from nodeforge.transport.retry import API, Refused, RetryPolicy
 
@@ -45,6 +43,8 @@ def request(adapter, method: str, url: str, *, what: str, error: E.ErrorFactory 
     caller says repeating it is safe (``idempotent=True``: the service refuses a duplicate, as
     Ironic does for a node name or a port address); an answer that refused it (503, 429, 409
     locked) is retried whatever the method."""
+    from keystoneauth1 import exceptions as ks_exc   # here, not at import: a command's --help needs no HTTP stack
+
     policy = retry or API
     if not (idempotent if idempotent is not None else method.upper() != "POST"):
         policy = policy.replace(retry_on=policy.retry_on - {E.ErrorKind.NETWORK})
