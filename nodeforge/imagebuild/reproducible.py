@@ -85,9 +85,9 @@ REMOVE = (
 EMPTY = ("etc/machine-id",)
 TRUNCATE_UNDER = ("var/log",)
 # Files that name the build host's paths (diskimage-builder's record of its run).
-HOST_PATH_FILES = ("etc/dib-manifests/dib_arguments", "etc/dib-manifests/dib_environment")
 # diskimage-builder's record of its environment (``export`` output: ``declare -x NAME="value"``).
 DIB_ENVIRONMENT = "etc/dib-manifests/dib_environment"
+HOST_PATH_FILES = ("etc/dib-manifests/dib_arguments", DIB_ENVIRONMENT)
 MIRROR_SETTING = re.compile(r"^(declare -x (?:DIB_APT_SOURCES_CONF|DIB_(?:[A-Z0-9]+_)*MIRROR))=.*$", re.M)
 MIRROR_PLACEHOLDER = "<debian-mirror>"
 

@@ -70,12 +70,13 @@ def test_the_build_waits_for_diskimage_builders_cache_and_logs_it(tmp_path):
     from nodeforge.imagebuild import build
 
     cache = tmp_path / "dib"
-    held, release = threading.Event(), threading.Event()
+    held, release, order = threading.Event(), threading.Event(), []
 
     def other_build():
         with fs.locked(cache / build.DIB_CACHE_LOCK):
             held.set()
             release.wait(10)
+            order.append("other build done")
 
     t = threading.Thread(target=other_build)
     t.start()
@@ -83,8 +84,8 @@ def test_the_build_waits_for_diskimage_builders_cache_and_logs_it(tmp_path):
     lines = []
     log = build._Log(tmp_path / "build.log", lambda line: (lines.append(line), release.set()))
     with build._dib_cache_lock(cache, log):
-        inside = not t.is_alive() or release.is_set()
+        order.append("this build")
     log.close()
     t.join(10)
-    assert inside and len(lines) == 1 and "waiting for another build using diskimage-builder's cache" in lines[0]
+    assert order == ["other build done", "this build"] and len(lines) == 1 and "waiting for another build using diskimage-builder's cache" in lines[0]
     assert str(cache) in (tmp_path / "build.log").read_text()
