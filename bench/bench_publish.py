@@ -36,9 +36,7 @@ Run: eval "$(.venv/bin/nodeforge devcloud env)"; .venv/bin/python bench/bench_pu
 from __future__ import annotations
 
 import argparse
-import datetime
 import hashlib
-import json
 import os
 import shutil
 import statistics
@@ -51,7 +49,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.imagebuild.verify_fixture import write_verify  # noqa: E402
+from tests.imagebuild.builddir_factory import make_build_dir  # noqa: E402
 
 RATIO_GOAL = 0.9
 RSS_GOAL = 150e6
@@ -73,19 +71,10 @@ def make_image(root: Path, size_mib: int) -> tuple[Path, str, str]:
 
 
 def make_build(root: Path, image: Path, h256: str, h512: str) -> Path:
-    """A fresh build directory (new build id) around a hard link to ``image``."""
-    build_id = f"nf-bench-{uuid.uuid4().hex[:8]}"
-    d = root / build_id
-    d.mkdir()
-    os.link(image, d / IMAGE_NAME)
-    (d / "SHA256SUMS").write_text(f"{h256}  {IMAGE_NAME}\n")
-    (d / "SHA512SUMS").write_text(f"{h512}  {IMAGE_NAME}\n")
-    (d / "manifest.json").write_text(json.dumps({
-        "build_id": build_id, "build_time": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-        "kubernetes": {"version": "1.36.0", "minor": "1.36"}, "base_os": {"distro": "debian", "release": "12"},
-        "arch": "amd64", "images": {"baremetal": IMAGE_NAME}, "packages": [], "artifacts": []}))
-    write_verify(d, "passed")
-    return d
+    """A fresh build directory (new build id, a ``manifest.json`` of the shape ``image build`` writes,
+    SUMS covering it) around a hard link to ``image``; a passing ``verify.json``."""
+    return make_build_dir(root, variants=("baremetal",), packages=[], build_id=f"nf-bench-{uuid.uuid4().hex[:8]}",
+                          baremetal_image=(image, h256, h512))
 
 
 def settle(image: Path) -> None:

@@ -29,9 +29,12 @@ _PACKAGES = [{"name": f"pkg-{i:03d}", "version": f"1.{i}.0-1", "arch": "amd64"} 
 
 def make_build_dir(root: Path, *, k8s: str = "1.36.0", variants=("vm", "baremetal"), size: int = 256 * 1024,
                    verify: str | None = "passed", build_id: str | None = None,
-                   build_time: datetime.datetime | None = None, packages: list | None = None) -> Path:
+                   build_time: datetime.datetime | None = None, packages: list | None = None,
+                   baremetal_image: tuple[Path, str, str] | None = None) -> Path:
     """Create ``root/<build id>/`` and return it. ``verify``: passed, failed (NF-HARD-003 failed) for
-    every variant, or None (no verify.json)."""
+    every variant, or None (no verify.json). ``baremetal_image``: (path, sha256, sha512) of an existing
+    raw image to hard-link as the baremetal image instead of ``size`` random bytes (a benchmark's one
+    big file)."""
     build_id = build_id or f"nf-test-{k8s}-{uuid.uuid4().hex[:10]}"
     d = root / build_id
     d.mkdir(parents=True)
@@ -50,8 +53,12 @@ def make_build_dir(root: Path, *, k8s: str = "1.36.0", variants=("vm", "baremeta
             images["vm"] = name
         else:
             name = f"nodeforge-k8s-{k8s}-baremetal.raw"
-            (d / name).write_bytes(os.urandom(size))
             images["baremetal"] = name
+            if baremetal_image is not None:
+                os.link(baremetal_image[0], d / name)
+                sums[name] = {"sha256": baremetal_image[1], "sha512": baremetal_image[2]}
+                continue
+            (d / name).write_bytes(os.urandom(size))
         data = (d / name).read_bytes()
         sums[name] = {"sha256": hashlib.sha256(data).hexdigest(), "sha512": hashlib.sha512(data).hexdigest()}
     when = build_time or datetime.datetime.now(datetime.timezone.utc)
