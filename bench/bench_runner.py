@@ -10,11 +10,12 @@ sites did before), back to back, order alternating. Prints each side's
 median per start and the median of the per-round ratio nodeforge/peer.
 Goal: within 1.1x; exits 1 when missed.
 
-    .venv/bin/python bench/bench_runner.py [N] [ROUNDS]
+    .venv/bin/python bench/bench_runner.py [--starts N] [--rounds ROUNDS]
 """
 
 from __future__ import annotations
 
+import argparse
 import shutil
 import statistics
 import subprocess
@@ -56,4 +57,8 @@ def main(n: int = 200, rounds: int = 5) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(*(int(a) for a in sys.argv[1:3])))
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--starts", type=int, default=200, help="starts of `true` per side and round (default 200)")
+    ap.add_argument("--rounds", type=int, default=5, help="rounds, order alternating (default 5)")
+    args = ap.parse_args()
+    sys.exit(main(args.starts, args.rounds))
