@@ -50,7 +50,7 @@ from typing import Callable
 from nodeforge.base import fs, runner
 from nodeforge.errors import ConfigError, NodeforgeError
 from nodeforge.imagebuild import checksums, contents, disk, manifest as mf, package_base as pb, render as rd
-from nodeforge.imagebuild import reproducible
+from nodeforge.imagebuild import pyc, reproducible
 from nodeforge.pins import lockfile as lf
 from nodeforge.pins.cache import Cache, ChecksumMismatch, DownloadError, Downloader
 from nodeforge.pins.lockfile import Arch, Lockfile
@@ -573,6 +573,8 @@ def _normalise(rootfs: Path, epoch: int, logf: _Log, host_paths: dict[str, str])
                f"{done['shadow_dates']} shadow date(s) set, host paths replaced in {done['host_paths_replaced']}, "
                f"iSCSI initiator name reset: {done['iscsi_initiator_reset']}, "
                f"{done['clamped']} mtime(s) clamped to {epoch}")
+    if done["pyc"]:
+        logf.write("normalised: " + pyc.PycCounts(**done["pyc"]).summary())
     return done
 
 

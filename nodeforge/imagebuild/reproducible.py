@@ -49,11 +49,17 @@ per-file manifest and the disks:
   none is written unless the user-data asks). This is also what lets the
   package base's cache key leave the mirrors out (package_base.py);
 * every entry's modification and access time is clamped to the epoch
-  (``min(mtime, epoch)``, atime = mtime).
+  (``min(mtime, epoch)``, atime = mtime);
+* then the checked-hash ``.pyc`` files ``py_compile`` wrote (because
+  ``SOURCE_DATE_EPOCH`` was set) get timestamp headers with those clamped
+  times, each checked against its source's hash first (:mod:`.pyc`): a
+  node's Python then checks them as Debian's do, without reading and hashing
+  every source on import.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import email.utils
 import glob
@@ -63,6 +69,8 @@ import os
 import re
 import stat
 from pathlib import Path
+
+from nodeforge.imagebuild import pyc
 
 FALLBACK_EPOCH = 1704067200      # 2024-01-01T00:00:00Z: builds without an OS package lock
 
@@ -235,9 +243,11 @@ def normalise(root: Path, epoch: int, host_paths: dict[str, str] | None = None) 
     shadow = _shadow(root, epoch)
     iscsi = _iscsi_initiator(root)
     clamped = clamp_times(root, epoch)
+    counts = pyc.to_timestamp(root)
     return {"epoch": epoch, "removed": removed, "emptied": emptied, "truncated_logs": truncated,
             "shadow_dates": shadow, "host_paths_replaced": replaced, "iscsi_initiator_reset": iscsi,
-            "mirror_settings_replaced": mirror_settings, "clamped": clamped}
+            "mirror_settings_replaced": mirror_settings, "clamped": clamped,
+            "pyc": dataclasses.asdict(counts) if counts else None}
 
 
 def clamp_times(root: Path, epoch: int) -> int:
