@@ -33,9 +33,11 @@ venv: $(BIN)/python
 devcloud-install: venv
 	$(BIN)/nodeforge devcloud install
 
-## test: the whole suite, slow real-component tests included (starts a local cloud of its own; prints the slowest tests)
+## test: the whole suite, slow real-component tests included, on TEST_WORKERS workers (pytest-xdist; each starts
+## a local cloud of its own; the two build-and-boot scenarios go first, one per worker; prints the slowest tests)
+TEST_WORKERS ?= 2
 test: setup
-	$(BIN)/python -m pytest --durations=25 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=25 $(PYTEST_ARGS)
 
 ## test-fast: unit tests only
 test-fast: venv

@@ -45,6 +45,37 @@ OFFSETS = (10000, 11100, 12200, 13300, 14400, 15500)
 RUN_ID = uuid.uuid4().hex[:6]
 
 
+# Two workers (``make test``: pytest-xdist, ``--dist loadgroup``), each a session with its own
+# local cloud. A work unit is one module, so module fixtures are made once; the tests that read the
+# run's one release-pipeline build (``built_image``, ``verified_build``, ``release_run``, whatever
+# module they are in) are one unit, so that build and its boots are made once; and the two units
+# that build and boot (the release pipeline's, the security update's) are handed out first, one to
+# each worker, so the rest of the suite runs beside them.
+RELEASE_FIXTURES = frozenset({"built_image", "verified_build", "release_run"})
+RELEASE_GROUP = "release-pipeline"
+FIRST_GROUPS = (RELEASE_GROUP, "security-update")
+
+
+def work_unit(item) -> str:
+    mark = item.get_closest_marker("xdist_group")
+    if mark is not None:
+        return mark.args[0] if mark.args else mark.kwargs.get("name", "default")
+    if RELEASE_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return RELEASE_GROUP
+    return item.nodeid.split("::", 1)[0]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("dist", "no") != "loadgroup":
+        return
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(work_unit(item)))
+    rank = {g: i for i, g in enumerate(FIRST_GROUPS)}
+    items.sort(key=lambda item: rank.get(work_unit(item), len(rank)))   # stable: each unit keeps its order
+
+
 def cloud_ports(offset: int) -> set[int]:
     """Every TCP/UDP port a local cloud at ``offset`` listens on."""
     ports = {p + offset for p in dc_openstack.PORTS.values()}
