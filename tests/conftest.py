@@ -67,7 +67,8 @@ def work_unit(item) -> str:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    if config.getoption("dist", "no") != "loadgroup":
+    # On an xdist worker --dist reads "no" and xdist sets ``loadgroup`` instead.
+    if not (config.getoption("dist", "no") == "loadgroup" or getattr(config.option, "loadgroup", False)):
         return
     for item in items:
         if item.get_closest_marker("xdist_group") is None:
