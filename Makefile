@@ -37,7 +37,7 @@ devcloud-install: venv
 ## a local cloud of its own; the two build-and-boot scenarios go first, one per worker; prints the slowest tests)
 TEST_WORKERS ?= 2
 test: setup
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=25 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder --durations=25 $(PYTEST_ARGS)
 
 ## test-fast: unit tests only
 test-fast: venv

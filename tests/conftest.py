@@ -45,36 +45,53 @@ OFFSETS = (10000, 11100, 12200, 13300, 14400, 15500)
 RUN_ID = uuid.uuid4().hex[:6]
 
 
-# Two workers (``make test``: pytest-xdist, ``--dist loadgroup``), each a session with its own
-# local cloud. A work unit is one module, so module fixtures are made once; the tests that read the
-# run's one release-pipeline build (``built_image``, ``verified_build``, ``release_run``, whatever
-# module they are in) are one unit, so that build and its boots are made once; and the two units
-# that build and boot (the release pipeline's, the security update's) are handed out first, one to
-# each worker, so the rest of the suite runs beside them.
+# Two workers (``make test``: pytest-xdist, ``--dist loadscope`` with the work units below), each a
+# session with its own local cloud. A work unit is one module, so module fixtures are made once; the
+# modules whose tests read the run's one release-pipeline build (``built_image``, ``verified_build``,
+# ``release_run``) are one unit, so that build and its boots are made once; and the two units that
+# build and boot (the release pipeline's, the security update's) are handed out first, one to each
+# worker, so the rest of the suite runs beside them. (Units come from module paths because the
+# scheduler sees only node ids; pytest 9 ignores xdist's loadgroup suffix on node ids.)
 RELEASE_FIXTURES = frozenset({"built_image", "verified_build", "release_run"})
-RELEASE_GROUP = "release-pipeline"
-FIRST_GROUPS = (RELEASE_GROUP, "security-update")
+RELEASE_GROUP, SECURITY_GROUP = "release-pipeline", "security-update"
+RELEASE_MODULES = frozenset({
+    "tests/imagebuild/test_boottest.py", "tests/imagebuild/test_build_package_base.py",
+    "tests/imagebuild/test_image_build.py", "tests/imagebuild/test_provenance_devcloud.py",
+    "tests/imagebuild/test_publish_built.py", "tests/pipeline/test_pipeline_e2e.py",
+})
+SECURITY_MODULE = "tests/pipeline/test_pipeline_security_e2e.py"
+FIRST_UNITS = (RELEASE_GROUP, SECURITY_GROUP)
 
 
-def work_unit(item) -> str:
-    mark = item.get_closest_marker("xdist_group")
-    if mark is not None:
-        return mark.args[0] if mark.args else mark.kwargs.get("name", "default")
-    if RELEASE_FIXTURES & set(getattr(item, "fixturenames", ())):
+def work_unit(nodeid: str) -> str:
+    module = nodeid.split("::", 1)[0]
+    if module in RELEASE_MODULES:
         return RELEASE_GROUP
-    return item.nodeid.split("::", 1)[0]
+    return SECURITY_GROUP if module == SECURITY_MODULE else module
 
 
 @pytest.hookimpl(tryfirst=True)
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class WorkUnits(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    return WorkUnits(config, log)
+
+
 def pytest_collection_modifyitems(config, items):
-    # On an xdist worker --dist reads "no" and xdist sets ``loadgroup`` instead.
-    if not (config.getoption("dist", "no") == "loadgroup" or getattr(config.option, "loadgroup", False)):
-        return
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(work_unit(item)))
-    rank = {g: i for i, g in enumerate(FIRST_GROUPS)}
-    items.sort(key=lambda item: rank.get(work_unit(item), len(rank)))   # stable: each unit keeps its order
+    stray = sorted({item.nodeid.split("::", 1)[0] for item in items
+                    if RELEASE_FIXTURES & set(getattr(item, "fixturenames", ()))} - RELEASE_MODULES)
+    if stray:
+        raise pytest.UsageError(f"{', '.join(stray)}: reads the release-pipeline build; add it to RELEASE_MODULES "
+                                f"in tests/conftest.py (one work unit, so that build and its boots are made once)")
+    if hasattr(config, "workerinput"):            # an xdist worker: the scheduler takes the units in this order
+        rank = {unit: i for i, unit in enumerate(FIRST_UNITS)}
+        items.sort(key=lambda item: rank.get(work_unit(item.nodeid), len(rank)))   # stable
 
 
 def cloud_ports(offset: int) -> set[int]:

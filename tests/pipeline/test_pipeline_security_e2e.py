@@ -77,7 +77,7 @@ from tests.oslock.fixtures import signing_key  # noqa: F401 - fixture
 from tests.pipeline.security_archive import PACKAGE, RELEASE, SEC, SecurityArchive
 from tests.prereq import require, require_tools
 
-pytestmark = [pytest.mark.slow, pytest.mark.devcloud, pytest.mark.xdist_group("security-update")]
+pytestmark = [pytest.mark.slow, pytest.mark.devcloud]
 
 MINOR = "1.36"
 
