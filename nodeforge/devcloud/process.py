@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -115,6 +116,12 @@ class Supervisor:
     def logfile(self, name: str) -> Path:
         return self.log_dir / f"{name}.log"
 
+    def tmpdir(self, name: str) -> Path:
+        """The service's own TMPDIR: emptied at each start and removed at its stop, so what a service
+        leaves in its temporary directory (Magnum's cluster-api driver makes a fresh disk cache there in
+        every process) goes with it instead of piling up in /tmp."""
+        return self.run_dir / "tmp" / name
+
     def running_pid(self, name: str) -> int | None:
         try:
             record = json.loads(self.pidfile(name).read_text())
@@ -137,10 +144,14 @@ class Supervisor:
             spec.prepare()
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.log_dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.tmpdir(spec.name)
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True, mode=0o700)
         logf = open(self.logfile(spec.name), "ab")
         env = dict(os.environ)
         for var in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME"):
             env.pop(var, None)
+        env["TMPDIR"] = str(tmp)
         env.update(spec.env)
         proc = subprocess.Popen(
             list(spec.argv), stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -229,6 +240,7 @@ class Supervisor:
         for name in groups:
             self._reap(name, wait=True)
             self.pidfile(name).unlink(missing_ok=True)
+            shutil.rmtree(self.tmpdir(name), ignore_errors=True)
         return list(groups)
 
     def _reap(self, name: str, wait: bool = False) -> None:

@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -230,6 +231,34 @@ def test_supervisor_stop_all_signals_every_group_and_kills_only_the_stubborn(tmp
     assert _start_time(child) is None, "the stubborn service's child outlived stop_all"
     assert not sup.pidfile("polite").exists() and not sup.pidfile("stubborn").exists()
     assert sup.stop_all(["polite", "stubborn"]) == []
+
+
+def test_supervisor_gives_each_service_its_own_tmpdir_and_empties_it(tmp_path):
+    """A service's temporary files stay inside the cloud's run directory: TMPDIR is its own,
+    emptied at start (what a killed earlier run left) and removed at stop (Magnum's driver makes a
+    new disk cache in tempfile.gettempdir() in every process: 267 of them had piled up in /tmp)."""
+    sup = Supervisor(tmp_path / "run", tmp_path / "log")
+    stale = sup.tmpdir("writer") / "left-by-a-killed-run"
+    stale.parent.mkdir(parents=True)
+    stale.write_text("old")
+    made = tmp_path / "made"
+    code = ("import os, tempfile, time; d = tempfile.mkdtemp(prefix='diskcache-'); "
+            f"open({str(made)!r}, 'w').write(d + '\\n' + os.environ['TMPDIR']); time.sleep(600)")
+    spec = ServiceSpec(name="writer", argv=[sys.executable, "-c", code], ports=[], health=lambda: None)
+    sup.start(spec)
+    try:
+        for _ in range(600):
+            if made.exists() and made.read_text():
+                break
+            time.sleep(0.05)
+        cache, tmpdir = made.read_text().splitlines()
+        assert Path(tmpdir) == sup.tmpdir("writer")
+        assert Path(cache).parent == sup.tmpdir("writer") and Path(cache).is_dir()
+        assert not stale.exists()
+        assert sup.tmpdir("writer").stat().st_mode & 0o777 == 0o700
+    finally:
+        assert sup.stop("writer") is True
+    assert not sup.tmpdir("writer").exists() and not Path(cache).exists()
 
 
 def test_port_holder_reports_pid(tmp_path):
