@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from nodeforge.errors import MissingToolError
@@ -22,6 +24,7 @@ def _req(fixture_lock, tmp_path, **kw):
     kw.setdefault("work_dir", tmp_path)
     kw.setdefault("min_free_work", 1)
     kw.setdefault("min_free_out", 1)
+    kw.setdefault("min_free_shared", 1)
     return build.BuildRequest(minor=kw.pop("minor", "1.36"), lockfile_path=fixture_lock, **kw)
 
 
@@ -101,6 +104,21 @@ def test_too_little_disk(fixture_lock, tmp_path):
         build.preflight(_req(fixture_lock, tmp_path, min_free_work=1 << 60))
     assert "work directory" in str(exc.value) and "GiB free" in str(exc.value)
     assert "--work-dir" in exc.value.hint
+
+
+def test_work_and_output_on_one_filesystem_need_their_shared_peak(fixture_lock, tmp_path):
+    """Each directory has enough on its own, but both are on one filesystem: their shared need counts
+    (and it is checked at all only when they do share one)."""
+    with pytest.raises(build.PreflightError) as exc:
+        build.preflight(_req(fixture_lock, tmp_path, min_free_shared=1 << 60))
+    assert "the filesystem holding the work and output directories" in str(exc.value)
+    assert f"({tmp_path})" in str(exc.value) and "GiB free" in str(exc.value)
+    assert "--work-dir" in exc.value.hint and "--out" in exc.value.hint
+    apart = Path("/dev/shm")
+    if apart.is_dir() and apart.stat().st_dev != tmp_path.stat().st_dev:
+        plan = build.preflight(_req(fixture_lock, tmp_path, work_dir=apart / f"nf-{tmp_path.name}",
+                                    min_free_shared=1 << 60))
+        assert plan.work_root == apart / f"nf-{tmp_path.name}"
 
 
 def test_existing_output_directory(fixture_lock, tmp_path):
