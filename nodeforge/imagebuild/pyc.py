@@ -1,20 +1,29 @@
-"""Timestamp ``.pyc`` files in the image (what a Debian system has), checked against their sources.
+"""The image's ``.pyc`` files stay valid through the time clamp, as timestamp ``.pyc`` files.
 
-With ``SOURCE_DATE_EPOCH`` set (:mod:`.reproducible`), ``py_compile`` writes
-*checked-hash* ``.pyc`` files (PEP 552): reproducible, but every import then
-reads its whole source file and hashes it before it may use the ``.pyc``. In
-a node that is all of cloud-init's four stages and every Python tool, on
-every start. (Measured under TCG, the vm image's verification boot was not
-measurably faster with this step: 84-94 s against 91-96 s without it.)
+Two things in a reproducible build (:mod:`.reproducible`) would leave a node's
+Python compiling or hashing its sources at every boot:
 
-:func:`to_timestamp` rewrites the 16-byte header of each checked-hash
-``.pyc`` in the tree as a timestamp header: flags 0, the source's modification
-time and size. The code after the header is left as compiled. It runs in the
-image's own Python (``chroot``), after the tree's times are clamped, so:
+* the clamp sets every file's modification time to ``min(mtime, epoch)``. A
+  timestamp ``.pyc`` records its source's mtime and size, so each one whose
+  source is newer than the epoch (the stdlib's, compiled by ``py3compile``
+  when the package was installed) no longer matches after the clamp, and
+  Python compiles the module again at every import until it may write the
+  ``.pyc`` (at the node's first boot: 145 files, cloud-init's first stage
+  10-13 s slower under TCG, measured 2026-12-02);
+* with ``SOURCE_DATE_EPOCH`` set, ``py_compile`` writes *checked-hash*
+  ``.pyc`` files (PEP 552), and every import then reads its whole source and
+  hashes it before it may use the ``.pyc``.
 
-* a ``.pyc`` is converted only when its recorded hash is the one that Python
-  computes for the source as it is now (``importlib.util.source_hash``), so
-  no stale ``.pyc`` is ever made to look fresh;
+:func:`restamp` runs in the image's own Python (``chroot``) just before the
+clamp and rewrites the 16-byte header of each ``.pyc`` that matches its source
+*now* to the timestamp header that source will have *after* the clamp (flags
+0, the clamped mtime, the size). The code after the header is left as
+compiled, and the ``.pyc``'s own times are kept (the clamp then sets them):
+
+* a checked-hash ``.pyc`` is converted only when its recorded hash is the one
+  Python computes for the source (``importlib.util.source_hash``), and a
+  timestamp one is re-dated only when its mtime and size are the source's,
+  so no stale ``.pyc`` is ever made to look fresh;
 * the recorded time is the clamped one, the same in every build from the
   same inputs, so the image stays reproducible;
 * a node's Python checks ``.pyc`` files as Debian's do (``stat``, no read),
@@ -23,7 +32,8 @@ image's own Python (``chroot``), after the tree's times are clamped, so:
   ``.pyc`` files.
 
 ``.pyc`` files of another Python version (another magic number), with no
-source beside them, or already timestamp-based are left alone and counted.
+source beside them, unchecked-hash ones, and ones that do not match their
+source are left alone and counted.
 """
 
 from __future__ import annotations
@@ -39,8 +49,11 @@ from nodeforge.base import runner
 SCRIPT = r'''
 import importlib.util, json, os, sys
 magic = importlib.util.MAGIC_NUMBER
-counts = {"converted": 0, "timestamp": 0, "other_python": 0, "no_source": 0, "stale": 0}
-for top in sys.argv[1:]:
+epoch_ns = int(sys.argv[1]) * 1000000000
+M = 0xFFFFFFFF
+counts = {"converted": 0, "retimed": 0, "timestamp": 0, "unchecked_hash": 0, "other_python": 0,
+          "no_source": 0, "stale": 0}
+for top in sys.argv[2:]:
     for d, dirs, files in os.walk(top):
         dirs.sort()
         if os.path.basename(d) != "__pycache__":
@@ -54,26 +67,43 @@ for top in sys.argv[1:]:
             if len(head) < 16 or head[:4] != magic:
                 counts["other_python"] += 1
                 continue
-            if int.from_bytes(head[4:8], "little") != 0b11:     # not a checked-hash pyc
-                counts["timestamp"] += 1
+            flags = int.from_bytes(head[4:8], "little")
+            if flags == 0b01:                                  # unchecked hash: never validated
+                counts["unchecked_hash"] += 1
                 continue
             src = os.path.join(os.path.dirname(d), name.split(".", 1)[0] + ".py")
             try:
-                with open(src, "rb") as fh:
-                    source = fh.read()
                 st = os.stat(src)
+                if flags == 0b11:
+                    with open(src, "rb") as fh:
+                        source = fh.read()
             except OSError:
                 counts["no_source"] += 1
                 continue
-            if importlib.util.source_hash(source) != head[8:16]:
-                counts["stale"] += 1
+            if flags == 0b11:
+                if importlib.util.source_hash(source) != head[8:16]:
+                    counts["stale"] += 1
+                    continue
+                kind = "converted"
+            elif flags == 0:
+                if (int.from_bytes(head[8:12], "little"), int.from_bytes(head[12:16], "little")) != (
+                        int(st.st_mtime) & M, st.st_size & M):
+                    counts["stale"] += 1
+                    continue
+                kind = "retimed" if st.st_mtime_ns > epoch_ns else "timestamp"
+            else:
+                counts["stale"] += 1                           # flags Python does not know
                 continue
+            if kind == "timestamp":                            # valid now and after the clamp
+                counts[kind] += 1
+                continue
+            clamped = min(st.st_mtime_ns, epoch_ns) // 1000000000     # what reproducible.clamp_times sets
             own = os.lstat(pyc)
             with open(pyc, "r+b") as fh:
-                fh.write(magic + (0).to_bytes(4, "little") + (int(st.st_mtime) & 0xFFFFFFFF).to_bytes(4, "little")
-                         + (st.st_size & 0xFFFFFFFF).to_bytes(4, "little"))
+                fh.write(magic + (0).to_bytes(4, "little") + (clamped & M).to_bytes(4, "little")
+                         + (st.st_size & M).to_bytes(4, "little"))
             os.utime(pyc, ns=(own.st_atime_ns, own.st_mtime_ns))
-            counts["converted"] += 1
+            counts[kind] += 1
 print(json.dumps(counts))
 '''
 
@@ -83,21 +113,25 @@ TOPS = ("/usr", "/opt", "/etc")
 
 @dataclasses.dataclass(frozen=True)
 class PycCounts:
-    converted: int
-    timestamp: int
+    converted: int          # checked-hash, matching their source: now timestamp-based
+    retimed: int            # timestamp, matching their source, whose source the clamp re-dates
+    timestamp: int          # timestamp, matching their source before and after the clamp
+    unchecked_hash: int
     other_python: int
     no_source: int
-    stale: int
+    stale: int              # not matching their source: left alone (Python recompiles them)
 
     def summary(self) -> str:
-        return (f"{self.converted} checked-hash .pyc made timestamp-based; left: {self.timestamp} already "
-                f"timestamp, {self.stale} not matching their source, {self.no_source} without a source, "
+        return (f"{self.converted} checked-hash .pyc made timestamp-based, {self.retimed} timestamp .pyc "
+                f"re-dated to their clamped sources; left: {self.timestamp} already valid, {self.stale} not "
+                f"matching their source, {self.no_source} without a source, {self.unchecked_hash} unchecked-hash, "
                 f"{self.other_python} of another Python")
 
 
-def to_timestamp(root: Path, *, chroot: bool = True, python: str = PYTHON,
-                 tops: tuple[str, ...] = TOPS) -> PycCounts | None:
-    """Convert the checked-hash ``.pyc`` files under ``root`` (see the module).
+def restamp(root: Path, epoch: int, *, chroot: bool = True, python: str = PYTHON,
+            tops: tuple[str, ...] = TOPS) -> PycCounts | None:
+    """Give each ``.pyc`` under ``root`` that matches its source the timestamp header that source has once
+    :func:`.reproducible.clamp_times` ran with ``epoch`` (see the module); call it just before the clamp.
 
     ``chroot=False`` runs ``python`` on the host against ``root``'s directories
     (tests, with the host's Python). Returns None when the tree has no
@@ -105,10 +139,10 @@ def to_timestamp(root: Path, *, chroot: bool = True, python: str = PYTHON,
     if chroot:
         if not (root / python.lstrip("/")).exists():
             return None
-        argv = ["chroot", str(root), python, "-I", "-S", "-B", "-c", SCRIPT,
+        argv = ["chroot", str(root), python, "-I", "-S", "-B", "-c", SCRIPT, str(int(epoch)),
                 *(t for t in tops if (root / t.lstrip("/")).is_dir())]
     else:
-        argv = [python, "-I", "-S", "-B", "-c", SCRIPT,
+        argv = [python, "-I", "-S", "-B", "-c", SCRIPT, str(int(epoch)),
                 *(str(root / t.lstrip("/")) for t in tops if (root / t.lstrip("/")).is_dir())]
-    out = runner.run(argv, timeout=1800, what="rewrite the image's checked-hash .pyc headers").stdout
+    out = runner.run(argv, timeout=1800, what="restamp the image's .pyc headers").stdout
     return PycCounts(**json.loads(out.strip().splitlines()[-1]))

@@ -48,13 +48,14 @@ per-file manifest and the disks:
   ``apt:``; Debian's ``cloud.cfg`` preserves an existing sources list, so
   none is written unless the user-data asks). This is also what lets the
   package base's cache key leave the mirrors out (package_base.py);
-* every entry's modification and access time is clamped to the epoch
-  (``min(mtime, epoch)``, atime = mtime);
-* then the checked-hash ``.pyc`` files ``py_compile`` wrote (because
-  ``SOURCE_DATE_EPOCH`` was set) get timestamp headers with those clamped
-  times, each checked against its source's hash first (:mod:`.pyc`): a
-  node's Python then checks them as Debian's do, without reading and hashing
-  every source on import.
+* every ``.pyc`` file that matches its source gets the timestamp header that
+  source has after the clamp below (:mod:`.pyc`): timestamp ``.pyc`` files
+  whose sources the clamp re-dates would otherwise be stale (recompiled at
+  every import until the node rewrites them), and the checked-hash ones
+  ``py_compile`` wrote (because ``SOURCE_DATE_EPOCH`` was set) would make
+  every import read and hash its source;
+* then every entry's modification and access time is clamped to the epoch
+  (``min(mtime, epoch)``, atime = mtime).
 """
 
 from __future__ import annotations
@@ -242,8 +243,8 @@ def normalise(root: Path, epoch: int, host_paths: dict[str, str] | None = None) 
                     truncated += 1
     shadow = _shadow(root, epoch)
     iscsi = _iscsi_initiator(root)
+    counts = pyc.restamp(root, epoch)          # before the clamp: it re-dates what the clamp will
     clamped = clamp_times(root, epoch)
-    counts = pyc.to_timestamp(root)
     return {"epoch": epoch, "removed": removed, "emptied": emptied, "truncated_logs": truncated,
             "shadow_dates": shadow, "host_paths_replaced": replaced, "iscsi_initiator_reset": iscsi,
             "mirror_settings_replaced": mirror_settings, "clamped": clamped,

@@ -65,6 +65,13 @@ def _cat(fs: Path, path: str) -> str:
     return subprocess.run(["debugfs", "-R", f"cat {path}", str(fs)], capture_output=True, text=True).stdout
 
 
+def _mtime_and_size(fs: Path, path: str) -> tuple[int, int]:
+    out = subprocess.run(["debugfs", "-R", f"stat {path}", str(fs)], capture_output=True, text=True).stdout
+    mtime, size = re.search(r"mtime: 0x([0-9a-f]+)", out), re.search(r"Size: ([0-9]+)", out)
+    assert mtime and size, f"debugfs could not stat {path}: {out[:200]}"
+    return int(mtime.group(1), 16), int(size.group(1))
+
+
 def test_vm_image_is_qcow2(built_image):
     info = json.loads(_run("qemu-img", "info", "--output", "json", str(built_image.image("vm"))))
     assert info["format"] == "qcow2"
@@ -111,9 +118,11 @@ def test_manifest_lists_the_pins(built_image):
     sbom = json.loads((built_image.path / "sbom.cdx.json").read_text())
     assert sbom["bomFormat"] == "CycloneDX" and len(sbom["components"]) == len(m["packages"]) + len(m["artifacts"])
     log = (built_image.path / "build.log").read_text()
-    # The checked-hash .pyc files py_compile wrote got timestamp headers (nodeforge/imagebuild/pyc.py).
-    assert re.search(r"normalised: [1-9][0-9]* checked-hash \.pyc made timestamp-based; left: [0-9]+ already "
-                     r"timestamp, 0 not matching their source", log), "no .pyc conversion line in build.log"
+    # Every .pyc was valid for its source before the clamp and is after it (nodeforge/imagebuild/pyc.py): the
+    # checked-hash ones py_compile wrote became timestamp-based, and the stdlib's were re-dated.
+    assert re.search(r"normalised: [1-9][0-9]* checked-hash \.pyc made timestamp-based, [1-9][0-9]* timestamp "
+                     r"\.pyc re-dated to their clamped sources; left: [0-9]+ already valid, 0 not matching their "
+                     r"source", log), "no .pyc line in build.log"
 
 
 @pytest.mark.parametrize("variant", ["baremetal", "vm"])
@@ -132,13 +141,19 @@ def test_image_content_matches_the_manifest(built_image, variant, tmp_path):
     ssh = subprocess.run(["debugfs", "-R", "ls /etc/ssh", str(fs)], capture_output=True, text=True).stdout
     assert "ssh_host_" not in ssh
     assert _cat(fs, "/etc/machine-id") == ""
-    # Python's .pyc files are timestamp-based, as on a Debian system (no source read and hashed per import).
-    cache = "/usr/lib/python3/dist-packages/cloudinit/__pycache__"
-    listing = subprocess.run(["debugfs", "-R", f"ls {cache}", str(fs)], capture_output=True, text=True).stdout
-    name = next(n for n in listing.split() if n.startswith("util.cpython-") and n.endswith(".pyc"))
-    subprocess.run(["debugfs", "-R", f"dump {cache}/{name} {tmp_path / name}", str(fs)], check=True,
-                   capture_output=True)
-    assert int.from_bytes((tmp_path / name).read_bytes()[4:8], "little") == 0, f"{cache}/{name}: not timestamp-based"
+    # Python's .pyc files are timestamp-based, as on a Debian system (no source read and hashed per import),
+    # and valid for their clamped sources (nodeforge/imagebuild/pyc.py): cloud-init's (py_compile wrote
+    # checked-hash ones) and the stdlib's (py3compile's, whose sources the clamp re-dated).
+    for pkg, module in (("/usr/lib/python3/dist-packages/cloudinit", "util"), ("/usr/lib/python3.11/email", "policy"),
+                        ("/usr/lib/python3.11/json", "decoder")):
+        listing = subprocess.run(["debugfs", "-R", f"ls {pkg}/__pycache__", str(fs)], capture_output=True,
+                                 text=True).stdout
+        name = next(n for n in listing.split() if n.startswith(f"{module}.cpython-") and n.endswith(".pyc"))
+        subprocess.run(["debugfs", "-R", f"dump {pkg}/__pycache__/{name} {tmp_path / name}", str(fs)], check=True,
+                       capture_output=True)
+        head = (tmp_path / name).read_bytes()[:16]
+        header = tuple(int.from_bytes(head[i:i + 4], "little") for i in (4, 8, 12))
+        assert header == (0, *_mtime_and_size(fs, f"{pkg}/{module}.py")), f"{pkg}/__pycache__/{name}: {header}"
     # Kernel command line with the serial console; the pinned kubelet installed.
     assert "console=ttyS0" in _cat(fs, "/boot/grub/grub.cfg")
     assert f"Kubernetes v{built_image.manifest['kubernetes']['version']}" in _cat(fs, "/usr/local/bin/kubelet")
