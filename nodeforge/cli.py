@@ -11,7 +11,8 @@ import sys
 
 import click
 
-from nodeforge import __version__, log, options, output
+from nodeforge import __version__, log, output
+from nodeforge.commands import options
 from nodeforge.errors import ExitCode, NodeforgeError
 from nodeforge.redact import scrub
 

@@ -51,12 +51,12 @@ LAYERS: list[tuple[str, ...]] = [
     # bare metal and clusters
     ("nodeforge.ironic",),
     ("nodeforge.compute",),
-    ("nodeforge.templates",),
+    ("nodeforge.magnum.templates",),
     ("nodeforge.magnum",),
     # orchestration and the local cloud
     ("nodeforge.pipeline", "nodeforge.devcloud"),
     # the CLI: options shared by several commands (their defaults and choices come from the features)
-    ("nodeforge.options",),
+    ("nodeforge.commands.options",),
     ("nodeforge.commands",),
     ("nodeforge.cli",),
     ("nodeforge.demo",),

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeforge import templates as T
+from nodeforge.magnum import templates as T
 from nodeforge.compute import flavors as F
 from nodeforge.errors import ConfigError
 from nodeforge.schema.loader import load_yaml_tree

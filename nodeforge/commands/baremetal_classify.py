@@ -8,7 +8,8 @@ from pathlib import Path
 
 import click
 
-from nodeforge import log, options, output
+from nodeforge import log, output
+from nodeforge.commands import options
 from nodeforge.ironic import classify as classify_mod
 from nodeforge.ironic import profiles as profiles_mod
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from nodeforge import log, options, output
+from nodeforge import log, output
+from nodeforge.commands import options
 from nodeforge.devcloud import install as install_mod
 from nodeforge.devcloud.paths import Paths
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import click
 
-from nodeforge import log, options, output
+from nodeforge import log, output
+from nodeforge.commands import options
 from nodeforge.cloud import connect
 from nodeforge.compute import flavors as flavors_mod
 

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import click
 
-from nodeforge import log, options, output
+from nodeforge import log, output
+from nodeforge.commands import options
 from nodeforge.imagebuild import build as build_mod, render as render_mod
 from nodeforge.pins import lockfile
 from nodeforge.pins.lockfile import Arch

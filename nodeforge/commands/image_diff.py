@@ -9,7 +9,8 @@ from pathlib import Path
 
 import click
 
-from nodeforge import options, output
+from nodeforge import output
+from nodeforge.commands import options
 from nodeforge.errors import UsageError
 from nodeforge.publish import diff as imgdiff
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import click
 
-from nodeforge import options, output
+from nodeforge import output
+from nodeforge.commands import options
 from nodeforge.publish import provenance
 
 

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import click
 
-from nodeforge import options, output
+from nodeforge import output
+from nodeforge.commands import options
 from nodeforge.imageverify import builddir
 from nodeforge.publish import catalog, glance, retention, signing
 

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import click
 
-from nodeforge import log, options, output
+from nodeforge import log, output
+from nodeforge.commands import options
 from nodeforge.imageverify import builddir
 from nodeforge.imageverify import boottest
 

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import click
 
-from nodeforge import options, output
+from nodeforge import output
+from nodeforge.commands import options
 from nodeforge.errors import ExitCode
 from nodeforge.pins import lockfile, release as release_mod
 from nodeforge.pins.cache import Cache, Downloader, RetryPolicy

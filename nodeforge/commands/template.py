@@ -1,5 +1,5 @@
 """``nodeforge template render|check|apply``: Magnum cluster templates from
-declarations (nodeforge/templates.py, nodeforge/magnum/apply.py,
+declarations (nodeforge/magnum/templates.py, nodeforge/magnum/apply.py,
 docs/flavors-and-templates.md)."""
 
 from __future__ import annotations
@@ -9,8 +9,9 @@ from pathlib import Path
 
 import click
 
-from nodeforge import options, output
-from nodeforge import templates as tpl
+from nodeforge import output
+from nodeforge.commands import options
+from nodeforge.magnum import templates as tpl
 from nodeforge.commands import template_audit
 from nodeforge.commands.flavor import baremetal_connection
 from nodeforge.errors import ExitCode

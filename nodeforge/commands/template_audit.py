@@ -13,7 +13,8 @@ from pathlib import Path
 
 import click
 
-from nodeforge import options, output
+from nodeforge import output
+from nodeforge.commands import options
 from nodeforge.commands.flavor import baremetal_connection
 from nodeforge.errors import ExitCode
 from nodeforge.magnum import audit as A, upgrade as U

@@ -245,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def applied_templates(conn) -> list[dict]:
     """The current (not hidden) Magnum versions of the demo's templates, made by their files' scopes."""
-    from nodeforge import templates as tpl
+    from nodeforge.magnum import templates as tpl
     from nodeforge.magnum import apply as ap, client as mc
 
     declared = tpl.load_all(REPO / tpl.DEFAULT_DIR)

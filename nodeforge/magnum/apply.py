@@ -39,7 +39,8 @@ import logging
 import re
 from typing import Any
 
-from nodeforge import plan as PL, templates as T
+from nodeforge import plan as PL
+from nodeforge.magnum import templates as T
 from nodeforge.errors import ConfigError, ExitCode
 from nodeforge.magnum import client as mc
 

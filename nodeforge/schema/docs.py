@@ -37,7 +37,7 @@ DOCUMENTED_MODULES = (
     "nodeforge.ironic.inventory",
     "nodeforge.ironic.profiles",
     "nodeforge.compute.flavors",
-    "nodeforge.templates",
+    "nodeforge.magnum.templates",
 )
 
 

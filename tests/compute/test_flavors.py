@@ -305,7 +305,8 @@ class FakeNova:
 def test_cli_sync_two_scopes_refusal_and_legacy(tmp_path, monkeypatch, capsys):
     import json
 
-    from nodeforge import cli, options
+    from nodeforge import cli
+    from nodeforge.commands import options
 
     a = flavor_file(tmp_path, "a.yaml", [{"name": "a.one", "resource_class": "x"}], scope="team-a")
     fake = FakeNova(in_nova(a, "fa") + [legacy("old.one", "l1")])

@@ -52,7 +52,7 @@ def test_the_fixture_lockfile_builds_images_the_shipped_templates_choose(tmp_pat
     """The demo's images carry the production lockfile's ownership scope, and every shipped template
     (and the demo's flavors file) names that scope, so 'template apply' finds the demo's approved images
     (a path-derived scope of the fixture lockfile left both templates broken)."""
-    from nodeforge import templates as tpl
+    from nodeforge.magnum import templates as tpl
     from nodeforge.compute import flavors as F
 
     lock, _ = demo.fixture_setup(tmp_path)

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from nodeforge.cli import cli
 from nodeforge.devcloud.cloud import ORDER
-from nodeforge.options import add_common_options
+from nodeforge.commands.options import add_common_options
 
 add_common_options(cli)
 

@@ -149,7 +149,7 @@ def test_cli_bad_scope_exits_2_before_any_api_call(args, tmp_path, run_cli, monk
     def no_cloud(self):
         raise AssertionError("connected to the cloud despite a bad --scope")
 
-    monkeypatch.setattr("nodeforge.options.AppContext.connect", no_cloud)
+    monkeypatch.setattr("nodeforge.commands.options.AppContext.connect", no_cloud)
     code, _, err = run_cli(*[a.format(build=build) for a in args])
     assert code == 2 and "--scope" in err and "1-63 characters" in err
 
@@ -242,7 +242,7 @@ def test_list_shows_and_filters_the_scope(tmp_path, run_cli, monkeypatch):
     assert [r["id"] for r in catalog.list_catalog(conn, approved=True, scope="team-a")] == [a]
     assert catalog.list_catalog(conn, scope="nobody") == []
     assert catalog.show(conn, b)["scope"] == "team-b"
-    monkeypatch.setattr("nodeforge.options.AppContext.connect", lambda self: conn)
+    monkeypatch.setattr("nodeforge.commands.options.AppContext.connect", lambda self: conn)
     code, out, _ = run_cli("image", "list", "--scope", "team-b", "-o", "json")
     assert code == 0 and [(r["id"], r["scope"]) for r in json.loads(out)] == [(b, "team-b")]
     code, out, _ = run_cli("image", "list", "--approved")

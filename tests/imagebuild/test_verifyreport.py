@@ -281,7 +281,7 @@ def test_publish_refuses_a_build_with_one_unverified_variant_before_uploading_ei
 def test_publish_cli_prints_why(tmp_path, run_cli, monkeypatch):
     d = make_build_dir(tmp_path, verify="passed")
     (d / "verify.json").write_text('{"passed": true}')
-    monkeypatch.setattr("nodeforge.options.AppContext.connect", lambda self: FakeConn())
+    monkeypatch.setattr("nodeforge.commands.options.AppContext.connect", lambda self: FakeConn())
     code, _, err = run_cli("image", "publish", str(d), "--dry-run")
     assert code == 1 and "not published" in err and "schema is missing" in err
 

@@ -101,7 +101,7 @@ def test_cli_dry_run_flags_overlap_and_writes_nothing(ironic, monkeypatch):
     from nodeforge.ironic import provisioner
 
     monkeypatch.setattr(provisioner, "SdkProvisioner", lambda conn: ironic)
-    monkeypatch.setattr("nodeforge.options.AppContext.connect", lambda self: None)
+    monkeypatch.setattr("nodeforge.commands.options.AppContext.connect", lambda self: None)
     cli.options.add_common_options(cli.cli)
     result = CliRunner().invoke(cli.cli, ["baremetal", "classify", "--dry-run", "--profiles",
                                           str(DATA / "profiles" / "overlap.yaml"), "--node", "c*"])

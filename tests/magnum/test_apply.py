@@ -9,7 +9,7 @@ import copy
 
 import pytest
 
-from nodeforge import templates as T
+from nodeforge.magnum import templates as T
 from nodeforge.magnum import apply as A
 from tests.magnum.test_render import TEXT, edit, parse, state
 from tests.test_templates import image

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from nodeforge import templates as T
+from nodeforge.magnum import templates as T
 from nodeforge.errors import ConfigError
 from nodeforge.schema.loader import load_yaml_tree
 from tests.test_templates import NETWORKS, SUBNETS, flavor, image, node
