@@ -18,7 +18,7 @@ from pathlib import Path
 
 from nodeforge.imagebuild import contents
 from nodeforge.publish import diff as imgdiff
-from tests.imagebuild.test_image_build import _root_fs
+from tests.imagebuild.image_files import root_fs as _root_fs
 
 
 def _gpt(raw: Path) -> list[tuple[str, int, int]]:

@@ -18,7 +18,7 @@ import pytest
 
 from nodeforge.imagebuild import build, package_base as pb
 from nodeforge.pins import lockfile
-from tests.imagebuild.test_image_build import _cat, _root_fs
+from tests.imagebuild.image_files import cat as _cat, root_fs as _root_fs
 from tests.prereq import require
 
 
