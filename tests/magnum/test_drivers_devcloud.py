@@ -8,7 +8,9 @@ cluster create. The package versions are printed for the record."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -37,17 +39,20 @@ print(json.dumps(out))
 """
 
 
-def installed() -> list[dict]:
+def installed(tmp: Path) -> list[dict]:
+    """The drivers' entry points, loaded in Magnum's virtualenv. Its TMPDIR is ``tmp``: loading
+    magnum-cluster-api makes a disk cache in the temporary directory, which would stay in /tmp."""
     python = Paths.default().venvs / "magnum" / "bin" / "python"
     require(python.exists(), f"the local cloud's Magnum virtualenv ({python.parent.parent}) is not installed: "
                              "run 'make setup' (nodeforge devcloud install)")
-    proc = subprocess.run([str(python), "-c", PROBE], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run([str(python), "-c", PROBE], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "TMPDIR": str(tmp)})
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def test_the_driver_table_is_what_the_installed_magnum_drivers_provide():
-    found = installed()
+def test_the_driver_table_is_what_the_installed_magnum_drivers_provide(tmp_path):
+    found = installed(tmp_path)
     print("installed Magnum drivers:", ", ".join(f"{d['name']} ({d['package']} {d['version']})" for d in found))
     actual = {d["name"]: (d["package"].replace("_", "-").lower(),
                           sorted((p["server_type"], p["os"], p["coe"]) for p in d["provides"])) for d in found}
