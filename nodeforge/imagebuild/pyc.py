@@ -45,7 +45,7 @@ from pathlib import Path
 from nodeforge.base import runner
 
 # Runs under the image's python3 (stdlib only; -I -S -B: no site, no environment, writes no bytecode).
-# argv: the directories to walk (inside the root it runs in).
+# argv: the epoch (seconds), then the directories to walk (inside the root it runs in).
 SCRIPT = r'''
 import importlib.util, json, os, sys
 magic = importlib.util.MAGIC_NUMBER
