@@ -33,7 +33,6 @@ VENV = "magnum"
 DB = "magnum"
 TRUSTEE_DOMAIN = "magnum"
 TRUSTEE_ADMIN = "magnum_domain_admin"
-SQLITE_BUSY_TIMEOUT = 60      # seconds a write waits for another's lock
 # How long the conductor may go without reporting before status says unhealthy
 # (Magnum's own [DEFAULT] service_down_time).
 SERVICE_DOWN_TIME = 180
@@ -106,10 +105,7 @@ def _write_config(ctx: Context) -> tuple[Path, Path, Path]:
             "service_down_time": SERVICE_DOWN_TIME,
         },
         "api": {"host": HOST, "port": port("magnum-api"), "api_paste_config": str(conf_dir / "api-paste.ini")},
-        # SQLite's busy timeout (pysqlite's default is 5 s): the conductor handles two cluster creates in
-        # two threads, and on a loaded machine one waited longer than that for the other's write, got
-        # "database is locked" writing CREATE_FAILED, and left its cluster in CREATE_IN_PROGRESS for good.
-        "database": {"connection": ctx.db(DB) + f"?timeout={SQLITE_BUSY_TIMEOUT}"},
+        "database": {"connection": ctx.db(DB)},
         "keystone_authtoken": ctx.authtoken("magnum"),
         "keystone_auth": ctx.service_auth("magnum"),
         "trust": {

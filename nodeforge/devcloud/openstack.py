@@ -104,6 +104,9 @@ def http_health(target: str, ok=(200, 300)) -> "callable":
     return check
 
 
+SQLITE_BUSY_TIMEOUT = 60      # seconds a write to a service's SQLite database waits for another's lock
+
+
 @dataclasses.dataclass
 class Context:
     paths: Paths
@@ -140,7 +143,12 @@ class Context:
         return d
 
     def db(self, name: str) -> str:
-        return f"sqlite:///{self.paths.data / (name + '.sqlite')}"
+        """The database URL of a service's SQLite database. A write waits up to
+        :data:`SQLITE_BUSY_TIMEOUT` seconds for another's lock (pysqlite's default is
+        5 s: Magnum's conductor, two cluster creates in two threads on a loaded
+        machine, got "database is locked" writing CREATE_FAILED and left its
+        cluster in CREATE_IN_PROGRESS for good)."""
+        return f"sqlite:///{self.paths.data / (name + '.sqlite')}?timeout={SQLITE_BUSY_TIMEOUT}"
 
     def run(self, service: str, argv: list[str], env: dict | None = None) -> None:
         """Run a one-off set-up command (db sync, ...); log to the service log."""

@@ -90,12 +90,12 @@ for top in sys.argv[2:]:
                         int(st.st_mtime) & M, st.st_size & M):
                     counts["stale"] += 1
                     continue
-                kind = "retimed" if st.st_mtime_ns > epoch_ns else "timestamp"
+                if st.st_mtime_ns <= epoch_ns:                 # valid now and after the clamp
+                    counts["timestamp"] += 1
+                    continue
+                kind = "retimed"
             else:
                 counts["stale"] += 1                           # flags Python does not know
-                continue
-            if kind == "timestamp":                            # valid now and after the clamp
-                counts[kind] += 1
                 continue
             clamped = min(st.st_mtime_ns, epoch_ns) // 1000000000     # what reproducible.clamp_times sets
             own = os.lstat(pyc)
@@ -136,13 +136,11 @@ def restamp(root: Path, epoch: int, *, chroot: bool = True, python: str = PYTHON
     ``chroot=False`` runs ``python`` on the host against ``root``'s directories
     (tests, with the host's Python). Returns None when the tree has no
     ``python``."""
-    if chroot:
-        if not (root / python.lstrip("/")).exists():
-            return None
-        argv = ["chroot", str(root), python, "-I", "-S", "-B", "-c", SCRIPT, str(int(epoch)),
-                *(t for t in tops if (root / t.lstrip("/")).is_dir())]
-    else:
-        argv = [python, "-I", "-S", "-B", "-c", SCRIPT, str(int(epoch)),
-                *(str(root / t.lstrip("/")) for t in tops if (root / t.lstrip("/")).is_dir())]
+    if chroot and not (root / python.lstrip("/")).exists():
+        return None
+    present = [t for t in tops if (root / t.lstrip("/")).is_dir()]
+    interpreter = ["chroot", str(root), python] if chroot else [python]
+    dirs = present if chroot else [str(root / t.lstrip("/")) for t in present]
+    argv = [*interpreter, "-I", "-S", "-B", "-c", SCRIPT, str(int(epoch)), *dirs]
     out = runner.run(argv, timeout=1800, what="restamp the image's .pyc headers").stdout
     return PycCounts(**json.loads(out.strip().splitlines()[-1]))

@@ -299,3 +299,20 @@ def test_every_service_database_is_in_wal_mode(devcloud):
         assert path.is_file(), path
         with contextlib.closing(sqlite3.connect(path)) as db:
             assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal", path
+
+
+def test_every_service_database_waits_for_a_lock(devcloud):
+    """A writer waits for another's lock (SQLite's busy timeout) instead of failing at once with
+    "database is locked": every service's configured database URL carries the timeout."""
+    import re
+
+    from nodeforge.devcloud.openstack import SQLITE_BUSY_TIMEOUT
+
+    urls = {}
+    for conf in sorted(devcloud.paths.etc.rglob("*.conf")):
+        for m in re.finditer(r"^(?:connection|sql_connection)\s*=\s*(sqlite:\S+)", conf.read_text(), re.M):
+            urls[f"{conf.relative_to(devcloud.paths.etc)}: {m.group(1).split('?')[0].rsplit('/', 1)[-1]}"] = m.group(1)
+    names = {key.rsplit(": ", 1)[1] for key in urls}
+    assert {"keystone.sqlite", "glance.sqlite", "nova_api.sqlite", "ironic.sqlite", "magnum.sqlite"} <= names, urls
+    wrong = {key: url for key, url in urls.items() if not url.endswith(f"?timeout={SQLITE_BUSY_TIMEOUT}")}
+    assert not wrong, wrong
