@@ -20,6 +20,7 @@ import datetime
 import json
 import shutil
 import sqlite3
+from importlib import resources
 from pathlib import Path
 
 from nodeforge.base import fs
@@ -151,12 +152,19 @@ def _prepare(ctx: Context, conf: Path) -> None:
     ctx.once("magnum-db", schema, (DB,))
 
 
+def _launcher(name: str) -> Path:
+    """One of the local cloud's Magnum entries (``devcloud/wsgi/``): Magnum's own, with
+    oslo.db's writer transactions taking SQLite's write lock first (``sqlite_writers.py``)."""
+    return Path(str(resources.files("nodeforge.devcloud") / "wsgi" / name))
+
+
 def api(ctx: Context) -> ServiceSpec:
     ctx = _ctx(ctx)
     conf, api_conf, _ = _write_config(ctx)
     env = _env(ctx)
-    argv = ctx.uwsgi("magnum-api", ctx.site_packages() / "magnum" / "wsgi" / "api.py", env)
-    argv += ["--pyargv", f"--config-file {conf} --config-file {api_conf}"]
+    wsgi = _launcher("magnum_api.py")
+    argv = ctx.uwsgi("magnum-api", wsgi, env)
+    argv += ["--pythonpath", str(wsgi.parent), "--pyargv", f"--config-file {conf} --config-file {api_conf}"]
     return ServiceSpec(
         name="magnum-api", group="container-infra", argv=argv,
         ports=[port("magnum-api")], env=env, prepare=lambda: _prepare(ctx, conf),
@@ -205,7 +213,8 @@ def conductor(ctx: Context) -> ServiceSpec:
     pidfile = Supervisor(ctx.paths.run, ctx.paths.log).pidfile("magnum-conductor")
     return ServiceSpec(
         name="magnum-conductor", group="container-infra",
-        argv=[ctx.venv_bin("magnum-conductor"), "--config-file", str(conf), "--config-file", str(cond_conf)],
+        argv=[ctx.venv_bin("python"), str(_launcher("magnum_conductor.py")),
+              "--config-file", str(conf), "--config-file", str(cond_conf)],
         ports=[], env=_env(ctx), prepare=lambda: _prepare(ctx, conf), cwd=_home(ctx),
         depends=("keystone", "rabbitmq"), health=conductor_health(ctx.paths, pidfile),
         start_timeout=120,

@@ -20,6 +20,7 @@ from nodeforge.devcloud import credentials, magnum, neutron, openstack as dc_ope
 from nodeforge.devcloud.paths import Paths
 from nodeforge.devcloud.process import _group_members
 from nodeforge.redact import Secret
+from tests.magnum.live_cloud import RECORD_TIMEOUT, conductor_errors
 
 pytestmark = pytest.mark.devcloud
 
@@ -101,7 +102,7 @@ def test_template_validation_is_real(devcloud, image_and_flavor):
         assert word in err.value.response.text, err.value.response.text
 
 
-def _wait_cluster(cim, cluster_id, limit=900):
+def _wait_cluster(cim, cluster_id, paths, limit=RECORD_TIMEOUT):
     """The cluster record is written by the conductor: a GET right after the
     create may be refused (400 "No Cluster found") for a moment."""
     deadline = time.monotonic() + limit
@@ -116,7 +117,8 @@ def _wait_cluster(cim, cluster_id, limit=900):
         if cluster is not None and cluster.status != "CREATE_IN_PROGRESS":
             return cluster
         time.sleep(1)
-    pytest.fail(f"cluster {cluster_id} still {cluster.status if cluster else 'missing'} after {limit} s")
+    pytest.fail(f"cluster {cluster_id} still {cluster.status if cluster else 'missing'} after {limit} s; "
+                f"the conductor's last errors:\n{conductor_errors(paths)}")
 
 
 def test_cluster_create_fails_without_management_cluster_and_is_purged(devcloud, image_and_flavor):
@@ -126,7 +128,7 @@ def test_cluster_create_fails_without_management_cluster_and_is_purged(devcloud,
     name = unique("cluster")
     try:
         created = cim.create_cluster(name=name, cluster_template_id=tpl.id, master_count=1, node_count=1)
-        cluster = _wait_cluster(cim, created.id)
+        cluster = _wait_cluster(cim, created.id, devcloud.paths)
         assert cluster.status == "CREATE_FAILED", (cluster.status, cluster.status_reason)
         # It failed where expected: the driver reached for the (absent)
         # management cluster named by the placeholder kubeconfig.

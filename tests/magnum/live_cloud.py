@@ -13,6 +13,29 @@ from nodeforge.publish import glance as g
 from nodeforge.magnum import client
 
 DRIVER = "k8s_cluster_api_debian"
+# How long a test waits for the conductor to record a cluster's create. It gets to each within
+# seconds (about a minute on a loaded machine); a cluster still CREATE_IN_PROGRESS after this
+# is a stuck conductor (it once was: a write refused at once by SQLite), not a slow one.
+RECORD_TIMEOUT = 300
+
+
+def conductor_errors(paths, last: int = 8) -> str:
+    """The first line of the conductor's last ``last`` ERROR records (its application log), for a
+    failure message: what it raised instead of recording the cluster."""
+    log = paths.log / "magnum-conductor-app.log"
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError as exc:
+        return f"({log}: {exc})"
+    heads, prev = [], None
+    for line in lines:
+        parts = line.split(" ", 5)
+        if len(parts) > 4 and parts[3] == "ERROR":
+            key = (parts[0], parts[1])            # one record: its lines share the timestamp
+            if key != prev:
+                heads.append(line[:300])
+            prev = key
+    return "\n".join(heads[-last:]) or "(no ERROR records)"
 
 
 class LiveCloud:
@@ -63,7 +86,7 @@ class LiveCloud:
         self.clusters.append(c["uuid"])
         return c
 
-    def wait_cluster_recorded(self, uuid: str, timeout: float = 900) -> dict:
+    def wait_cluster_recorded(self, uuid: str, timeout: float = RECORD_TIMEOUT) -> dict:
         """The cluster once the conductor is done with it (CREATE_FAILED here: no Cluster API
         management cluster); the tests do not depend on which status it ends in."""
         deadline = time.monotonic() + timeout
@@ -77,7 +100,9 @@ class LiveCloud:
                 c = None
             if c and c.get("status") and c["status"] != "CREATE_IN_PROGRESS":
                 return c
-            assert time.monotonic() < deadline, f"cluster {uuid} not recorded in {timeout} s"
+            assert time.monotonic() < deadline, (f"cluster {uuid} not recorded in {timeout} s "
+                                                 f"({c.get('status') if c else 'no node groups yet'}); the "
+                                                 f"conductor's last errors:\n{conductor_errors(self.devcloud.paths)}")
             time.sleep(1)
 
     def cleanup(self) -> None:

@@ -40,6 +40,7 @@ from nodeforge.publish.retention import RetentionPolicy
 from nodeforge.magnum import client as mc
 from tests.imagebuild.builddir_factory import make_build_dir
 from tests.imagebuild.glance_fixtures import Tracker
+from tests.magnum.live_cloud import RECORD_TIMEOUT, conductor_errors
 
 pytestmark = [pytest.mark.devcloud, pytest.mark.slow]
 
@@ -59,18 +60,6 @@ def apply(capsys, tdir, *extra) -> tuple[int, dict]:
 
 def mine(conn, prefix) -> dict[str, dict]:
     return {t["name"]: t for t in mc.read_templates(conn) if t["name"].startswith(prefix)}
-
-
-def retried(fn, *args):
-    """The local cloud's Magnum keeps its records in SQLite: a write racing the conductor's
-    periodic tasks can answer 500 'database is locked'. Retried a few times (clean-up only)."""
-    for attempt in range(10):
-        try:
-            return fn(*args)
-        except mc.MagnumError as exc:
-            if "database is locked" not in str(exc) or attempt == 9:
-                raise
-            time.sleep(2)
 
 
 def _cluster_now(conn, uuid: str) -> dict | None:
@@ -96,7 +85,7 @@ def world(devcloud, tmp_path_factory):
     admin = devcloud.admin()
     tracker = Tracker(admin)
     made_flavors, clusters = [], []
-    state = {"prefix": prefix, "admin": admin, "tmp": tmp, "clusters": clusters}
+    state = {"prefix": prefix, "admin": admin, "tmp": tmp, "clusters": clusters, "paths": devcloud.paths}
     try:
         minor = f"1.{random.randint(300, 9999)}"
         build = builddir.load(tracker.build(make_build_dir(
@@ -137,7 +126,7 @@ def world(devcloud, tmp_path_factory):
         purged = dc_magnum.purge_clusters(devcloud.paths, [c["uuid"] for c in clusters]) if clusters else []
         left = []
         for t in mine(admin, prefix).values():
-            retried(mc.delete_template, admin, t["uuid"])
+            mc.delete_template(admin, t["uuid"])
         left += list(mine(admin, prefix))
         for fid in made_flavors:
             F._call(admin, "DELETE", f"/flavors/{fid}", "cleanup", missing_ok=True)
@@ -189,9 +178,8 @@ def test_apply_dry_run_rerun_and_driver_validation(world, capsys):
         world["clusters"].append(create_cluster(admin, hand, f"{p}hand-c"))
     assert "(HTTP 400)" in str(exc.value) and "Cluster type (bm, debian, kubernetes) is not supported" in str(exc.value)
     # The conductor then fails the clusters: no Cluster API management cluster in the local cloud.
-    # A bounded wait, not a timing: the one conductor worker gets to each cluster within seconds on an idle
-    # machine and several minutes on a loaded one.
-    deadline = time.monotonic() + 900
+    # A bounded wait, not a timing: the one conductor worker gets to each cluster within seconds.
+    deadline = time.monotonic() + RECORD_TIMEOUT
     status = {}
     while time.monotonic() < deadline:
         status = {c["uuid"]: (_cluster_now(admin, c["uuid"]) or {}).get("status") for c in world["clusters"]}
@@ -199,7 +187,7 @@ def test_apply_dry_run_rerun_and_driver_validation(world, capsys):
             break
         time.sleep(3)
     print("clusters after create (no management cluster here):", status)
-    assert set(status.values()) == {"CREATE_FAILED"}, status
+    assert set(status.values()) == {"CREATE_FAILED"}, (status, conductor_errors(world["paths"]))
 
 
 def test_a_change_to_a_template_in_use_is_a_new_version_and_bad_input_is_refused(world, capsys):
@@ -225,10 +213,11 @@ def test_a_change_to_a_template_in_use_is_a_new_version_and_bad_input_is_refused
     assert {k: v for k, v in v1_after.items() if k not in ("hidden", "updated_at")} == \
         {k: v for k, v in v1.items() if k not in ("hidden", "updated_at")}
     assert v2["labels"]["keystone_auth_enabled"] == "false" and v2["labels"]["nodeforge_template_version"] == "2"
-    deadline = time.monotonic() + 900
+    deadline = time.monotonic() + RECORD_TIMEOUT
     while (recorded := _cluster_now(admin, c["uuid"])) is None and time.monotonic() < deadline:
         time.sleep(2)
-    assert recorded is not None and recorded["cluster_template_id"] == v1["uuid"], recorded
+    assert recorded is not None and recorded["cluster_template_id"] == v1["uuid"], (
+        recorded, conductor_errors(world["paths"]))
     world["clusters"].append(create_cluster(admin, v2, f"{p}v2-c"))
     rc, out = apply(capsys, tdir)
     assert rc == 0 and out["writes"] == 0
