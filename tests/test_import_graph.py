@@ -162,6 +162,32 @@ def layer_violations(edges: list[Edge]) -> list[str]:
     return bad
 
 
+def package_shares(root: Path) -> dict[str, float]:
+    """Each top-level package's (or top-level module's) share of the lines of code under ``root``."""
+    lines: dict[str, int] = {}
+    for path in sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts):
+        rel = path.relative_to(root).parts
+        top = rel[0] if len(rel) > 1 else rel[0].removesuffix(".py")
+        lines[top] = lines.get(top, 0) + len(path.read_text().splitlines())
+    total = sum(lines.values())
+    return {name: n / total for name, n in lines.items()}
+
+
+def test_no_package_holds_more_than_a_quarter_of_the_code():
+    shares = package_shares(PKG)
+    assert len(shares) > 4, shares           # a quarter of something with more than four parts
+    big = {name: f"{share:.0%}" for name, share in shares.items() if share > 0.25}
+    assert not big, f"split these packages (the stages or concerns they hold): {big}"
+
+
+def test_the_size_rule_counts_lines_per_top_level_package(tmp_path):
+    for rel, n in (("a/__init__.py", 1), ("a/x.py", 59), ("b/y.py", 20), ("c.py", 20)):
+        f = tmp_path / rel
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text("x = 1\n" * n)
+    assert package_shares(tmp_path) == {"a": 0.6, "b": 0.2, "c": 0.2}
+
+
 def test_every_module_is_in_a_layer(edges):
     for p in _modules():
         unit_of(module_name(p))
