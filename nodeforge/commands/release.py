@@ -159,15 +159,28 @@ def bump(app, minors, jobs, packages, package_lock, keyring, dry_run, lockfile_p
 @click.option("--bundle", type=click.Path(path_type=Path),
               help="Also write an air-gap bundle: a directory, or a .tar/.tar.gz/.tgz file.")
 @click.option("--jobs", type=click.IntRange(1, 32), default=4, show_default=True, help="Parallel downloads.")
+@options.dry_run
 @_common
 @options.pass_app
-def prefetch(app, minors, arches, bundle, jobs, lockfile_path, sources_file, cache_dir):
-    """Download every pinned artifact into the cache, verified; optionally bundle them."""
+def prefetch(app, minors, arches, bundle, jobs, dry_run, lockfile_path, sources_file, cache_dir):
+    """Download every pinned artifact into the cache, verified; optionally bundle them.
+
+    --dry-run lists the artifacts, each 'cached' (a file under its sha256 is in
+    the cache) or 'would download' (with its URL), and the bundle it would
+    write; it downloads, re-hashes and writes nothing."""
     lock, sources, dl = _setup(lockfile_path, sources_file, cache_dir)
-    report = release_mod.prefetch(lock, sources, dl, minors=list(minors) or None, arches=list(arches) or None,
-                                  bundle=bundle, jobs=jobs)
-    output.emit(report, app.output, rows=[i.to_dict() for i in report.items],
-                columns=["minor", "component", "version", "arch", "status", "size"])
+    plan = release_mod.plan_prefetch(lock, sources, dl.cache, minors=list(minors) or None,
+                                     arches=list(arches) or None, bundle=bundle)
+    columns = ["minor", "component", "version", "arch", "status", "size"]
+    if dry_run:
+        output.emit(plan, app.output, rows=[i.to_dict() for i in plan.items], columns=columns,
+                    title=f"plan (dry run): {plan.cached} cached, {len(plan.items) - plan.cached} would download")
+        if app.output == "table":
+            click.echo(f"cache: {plan.cache_root}"
+                       + (f"\nbundle: would write {plan.bundle}" if plan.bundle is not None else ""))
+        return
+    report = release_mod.apply_prefetch(plan, sources, dl, jobs=jobs)
+    output.emit(report, app.output, rows=[i.to_dict() for i in report.items], columns=columns)
     if app.output == "table":
         mib = report.downloaded_bytes / (1 << 20)
         click.echo(f"{len(report.items)} artifacts in {dl.cache.root}; downloaded {mib:.1f} MiB "

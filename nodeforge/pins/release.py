@@ -23,7 +23,7 @@ from typing import Callable, Iterable, TypeVar
 
 from nodeforge.errors import NodeforgeError, PartialFailure, UsageError
 from nodeforge.pins import lockfile as lf
-from nodeforge.pins.cache import DownloadError, Downloader, Fetched, NotFoundError
+from nodeforge.pins.cache import Cache, DownloadError, Downloader, Fetched, NotFoundError
 from nodeforge.pins.lockfile import Arch, Artifact, Component, Lockfile, MinorPins, Pin, Version
 from nodeforge.pins.sources import SOURCE_OF, Sources, SourceName, parse_checksum_file, relpath
 from nodeforge.base import fs, sums
@@ -330,14 +330,19 @@ class PrefetchItem:
     url: str
     fetched: Fetched | None = None
     error: NodeforgeError | None = None
+    in_cache: bool = False          # planned: a file is under its sha256 in the cache (not re-hashed)
+    cached_size: int | None = None  # planned: that file's size
 
     def to_dict(self) -> dict:
         d = self.artifact.to_dict() | {"minors": self.minors, "source": SOURCE_OF[self.artifact.component].value,
                                        "path": self.path, "url": self.url}
         if self.fetched:
             d |= {"size": self.fetched.size, "status": "downloaded" if self.fetched.downloaded else "cached"}
-        if self.error:
+        elif self.error:
             d |= {"status": "failed", "error": str(self.error)}
+        else:   # planned, not fetched
+            d |= {"size": self.cached_size, "status": "cached" if self.in_cache else "would download",
+                  "in_cache": self.in_cache}
         return d
 
 
@@ -356,10 +361,35 @@ class PrefetchReport:
                 "downloaded_bytes": self.downloaded_bytes, "seconds": round(self.seconds, 3)}
 
 
-def prefetch(lock: Lockfile, sources: Sources, dl: Downloader, *, minors: list[str] | None = None,
-             arches: list[str] | None = None, bundle: Path | None = None, jobs: int = 4) -> PrefetchReport:
-    """Fill the cache with every pinned artifact (verified); optionally write a mirror bundle."""
-    start = time.monotonic()
+@dataclasses.dataclass
+class PrefetchPlan:
+    """What a prefetch would do: every pinned file once (with the minors that
+    use it), the URL it would come from, whether the cache has a file under its
+    sha256 already (existence only: :func:`apply_prefetch` re-hashes it), and
+    the bundle it would write."""
+
+    lock: Lockfile
+    cache_root: Path
+    items: list[PrefetchItem]
+    bundle: Path | None = None
+
+    @property
+    def cached(self) -> int:
+        return sum(1 for i in self.items if i.in_cache)
+
+    def to_dict(self) -> dict:
+        return {"dry_run": True, "cache": str(self.cache_root), "artifacts": [i.to_dict() for i in self.items],
+                "cached": self.cached, "would_download": len(self.items) - self.cached,
+                "bundle": str(self.bundle) if self.bundle is not None else None}
+
+
+def plan_prefetch(lock: Lockfile, sources: Sources, cache: Cache, *, minors: list[str] | None = None,
+                  arches: list[str] | None = None, bundle: Path | None = None) -> PrefetchPlan:
+    """The artifacts a prefetch of ``minors``/``arches`` (all by default) would
+    fetch. Reads the lockfile and looks for each file under its name in the
+    cache (never :meth:`Cache.lookup`, which re-hashes and evicts); creates,
+    downloads and writes nothing. An unknown minor or architecture is the
+    lockfile's :class:`~nodeforge.errors.ConfigError`."""
     items: dict[tuple[Component, str, Arch], PrefetchItem] = {}
     for a in lock.artifacts(minors, [Arch(x) for x in arches] if arches else None):
         key = (a.component, a.version, a.arch)
@@ -367,9 +397,22 @@ def prefetch(lock: Lockfile, sources: Sources, dl: Downloader, *, minors: list[s
             items[key].minors.append(a.minor)
         else:
             path = f"{SOURCE_OF[a.component].value}/{relpath(a.component, a.version, a.arch)}"
-            items[key] = PrefetchItem(a, [a.minor], path, sources.url_for(a))
+            cached = cache.path_for(a.sha256)
+            size = cached.stat().st_size if cached.is_file() else None
+            items[key] = PrefetchItem(a, [a.minor], path, sources.url_for(a), in_cache=size is not None,
+                                      cached_size=size)
+    return PrefetchPlan(lock, cache.root, list(items.values()), Path(bundle) if bundle is not None else None)
+
+
+def apply_prefetch(plan: PrefetchPlan, sources: Sources, dl: Downloader, *, jobs: int = 4) -> PrefetchReport:
+    """Fill the cache with every artifact of ``plan`` (each verified: a cached
+    file is re-hashed, a download must match its sha256); then write the
+    plan's bundle, if any. One failure is raised as it is, several as a
+    partial failure, all as a failure."""
+    start = time.monotonic()
+    items = [dataclasses.replace(i, minors=list(i.minors), fetched=None, error=None) for i in plan.items]
     # Kubernetes binaries are the big ones; start them first so the pool drains evenly.
-    ordered = sorted(items.values(), key=lambda i: not i.artifact.component.is_kubernetes)
+    ordered = sorted(items, key=lambda i: not i.artifact.component.is_kubernetes)
 
     def fetch(item: PrefetchItem) -> None:
         try:
@@ -379,7 +422,7 @@ def prefetch(lock: Lockfile, sources: Sources, dl: Downloader, *, minors: list[s
             item.error = exc
 
     _run_all([lambda i=i: fetch(i) for i in ordered], jobs)
-    report = PrefetchReport(list(items.values()), None, time.monotonic() - start)
+    report = PrefetchReport(items, None, time.monotonic() - start)
     failed = [i for i in report.items if i.error]
     if failed:
         if len(failed) == 1:
@@ -388,10 +431,18 @@ def prefetch(lock: Lockfile, sources: Sources, dl: Downloader, *, minors: list[s
             raise ReleaseError(f"all {len(failed)} items failed", hint="\n".join(str(i.error) for i in failed))
         raise PartialFailure(failed=len(failed), total=len(report.items),
                              hint="\n".join(str(i.error) for i in failed))
-    if bundle is not None:
-        report.bundle = str(write_bundle(lock, dl, report.items, Path(bundle)))
+    if plan.bundle is not None:
+        report.bundle = str(write_bundle(plan.lock, dl, report.items, plan.bundle))
     report.seconds = time.monotonic() - start
     return report
+
+
+def prefetch(lock: Lockfile, sources: Sources, dl: Downloader, *, minors: list[str] | None = None,
+             arches: list[str] | None = None, bundle: Path | None = None, jobs: int = 4) -> PrefetchReport:
+    """Fill the cache with every pinned artifact (verified); optionally write a mirror bundle:
+    :func:`plan_prefetch`, then :func:`apply_prefetch`."""
+    plan = plan_prefetch(lock, sources, dl.cache, minors=minors, arches=arches, bundle=bundle)
+    return apply_prefetch(plan, sources, dl, jobs=jobs)
 
 
 def write_bundle(lock: Lockfile, dl: Downloader, items: list[PrefetchItem], dest: Path) -> Path:

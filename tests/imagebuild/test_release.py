@@ -18,6 +18,7 @@ from nodeforge.devcloud.upstream_mirror import FaultKind, MirrorServer
 from nodeforge.errors import ExitCode
 from nodeforge.pins import lockfile
 from nodeforge.pins.lockfile import Arch, Component
+from nodeforge.pins.sources import SourceName
 
 
 
@@ -373,6 +374,64 @@ def test_prefetch_bundle_tarball(run_cli, fixture_lock, tmp_path):
     assert {a["path"] for a in index["artifacts"]} <= names and len(index["artifacts"]) == 14
     assert "kubernetes/release/v1.36.0/bin/linux/arm64/kubelet" in names
     assert [p.name for p in target.parent.iterdir()] == ["bundle.tar.gz"]  # no temp file left
+
+
+def _tree(root) -> dict | None:
+    """Every path under ``root`` with its size and mtime (None: ``root`` does not exist)."""
+    if not root.exists():
+        return None
+    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(root.rglob("*"))}
+
+
+def test_prefetch_dry_run_lists_cached_and_missing_artifacts_and_writes_nothing(run_cli, fixture_lock, tmp_path,
+                                                                                 mirror):
+    code, out, _ = run_cli("release", "prefetch", "--minor", "1.34", "--arch", "arm64",
+                           "--lockfile", str(fixture_lock), "-o", "json")
+    assert code == ExitCode.OK
+    have = {a["sha256"] for a in json.loads(out)["artifacts"]}
+    assert len(have) == 7
+    cache = tmp_path / "cli-cache"
+    # A damaged entry: a real run would re-hash and evict it; the plan only sees that it exists.
+    damaged = cache / "sha256" / sorted(have)[0][:2] / sorted(have)[0]
+    damaged.write_bytes(b"x" * damaged.stat().st_size)
+    before, requests = _tree(cache), len(mirror.requests)
+    bundle = tmp_path / "out" / "bundle.tar.gz"
+
+    code, out, err = run_cli("release", "prefetch", "--dry-run", "--bundle", str(bundle),
+                             "--lockfile", str(fixture_lock), "-o", "json")
+    assert code == ExitCode.OK, err
+    doc = json.loads(out)
+    assert doc["dry_run"] is True and doc["bundle"] == str(bundle) and doc["cache"] == str(cache)
+    arts = doc["artifacts"]
+    assert len(arts) == 30 and (doc["cached"], doc["would_download"]) == (7, 23)
+    assert {a["sha256"] for a in arts if a["status"] == "cached"} == have
+    assert all(a["in_cache"] and a["size"] > 0 for a in arts if a["status"] == "cached")
+    missing = [a for a in arts if a["sha256"] not in have]
+    assert {a["status"] for a in missing} == {"would download"} and not any(a["in_cache"] for a in missing)
+    kubelet = next(a for a in missing if (a["component"], a["minor"], a["arch"]) == ("kubelet", "1.36", "amd64"))
+    assert kubelet["url"] == f"{mirror.base_url(SourceName.KUBERNETES)}/release/v1.36.0/bin/linux/amd64/kubelet"
+
+    code, out, _ = run_cli("release", "prefetch", "--dry-run", "--bundle", str(bundle), "--lockfile", str(fixture_lock))
+    assert code == ExitCode.OK
+    assert "plan (dry run): 7 cached, 23 would download" in out and out.count("would download") == 24
+    assert f"cache: {cache}\nbundle: would write {bundle}\n" in out
+
+    assert _tree(cache) == before and damaged.read_bytes().startswith(b"xxxx")   # nothing evicted or added
+    assert len(mirror.requests) == requests and not bundle.parent.exists()
+
+
+def test_prefetch_dry_run_fails_like_the_real_run(run_cli, fixture_lock, tmp_path, mirror):
+    def both(*args: str) -> str:
+        real = run_cli("release", "prefetch", *args, "--lockfile", str(fixture_lock))
+        dry = run_cli("release", "prefetch", "--dry-run", *args, "--lockfile", str(fixture_lock))
+        assert dry[0] == real[0] == ExitCode.USAGE and dry[2] == real[2] and dry[1] == ""
+        return dry[2]
+
+    assert "Kubernetes 1.99 is not pinned (pinned: 1.34, 1.35, 1.36)" in both("--minor", "1.99")
+    assert "'1.36.1' is not a Kubernetes minor" in both("--minor", "1.36.1")
+    fixture_lock.write_text(fixture_lock.read_text().replace("    version: 1.35.1", "    version: one", 1))
+    assert 'kubernetes["1.35"].version: expected a version' in both("--minor", "1.34")
+    assert mirror.requests == [] and not (tmp_path / "cli-cache").exists()
 
 
 # --- the OS package lock (nodeforge.oslock) against a local signed apt repository ----------
