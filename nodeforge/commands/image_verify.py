@@ -26,19 +26,24 @@ from nodeforge.imageverify import boottest
 @click.option("--parallel", is_flag=True,
               help="Boot the variants at the same time, one vCPU each (default: one after the other, "
                    "two vCPUs; on 2 CPUs that is as fast in total and faster per variant).")
+@options.dry_run
 @options.pass_app
-def verify(app, build_dir, variants, timeout, accel, cache_dir, work_dir, keep_work, parallel):
+def verify(app, build_dir, variants, timeout, accel, cache_dir, work_dir, keep_work, parallel, dry_run):
     """Boot each image of a build under QEMU and check it against its manifest and the hardening profile.
 
     Refuses a build whose SHA256SUMS/SHA512SUMS do not match. Boots a
     throwaway overlay (the image is never written), talks only over serial
     ports, writes verify.json and verify-<variant>-console.log into BUILD_DIR,
     and exits non-zero if any check fails: 'image promote' refuses builds that
-    did not pass."""
+    did not pass. --dry-run checks the same and prints the variants it would
+    boot, the accelerator and the checks; it boots and writes nothing."""
     req = boottest.VerifyRequest(build_dir=build_dir, variants=tuple(variants), timeout=timeout, accel=accel,
                                  cache_dir=cache_dir, work_dir=work_dir, keep_work=keep_work,
                                  parallel=parallel,
                                  stream=lambda line: log.say(line, level="info", prefix=False))
+    if dry_run:
+        _emit_plan(app, boottest.plan(req))
+        return
     try:
         results = boottest.verify(req)
     except boottest.BootError:
@@ -50,6 +55,25 @@ def verify(app, build_dir, variants, timeout, accel, cache_dir, work_dir, keep_w
     if failed:
         raise boottest.VerifyFailed(detail="; ".join(failed),
                                     hint=f"details in {build_dir / builddir.VERIFY} and the console logs beside it")
+
+
+def _emit_plan(app, plan: boottest.VerifyPlan) -> None:
+    checks = len(plan.checks) if plan.controls is not None else f"{len(plan.checks) - 1} + the image's controls"
+    rows = [v.to_dict() | {"image": v.image.name, "accel": plan.accel, "vcpus": plan.smp,
+                           "timeout": f"{plan.req.timeout:.0f} s", "checks": checks} for v in plan.variants]
+    output.emit(plan, app.output, rows=rows,
+                columns=["variant", "image", "firmware", "seed", "accel", "vcpus", "timeout", "checks"],
+                title=f"plan (dry run): {plan.build.build_id}, {'in parallel' if plan.parallel else 'one at a time'}")
+    if app.output != "table":
+        return
+    lines = [f"accel: {plan.accel} ({plan.accel_note})", f"checks: {', '.join(plan.checks)}",
+             f"controls: {plan.controls_source}"]
+    lines += [f"{component}: pinned archive {a['sha256'][:16]}... "
+              + ("in the cache" if a["in_cache"] else f"not in the cache: artifact-{component} would fail")
+              for component, a in plan.archives.items()]
+    lines.append(f"would write: {plan.report}, " + ", ".join(f"{v.console_log.name}, {v.guest_report.name}"
+                                                             for v in plan.variants))
+    click.echo("\n".join(lines))
 
 
 def _emit(app, build_dir: Path, variants) -> None:

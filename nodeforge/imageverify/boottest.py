@@ -229,13 +229,25 @@ def _kvm_probe(proc: subprocess.Popen, deadline: float) -> bool:
     return proc.poll() is None
 
 
-def choose_accel(requested: str = "auto") -> str:
+def planned_accel(requested: str = "auto") -> tuple[str, str]:
+    """(accelerator, why) without starting QEMU: ``$NODEFORGE_VERIFY_ACCEL`` or ``requested``;
+    ``auto`` is ``tcg`` when ``/dev/kvm`` does not open read-write, else it stays ``auto``
+    (only QEMU's probe, :func:`kvm_usable`, can tell)."""
     requested = os.environ.get(ENV_ACCEL) or requested
     if requested not in ("auto", "kvm", "tcg"):
         raise NodeforgeError(f"unknown accelerator '{requested}' (auto, kvm or tcg)")
-    if requested == "auto":
+    if requested != "auto":
+        return requested, f"forced (--accel or ${ENV_ACCEL})"
+    if not os.access("/dev/kvm", os.R_OK | os.W_OK):
+        return "tcg", "auto: /dev/kvm is not usable"
+    return "auto", "kvm if QEMU's KVM probe passes when the boot starts, else tcg; not probed by the plan"
+
+
+def choose_accel(requested: str = "auto") -> str:
+    accel, _ = planned_accel(requested)
+    if accel == "auto":
         return "kvm" if kvm_usable() else "tcg"
-    return requested
+    return accel
 
 
 # --- image file reading (offline) -----------------------------------------------------------
@@ -361,9 +373,9 @@ def artifact_expectations(manifest: dict, cache: Cache) -> dict[str, dict]:
     return out
 
 
-def hardening_controls(manifest: dict, image_doc: dict | None, profile_path: Path = PROFILE) -> tuple[list, str]:
-    """The controls to check: the repository's profile when it is the build's
-    profile and version, else the one recorded inside the image."""
+def repository_controls(manifest: dict, profile_path: Path = PROFILE) -> tuple[list, str] | None:
+    """(controls, where from) of the repository's profile when it is the build's profile and
+    version (``manifest.json`` ``hardening``), else None."""
     want = manifest.get("hardening") or {}
     try:
         repo = loader.load(profile_path).data
@@ -373,6 +385,15 @@ def hardening_controls(manifest: dict, image_doc: dict | None, profile_path: Pat
             (want.get("profile"), str(want.get("version"))):
         shown = profile_path.relative_to(REPO) if profile_path.is_relative_to(REPO) else profile_path
         return repo["controls"], str(shown)
+    return None
+
+
+def hardening_controls(manifest: dict, image_doc: dict | None, profile_path: Path = PROFILE) -> tuple[list, str]:
+    """The controls to check: the repository's profile when it is the build's
+    profile and version, else the one recorded inside the image."""
+    repo = repository_controls(manifest, profile_path)
+    if repo is not None:
+        return repo
     if isinstance(image_doc, dict) and isinstance(image_doc.get("controls"), list):
         return image_doc["controls"], f"{vc.HARDENING_IN_IMAGE} in the image (repository profile is another version)"
     return [], "none found"
@@ -401,18 +422,24 @@ def user_data(probes: dict, guest_script: str | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
+def seed_label(variant: str) -> str:
+    """The seed's volume label: an OpenStack config drive for ``baremetal``, NoCloud for ``vm``."""
+    return "config-2" if variant == "baremetal" else "cidata"
+
+
 def seed_files(variant: str, probes: dict, instance_id: str, guest_script: str | None = None) -> tuple[str, dict]:
     """(volume label, {relative path: bytes}): a NoCloud seed for ``vm``, an
     OpenStack config drive for ``baremetal`` (what Ironic attaches)."""
     ud = user_data(probes, guest_script).encode()
     hostname = f"nf-verify-{variant}"
-    if variant == "baremetal":
+    label = seed_label(variant)
+    if label == "config-2":
         meta = {"uuid": instance_id, "hostname": hostname, "name": hostname, "launch_index": 0,
                 "availability_zone": "nova", "files": [], "meta": {}}
-        return "config-2", {"openstack/latest/meta_data.json": json.dumps(meta).encode(),
-                            "openstack/latest/user_data": ud}
-    return "cidata", {"meta-data": f"instance-id: {instance_id}\nlocal-hostname: {hostname}\n".encode(),
-                      "user-data": ud}
+        return label, {"openstack/latest/meta_data.json": json.dumps(meta).encode(),
+                       "openstack/latest/user_data": ud}
+    return label, {"meta-data": f"instance-id: {instance_id}\nlocal-hostname: {hostname}\n".encode(),
+                   "user-data": ud}
 
 
 def make_seed(path: Path, label: str, files: dict[str, bytes], genisoimage: str = "genisoimage") -> Path:
@@ -549,33 +576,130 @@ def refuse_bad_checksums(path: Path) -> None:
                             hint="the build directory was changed after the build; rebuild it")
 
 
+@dataclasses.dataclass(frozen=True)
+class VariantPlan:
+    """One variant :func:`verify` would boot: its image, firmware and seed, and
+    the files it would write into the build directory."""
+
+    variant: str
+    image: Path
+    disk_format: str
+    sha256: str
+    firmware: str           # bios | uefi (OVMF)
+    seed: str               # the seed's label: cidata (NoCloud) | config-2 (config drive)
+    console_log: Path       # verify-<variant>-console.log
+    guest_report: Path      # verify-<variant>-guest.json
+
+    def to_dict(self) -> dict:
+        return {"variant": self.variant, "image": str(self.image), "disk_format": self.disk_format,
+                "sha256": self.sha256, "firmware": self.firmware, "seed": self.seed,
+                "console_log": str(self.console_log), "guest_report": str(self.guest_report)}
+
+
+@dataclasses.dataclass
+class VerifyPlan:
+    """What :func:`verify` decides before it boots (:func:`plan`)."""
+
+    req: VerifyRequest
+    build: builddir.BuildDir
+    manifest: dict
+    tools: dict[str, str]
+    firmware: tuple[Path, Path] | None      # OVMF code, variables template (``baremetal`` only)
+    variants: list[VariantPlan]
+    accel: str                              # kvm | tcg, or auto: probed when the boot starts
+    accel_note: str
+    parallel: bool
+    smp: int                                # vCPUs per boot
+    checks: list[str]                       # the check ids each variant gets
+    controls: list[str] | None              # the hardening control ids; None: read from each image
+    controls_source: str                    # where the hardening controls come from
+    archives: dict[str, dict]               # component -> {sha256, in_cache}: archives the artifact checks read
+
+    @property
+    def report(self) -> Path:
+        return self.build.path / builddir.VERIFY
+
+    def to_dict(self) -> dict:
+        work = self.req.work_dir or os.environ.get(ENV_WORK_DIR) or None
+        return {
+            "dry_run": True, "build_dir": str(self.build.path), "build_id": self.build.build_id,
+            "variants": [v.to_dict() for v in self.variants], "accel": self.accel, "accel_note": self.accel_note,
+            "timeout": self.req.timeout, "parallel": self.parallel, "vcpus": self.smp, "memory_mb": MEMORY_MB,
+            "checks": self.checks, "controls": self.controls, "controls_source": self.controls_source,
+            "tools": self.tools,
+            "firmware": {"code": str(self.firmware[0]), "vars": str(self.firmware[1])} if self.firmware else None,
+            "cache": str(Cache(self.req.cache_dir).root), "archives": self.archives, "report": str(self.report),
+            "work_dir": str(work) if work else None, "keep_work": self.req.keep_work,
+        }
+
+
+def _say(req: VerifyRequest) -> Callable[[str], None]:
+    return req.stream or (lambda line: log.info("%s", line))
+
+
+def plan(req: VerifyRequest) -> VerifyPlan:
+    """Everything :func:`verify` does before it boots, in its order: read the
+    build directory (:func:`builddir.load`), choose the variants (all, ``vm``
+    first; one the build lacks is a :class:`builddir.BuildDirError`), find the
+    host tools and, for ``baremetal``, OVMF, refuse bad checksums
+    (:class:`VerifyRefused`), read the manifest, decide the accelerator
+    (:func:`planned_accel`: ``auto`` on a host whose ``/dev/kvm`` opens stays
+    ``auto``, the KVM probe starts QEMU) and the checks. Reads only: boots,
+    starts and writes nothing; the artifact cache is looked at (is each pinned
+    archive there), never re-hashed."""
+    build = builddir.load(req.build_dir)
+    names = req.variants or tuple(sorted(build.variants, key=lambda v: (v != "vm", v)))
+    images = [build.variant(v) for v in names]
+    tools = require_tools()
+    firmware = ovmf() if "baremetal" in names else None
+    _say(req)(f"checking {build.path.name}: SHA256SUMS and SHA512SUMS")
+    refuse_bad_checksums(build.path)
+    manifest = json.loads(build.manifest_path.read_text())
+    accel, accel_note = planned_accel(req.accel)
+    repo = repository_controls(manifest, req.profile_path)
+    controls = [c["id"] for c in repo[0]] if repo is not None else None
+    source = repo[1] if repo is not None else (f"{vc.HARDENING_IN_IMAGE} in each image (the repository's "
+                                               "profile is another version; read when verify runs)")
+    checks = vc.check_ids(controls if controls is not None else [f"(each control of {vc.HARDENING_IN_IMAGE})"])
+    parallel = req.parallel and len(names) > 1
+    # Concurrent boots share the CPUs: one vCPU each (a boot is mostly serial work).
+    smp = max(1, (os.cpu_count() or 1) // len(names)) if parallel else min(2, os.cpu_count() or 1)
+    variants = [VariantPlan(i.variant, i.path, i.disk_format, i.sha256,
+                            "uefi" if i.variant == "baremetal" and firmware else "bios", seed_label(i.variant),
+                            build.path / f"verify-{i.variant}-console.log",
+                            build.path / f"verify-{i.variant}-guest.json") for i in images]
+    return VerifyPlan(req, build, manifest, tools, firmware, variants, accel, accel_note, parallel, smp,
+                      checks, controls, source, archives_in_cache(manifest, Cache(req.cache_dir)))
+
+
+def archives_in_cache(manifest: dict, cache: Cache) -> dict[str, dict]:
+    """component -> {sha256, in_cache} for the pinned archives whose member the artifact checks
+    compare (:func:`artifact_expectations`): whether a file is under its sha256 in the cache,
+    not re-hashed."""
+    pins = {a["component"]: a for a in manifest.get("artifacts", []) if isinstance(a, dict)}
+    return {p.component: {"sha256": pins[p.component]["sha256"],
+                          "in_cache": cache.path_for(pins[p.component]["sha256"]).is_file()}
+            for p in vc.ARTIFACTS if p.member and p.component in pins}
+
+
 def verify(req: VerifyRequest) -> list[VariantResult]:
     """Verify the requested variants (all by default); write ``verify.json``.
 
-    Returns the results (a failed check is a result, not an exception); raises
-    :class:`VerifyRefused` before booting on bad checksums and
-    :class:`BootError` (after recording the failure) if a boot hung or died."""
-    say = req.stream or (lambda line: log.info("%s", line))
-    build = builddir.load(req.build_dir)
-    variants = req.variants or tuple(sorted(build.variants, key=lambda v: (v != "vm", v)))
-    for v in variants:
-        build.variant(v)
-    tools = require_tools()
-    firmware = ovmf() if "baremetal" in variants else None
-    say(f"checking {build.path.name}: SHA256SUMS and SHA512SUMS")
-    refuse_bad_checksums(build.path)
-    manifest = json.loads(build.manifest_path.read_text())
-    accel = choose_accel(req.accel)
-    artifacts = artifact_expectations(manifest, Cache(req.cache_dir))
-    parallel = req.parallel and len(variants) > 1
-    # Concurrent boots share the CPUs: one vCPU each (a boot is mostly serial work).
-    smp = max(1, (os.cpu_count() or 1) // len(variants)) if parallel else min(2, os.cpu_count() or 1)
-    ctx = _Context(req, build, manifest, tools, firmware, accel, artifacts, smp, say, threading.Lock())
-    if parallel:
-        with concurrent.futures.ThreadPoolExecutor(max_workers=len(variants)) as pool:
-            outcomes = list(pool.map(lambda v: _verify_variant(ctx, v), variants))
+    :func:`plan` first (it raises :class:`VerifyRefused` before booting on bad
+    checksums), then the KVM probe if the accelerator is ``auto``, then each
+    variant is read offline and booted. Returns the results (a failed check is
+    a result, not an exception); raises :class:`BootError` (after recording
+    the failure) if a boot hung or died."""
+    p = plan(req)
+    accel = choose_accel(p.accel) if p.accel == "auto" else p.accel
+    artifacts = artifact_expectations(p.manifest, Cache(req.cache_dir))
+    ctx = _Context(req, p.build, p.manifest, p.tools, p.firmware, accel, artifacts, p.smp, _say(req),
+                   threading.Lock())
+    if p.parallel:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=len(p.variants)) as pool:
+            outcomes = list(pool.map(lambda v: _verify_variant(ctx, v), p.variants))
     else:
-        outcomes = [_verify_variant(ctx, v) for v in variants]
+        outcomes = [_verify_variant(ctx, v) for v in p.variants]
     errors = [e for _, e in outcomes if e is not None]
     if errors:
         raise errors[0]
@@ -596,12 +720,12 @@ class _Context:
     lock: threading.Lock
 
 
-def _verify_variant(ctx: _Context, variant: str) -> tuple[VariantResult, BootError | None]:
+def _verify_variant(ctx: _Context, vp: VariantPlan) -> tuple[VariantResult, BootError | None]:
     req, build, tools, say = ctx.req, ctx.build, ctx.tools, ctx.say
-    root, image = build.path, build.variant(variant)
+    variant, root, image = vp.variant, build.path, build.variant(vp.variant)
     work = Path(tempfile.mkdtemp(prefix=f"nodeforge-verify-{variant}-",
                                  dir=req.work_dir or os.environ.get(ENV_WORK_DIR) or None))
-    console = root / f"verify-{variant}-console.log"
+    console = vp.console_log
     seconds: dict[str, float] = {}
     t_all = time.monotonic()
     try:
@@ -616,7 +740,7 @@ def _verify_variant(ctx: _Context, variant: str) -> tuple[VariantResult, BootErr
         label, files = seed_files(variant, probes, instance)
         seed = make_seed(work / "seed.iso", label, files, tools["genisoimage"])
         fw = None
-        if variant == "baremetal" and ctx.firmware:
+        if vp.firmware == "uefi":
             vars_copy = work / "OVMF_VARS.fd"
             shutil.copyfile(ctx.firmware[1], vars_copy)
             fw = (ctx.firmware[0], vars_copy)
@@ -639,11 +763,11 @@ def _verify_variant(ctx: _Context, variant: str) -> tuple[VariantResult, BootErr
             guest = {"error": str(exc)}
         seconds.setdefault("boot_to_verdict", time.monotonic() - t)
         # What the guest reported, kept beside the console log (judge() re-evaluates it without a boot).
-        atomic_write(root / f"verify-{variant}-guest.json", json.dumps(guest, indent=1, sort_keys=True) + "\n")
+        atomic_write(vp.guest_report, json.dumps(guest, indent=1, sort_keys=True) + "\n")
         checks = vc.evaluate(exp, guest, facts)
         seconds["total"] = time.monotonic() - t_all
         result = VariantResult(variant, all(c["passed"] for c in checks) and error is None, checks,
-                               image.path.name, image.sha256, ctx.accel, "uefi" if fw else "bios", console.name,
+                               image.path.name, image.sha256, ctx.accel, vp.firmware, console.name,
                                seconds, str(error).splitlines()[0] if error else None, image_sha512=image.sha512)
         with ctx.lock:
             write_report(root, build, [result])

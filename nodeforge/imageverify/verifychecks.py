@@ -178,6 +178,12 @@ def evaluate(exp: Expectations, guest: dict, image: dict) -> list[dict]:
     return checks
 
 
+def check_ids(control_ids: list[str]) -> list[str]:
+    """The ids :func:`evaluate` returns, in its order, for the controls with ``control_ids``."""
+    return ["boot", *(f"artifact-{a.component}" for a in ARTIFACTS), *(check_id for check_id, _, _ in SERVICE_CHECKS),
+            "hardening-profile", *control_ids, "rootfs-grown", "manifest"]
+
+
 def _boot(guest: dict) -> dict:
     state = guest.get("system_state")
     items = [_item("report from the booted system", "received", "received" if not guest.get("error") else

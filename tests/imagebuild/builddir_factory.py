@@ -30,11 +30,13 @@ _PACKAGES = [{"name": f"pkg-{i:03d}", "version": f"1.{i}.0-1", "arch": "amd64"} 
 def make_build_dir(root: Path, *, k8s: str = "1.36.0", variants=("vm", "baremetal"), size: int = 256 * 1024,
                    verify: str | None = "passed", build_id: str | None = None,
                    build_time: datetime.datetime | None = None, packages: list | None = None,
-                   baremetal_image: tuple[Path, str, str] | None = None) -> Path:
+                   baremetal_image: tuple[Path, str, str] | None = None, artifacts: list | None = None,
+                   hardening: dict | None = None) -> Path:
     """Create ``root/<build id>/`` and return it. ``verify``: passed, failed (NF-HARD-003 failed) for
     every variant, or None (no verify.json). ``baremetal_image``: (path, sha256, sha512) of an existing
     raw image to hard-link as the baremetal image instead of ``size`` random bytes (a benchmark's one
-    big file)."""
+    big file). ``artifacts``, ``hardening``: the manifest's pinned artifacts (default: kubelet) and
+    hardening profile (default: one that is not the repository's)."""
     build_id = build_id or f"nf-test-{k8s}-{uuid.uuid4().hex[:10]}"
     d = root / build_id
     d.mkdir(parents=True)
@@ -73,11 +75,12 @@ def make_build_dir(root: Path, *, k8s: str = "1.36.0", variants=("vm", "baremeta
         "variants": list(variants),
         "images": images,
         "packages": packages if packages is not None else _PACKAGES,
-        "artifacts": [{"component": "kubelet", "version": k8s, "arch": "amd64", "sha256": "0" * 64,
-                       "source_path": f"v{k8s}/bin/linux/amd64/kubelet"}],
+        "artifacts": artifacts if artifacts is not None else [
+            {"component": "kubelet", "version": k8s, "arch": "amd64", "sha256": "0" * 64,
+             "source_path": f"v{k8s}/bin/linux/amd64/kubelet"}],
         "lockfile": {"path": "versions.yaml", "sha256": hashlib.sha256(build_id.encode()).hexdigest()},
         "element_tree": {"sha256": "1" * 64},
-        "hardening": {"profile": "nodeforge-k8s", "version": 1},
+        "hardening": hardening or {"profile": "nodeforge-k8s", "version": 1},
         "diskimage_builder": {"version": "3.43.0", "args": []},
         "source": {"commit": None, "dirty": None},
     }

@@ -87,6 +87,13 @@ def test_healthy_system_passes_every_check_and_covers_every_control():
         assert c["items"] and set(c["expected"]) == set(c["observed"])
 
 
+def test_check_ids_are_the_ids_evaluate_returns():
+    exp = expectations()
+    checks = vc.evaluate(exp, healthy_guest(exp), healthy_image(exp))
+    assert vc.check_ids([c["id"] for c in exp.controls]) == [c["id"] for c in checks]
+    assert vc.check_ids([]) == [c["id"] for c in checks if not c["id"].startswith("NF-HARD-")]
+
+
 @pytest.mark.parametrize("breakage, failing", [
     (lambda g, i: g["sysctls"].update({"net.ipv4.ip_forward": "0"}), "NF-HARD-003"),
     (lambda g, i: g["files"]["/usr/local/bin/kubelet"].update(sha256="0" * 64), "artifact-kubelet"),
@@ -380,6 +387,103 @@ def test_cli_prints_the_report_and_exits_non_zero_on_a_failed_check(tmp_path, mo
     out, _ = capsys.readouterr()
     assert code == 0 and "NF-HARD-003" in out and "baremetal" not in out   # table of the verified variant
     assert seen["req"].variants == ("vm",) and seen["req"].parallel
+
+
+# --- --dry-run: the plan (boottest.plan), nothing booted or written -------------------------------
+
+def _tree(root: Path) -> dict:
+    """Every path under ``root`` with its size and mtime."""
+    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(root.rglob("*"))}
+
+
+@pytest.fixture
+def no_boot(monkeypatch, tmp_path):
+    """Host tools and OVMF as stand-ins (never run), and any boot or KVM probe a test failure;
+    records the boots attempted."""
+    booted = []
+    code, vars_ = tmp_path / "ovmf" / "OVMF_CODE_4M.fd", tmp_path / "ovmf" / "OVMF_VARS_4M.fd"
+    monkeypatch.setattr(boottest, "require_tools", lambda: {t: f"/nonexistent/bin/{t}" for t in boottest.TOOLS})
+    monkeypatch.setattr(boottest, "ovmf", lambda: (code, vars_))
+    monkeypatch.setattr(boottest, "boot", lambda *a, **k: booted.append(a) or pytest.fail("booted"))
+    monkeypatch.setattr(boottest, "kvm_usable", lambda *a, **k: booted.append("kvm probe") or pytest.fail("probed"))
+    monkeypatch.delenv(boottest.ENV_ACCEL, raising=False)
+    return booted
+
+
+def test_verify_dry_run_prints_the_plan_and_writes_nothing(tmp_path, no_boot, capsys):
+    crictl = hashlib.sha256(b"crictl archive").hexdigest()
+    d = make_build_dir(tmp_path / "builds", verify=None, artifacts=[
+        {"component": "kubelet", "version": "1.36.0", "arch": "amd64", "sha256": SHA["kubelet"]},
+        {"component": "crictl", "version": "1.36.0", "arch": "amd64", "sha256": crictl},
+        {"component": "containerd", "version": "2.3.4", "arch": "amd64", "sha256": SHA["containerd"]}],
+        hardening={"profile": PROFILE["profile"], "version": PROFILE["version"]})
+    cache, work = Cache(tmp_path / "cache"), tmp_path / "work"
+    work.mkdir()
+    # A damaged cache entry for the crictl archive: verify's lookup would re-hash and evict it.
+    cache.path_for(crictl).parent.mkdir(parents=True)
+    cache.path_for(crictl).write_bytes(b"not the crictl archive")
+    before = {r: _tree(r) for r in (d, cache.root, work)}
+    args = ["image", "verify", str(d), "--dry-run", "--cache-dir", str(cache.root), "--work-dir", str(work)]
+
+    assert cli.main([*args, "-o", "json", "--accel", "tcg", "--timeout", "300"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    vm, bm = (builddir.load(d).variant(v) for v in ("vm", "baremetal"))
+    assert doc["dry_run"] is True and doc["build_dir"] == str(d) and doc["report"] == str(d / "verify.json")
+    assert [(v["variant"], v["image"], v["firmware"], v["seed"]) for v in doc["variants"]] == [
+        ("vm", str(vm.path), "bios", "cidata"), ("baremetal", str(bm.path), "uefi", "config-2")]
+    assert doc["variants"][1]["console_log"] == str(d / "verify-baremetal-console.log")
+    assert (doc["accel"], doc["timeout"], doc["parallel"], doc["work_dir"]) == ("tcg", 300, False, str(work))
+    assert doc["firmware"] == {"code": str(tmp_path / "ovmf" / "OVMF_CODE_4M.fd"),
+                               "vars": str(tmp_path / "ovmf" / "OVMF_VARS_4M.fd")}
+    assert doc["checks"] == vc.check_ids([c["id"] for c in PROFILE["controls"]])
+    assert doc["controls"] == [c["id"] for c in PROFILE["controls"]]
+    assert doc["controls_source"] == "elements/k8s-hardening/profile.yaml"
+    assert doc["archives"] == {"crictl": {"sha256": crictl, "in_cache": True},
+                               "containerd": {"sha256": SHA["containerd"], "in_cache": False}}
+
+    assert cli.main([*args, "--variant", "baremetal", "--accel", "kvm"]) == 0
+    out = capsys.readouterr().out
+    assert "plan (dry run)" in out and bm.path.name in out and vm.path.name not in out
+    assert "uefi" in out and "config-2" in out and "kvm" in out and "NF-HARD-013" in out
+    assert "containerd: pinned archive" in out and "not in the cache: artifact-containerd would fail" in out
+    assert f"would write: {d / 'verify.json'}, verify-baremetal-console.log, verify-baremetal-guest.json" in out
+
+    assert cli.main([*args, "--variant", "vm", "-o", "yaml", "--parallel"]) == 0
+    doc = yaml.safe_load(capsys.readouterr().out)
+    assert doc["dry_run"] is True and [v["variant"] for v in doc["variants"]] == ["vm"] and not doc["parallel"]
+    assert doc["firmware"] is None and doc["accel"] in ("tcg", "auto") and doc["accel_note"]
+
+    # A build of another profile version: its controls are read from each image when verify runs.
+    other = boottest.plan(boottest.VerifyRequest(build_dir=make_build_dir(tmp_path / "builds", verify=None),
+                                                 accel="tcg", cache_dir=cache.root))
+    assert other.controls is None
+    assert other.checks == vc.check_ids(["(each control of /etc/nodeforge/hardening.json)"])
+    assert other.controls_source.startswith("/etc/nodeforge/hardening.json in each image")
+
+    assert {r: _tree(r) for r in (d, cache.root, work)} == before and no_boot == []
+
+
+def test_verify_dry_run_fails_like_the_real_command_before_booting(tmp_path, no_boot, capsys):
+    def both(*args: str) -> tuple[int, str]:
+        results = []
+        for extra in ((), ("--dry-run",)):
+            code = cli.main(["image", "verify", *args, "--accel", "tcg", *extra])
+            results.append((code, capsys.readouterr().err))
+        assert results[0] == results[1]
+        return results[1]
+
+    d = make_build_dir(tmp_path, verify=None)
+    image = next(d.glob("*.raw"))
+    with open(image, "r+b") as fh:
+        fh.seek(100)
+        fh.write(b"tampered")
+    before = _tree(d)
+    code, err = both(str(d))
+    assert code == 1 and f"{d}: {image.name} do(es) not match SHA256SUMS/SHA512SUMS; refusing to boot" in err
+    vm_only = make_build_dir(tmp_path, variants=("vm",), verify=None)
+    code, err = both(str(vm_only), "--variant", "baremetal")
+    assert code == 2 and f"{vm_only}: no 'baremetal' image in this build (has: vm)" in err
+    assert _tree(d) == before and not (vm_only / "verify.json").exists() and no_boot == []
 
 
 def test_member_digest_from_the_pinned_archive(tmp_path):
