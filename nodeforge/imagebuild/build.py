@@ -3,10 +3,14 @@
 Stages (see ``docs/image-build.md``):
 
 1. **preflight** -- everything that can fail fast fails here, before the long
-   build: unknown minor, unsupported base OS, unknown variant, missing host
-   tool, too little disk, the Debian mirror, and every pinned artifact present
-   and verified in the cache (fetched from the configured sources when missing
-   unless ``offline``);
+   build, in two steps: :func:`plan` (writes nothing: unknown minor,
+   unsupported base OS, unknown variant, missing host tool, not root, an
+   existing output directory, too little disk, the Debian mirror and the OS
+   package lock, and which pinned artifacts are in the cache or would be
+   downloaded; ``image build --dry-run`` prints it with the package base key,
+   :func:`package_base_plan`), then :func:`fetch` (every pinned artifact
+   present and verified in the cache, fetched from the configured sources when
+   missing unless ``offline``);
 2. **render** the element tree for the pins (:mod:`.render`), unless the request
    names a tree :func:`.render.render` already wrote (``BuildRequest.rendered``:
    read back by :func:`.render.load`, refused in preflight when it is not this
@@ -56,6 +60,7 @@ from nodeforge.pins.cache import Cache, ChecksumMismatch, DownloadError, Downloa
 from nodeforge.pins.lockfile import Arch, Lockfile
 from nodeforge.pins.sources import SOURCE_OF, Sources
 from nodeforge.oslock import archive
+from nodeforge.redact import redact_url
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +126,76 @@ class Plan:
     rendered: rd.Rendered | None = None   # the request's rendered tree, read back and checked
 
 
+@dataclasses.dataclass(frozen=True)
+class ArtifactPlan:
+    """A pinned artifact as the plan step found it: its file in the artifact cache (there or not;
+    not re-hashed: the fetch step does that) and where it would be downloaded from."""
+
+    artifact: rd.StagedArtifact
+    path: Path
+    cached: bool
+    url: str
+
+    def to_dict(self) -> dict:
+        return {"name": self.artifact.name, **self.artifact.manifest_entry(), "cached": self.cached,
+                "action": "cached" if self.cached else "download", "path": str(self.path),
+                "url": None if self.cached else redact_url(self.url)}
+
+
+@dataclasses.dataclass(frozen=True)
+class PackageBasePlan:
+    """The package base the build would use: its key, and whether an entry for it is in the cache
+    (looked at only: the build re-hashes it before use)."""
+
+    key: str
+    cache_root: Path
+    cached: bool
+    rebuild: bool = False          # --rebuild-package-base
+
+    @property
+    def action(self) -> str:
+        return "rebuild" if self.rebuild else "reuse" if self.cached else "build"
+
+    def to_dict(self) -> dict:
+        return {"key": self.key, "cached": self.cached, "action": self.action, "cache": str(self.cache_root),
+                "path": str(self.cache_root / self.key)}
+
+
+@dataclasses.dataclass
+class BuildPlan:
+    """What the plan step established, writing nothing: every check of preflight passed; the
+    :class:`Plan` the build needs, its artifacts not yet fetched or verified (:func:`fetch` does
+    that), and each artifact as found in the cache (:class:`ArtifactPlan`)."""
+
+    plan: Plan
+    sources: Sources
+    artifacts: list[ArtifactPlan]
+
+    @property
+    def version(self) -> str:
+        return str(self.plan.lock.minor(self.plan.request.minor).version)
+
+    def images(self) -> dict[str, str]:
+        return {v: image_name(self.version, v) for v in self.plan.request.variants}
+
+    def outputs(self) -> list[str]:
+        """Every file the build directory will hold."""
+        return [*self.images().values(), "SHA256SUMS", "SHA512SUMS", "manifest.json", contents.FILENAME,
+                "sbom.cdx.json", "build.log", *(["os-packages.lock.yaml"] if self.plan.os_lock is not None else [])]
+
+    def to_dict(self, package_base: PackageBasePlan | None = None) -> dict:
+        p, req = self.plan, self.plan.request
+        return {"kubernetes": self.version, "minor": req.minor, "arch": req.arch.value,
+                "variants": list(req.variants), "images": self.images(), "outputs": self.outputs(),
+                "out": str(p.out), "work_dir": str(p.work_root), "keep_work": req.keep_work,
+                "dib_cache": str(p.dib_cache), "artifact_cache": str(p.cache.root),
+                "rendered": str(p.rendered.root) if p.rendered is not None else None,
+                "offline": req.offline, "mirrors": {k: redact_url(v) for k, v in p.mirrors.items()},
+                "os_package_lock": str(p.os_lock.path) if p.os_lock is not None else None,
+                "artifacts": [a.to_dict() for a in self.artifacts],
+                "package_base": package_base.to_dict() if package_base is not None else None}
+
+
 @dataclasses.dataclass
 class BuildResult:
     out: Path
@@ -157,6 +232,16 @@ def debian_mirrors(env=None, sources: tuple[Path, ...] = APT_SOURCES) -> dict[st
 # --- preflight ------------------------------------------------------------------------
 
 def preflight(req: BuildRequest) -> Plan:
+    """The plan step, then the fetch step: what the build needs, every artifact in the cache, verified."""
+    return fetch(plan(req))
+
+
+def plan(req: BuildRequest) -> BuildPlan:
+    """Every check of preflight, writing nothing: the pins, variants and architecture, the rendered
+    tree if one is given, host tools, root, the output directory (must not exist), free space, the
+    Debian mirror and the OS package lock (checked against the mirror unless offline), and each
+    pinned artifact's file in the cache (present, or to be downloaded; offline, a missing one fails
+    here)."""
     lock = lf.load(req.lockfile_path)
     if req.minor not in lock.minors:
         raise PreflightError(detail=f"Kubernetes {req.minor} is not pinned in {req.lockfile_path} "
@@ -205,9 +290,23 @@ def preflight(req: BuildRequest) -> Plan:
     os_lock = os_lock_preflight(Path(req.lockfile_path), rd.distro_for(lock).release, req.arch.value, mirrors,
                                 offline=req.offline)
     cache = Cache(req.cache_dir)
-    artifacts = _ensure_artifacts(req, lock, cache)
-    return Plan(req, lock, out, work_root, Path(req.dib_cache or default_dib_cache()).absolute(), cache, mirrors,
-                artifacts, str(dic), os_lock, rendered)
+    sources = Sources.load(req.sources_file or Path(req.lockfile_path).parent / "sources.yaml")
+    artifacts = []
+    for pin in rd.pins_for(lock, req.minor, req.arch):
+        path = cache.path_for(pin.sha256)
+        cached = path.is_file()          # there, not re-hashed (never Cache.lookup: it may evict)
+        if req.offline and not cached:
+            raise _not_in_cache(req, cache, pin)
+        artifacts.append(ArtifactPlan(pin, path, cached, sources.artifact_url(pin.component, pin.version, req.arch)))
+    return BuildPlan(Plan(req, lock, out, work_root, Path(req.dib_cache or default_dib_cache()).absolute(), cache,
+                          mirrors, [a.artifact for a in artifacts], str(dic), os_lock, rendered), sources, artifacts)
+
+
+def fetch(bp: BuildPlan) -> Plan:
+    """The fetch step: every pinned artifact present and verified in the cache (re-hashed; a missing
+    or damaged one downloaded, or with ``offline`` an error); then the plan is the build's."""
+    _ensure_artifacts(bp.plan.request, bp.plan.cache, bp.sources, bp.plan.artifacts)
+    return bp.plan
 
 
 def os_lock_preflight(lockfile_path: Path, codename: str, arch: str, mirrors: dict[str, str], *,
@@ -252,18 +351,18 @@ def _check_space(path: Path, need: int, what: str, option: str) -> None:
                              hint=f"free some space or choose another place with {option}")
 
 
-def _ensure_artifacts(req: BuildRequest, lock: Lockfile, cache: Cache) -> list[rd.StagedArtifact]:
-    pins = rd.pins_for(lock, req.minor, req.arch)
-    sources = Sources.load(req.sources_file or Path(req.lockfile_path).parent / "sources.yaml")
+def _not_in_cache(req: BuildRequest, cache: Cache, pin: rd.StagedArtifact) -> PreflightError:
+    return PreflightError(detail=f"{pin.name} ({pin.sha256}) is missing or corrupt in the artifact cache {cache.root}",
+                          hint=f"run: nodeforge release prefetch --minor {req.minor} --arch {pin.arch.value}")
+
+
+def _ensure_artifacts(req: BuildRequest, cache: Cache, sources: Sources, pins: list[rd.StagedArtifact]) -> None:
     dl = Downloader(cache)
     for pin in pins:
         name = pin.name
         if req.offline:
             if cache.lookup(pin.sha256) is None:  # re-hashes; a damaged entry is evicted
-                raise PreflightError(detail=f"{name} ({pin.sha256}) is missing or corrupt in the artifact "
-                                            f"cache {cache.root}",
-                                     hint=f"run: nodeforge release prefetch --minor {req.minor} "
-                                          f"--arch {pin.arch.value}")
+                raise _not_in_cache(req, cache, pin)
             continue
         try:
             dl.fetch(sources.artifact_url(pin.component, pin.version, req.arch), pin.sha256, artifact=name,
@@ -272,7 +371,6 @@ def _ensure_artifacts(req: BuildRequest, lock: Lockfile, cache: Cache) -> list[r
             raise PreflightError(detail=f"{name} is not in the artifact cache {cache.root} and could not be "
                                         f"fetched: {exc}",
                                  hint=exc.hint or f"run: nodeforge release prefetch --minor {req.minor}") from None
-    return pins
 
 
 # --- build ------------------------------------------------------------------------------
@@ -376,15 +474,42 @@ def _dib_cache_lock(dib_cache: Path, logf: _Log):
 def package_base_spec(plan: Plan, rendered: rd.Rendered, base_elements: Path) -> pb.BaseSpec:
     """What the package base is built from (its cache key); nothing Kubernetes-specific. With an OS
     package lock the mirrors are not part of it (see :func:`pb.spec_mirrors`)."""
-    renv = rendered_env(rendered.env_file)
+    return _base_spec(plan, rendered.distro, rendered_env(rendered.env_file),
+                      pb.union_packages(rendered.elements, list(rd.NODEFORGE_ELEMENTS)), rd.tree_digest(base_elements))
+
+
+def _base_spec(plan: Plan, distro: rd.Distro, renv: dict[str, str], packages: dict,
+               element_digest: str) -> pb.BaseSpec:
     return pb.BaseSpec(
-        distro_element=rendered.distro.element, release=rendered.distro.release,
+        distro_element=distro.element, release=distro.release,
         components=renv.get("DIB_DEBIAN_COMPONENTS", "main"), arch=plan.request.arch.value,
-        mirrors=pb.spec_mirrors(plan.mirrors, plan.os_lock),
-        packages=pb.union_packages(rendered.elements, list(rd.NODEFORGE_ELEMENTS)),
-        element_digest=rd.tree_digest(base_elements), dib_version=dib_version(plan.disk_image_create),
+        mirrors=pb.spec_mirrors(plan.mirrors, plan.os_lock), packages=packages,
+        element_digest=element_digest, dib_version=dib_version(plan.disk_image_create),
         os_package_lock=plan.os_lock.digest() if plan.os_lock is not None else None,
         source_date_epoch=reproducible.source_date_epoch(plan.os_lock)[0] if plan.os_lock is not None else None)
+
+
+def package_base_root(req: BuildRequest, dib_cache: Path) -> Path:
+    """The package base cache: ``req.package_base_cache``, else ``<dib cache>/package-base``."""
+    return Path(req.package_base_cache) if req.package_base_cache else Path(dib_cache) / "package-base"
+
+
+def package_base_plan(bp: BuildPlan) -> PackageBasePlan:
+    """The package base key the build would use and whether it is cached, writing nothing: from the
+    given rendered tree, else the render the build would make (held in memory); the generated
+    element's digest from its files in memory; the cache entry looked at (:meth:`pb.BaseCache.present`:
+    not re-hashed, locked or removed)."""
+    plan, req = bp.plan, bp.plan.request
+    if plan.rendered is not None:
+        elements, renv, distro = plan.rendered.elements, rendered_env(plan.rendered.env_file), plan.rendered.distro
+    else:
+        tree = rd.tree(plan.lock, req.minor, arch=req.arch)
+        elements, renv, distro = tree.element_files(), parse_env(tree.read("nodeforge.env").decode()), tree.distro
+    packages = pb.union_packages(elements, list(rd.NODEFORGE_ELEMENTS))
+    spec = _base_spec(plan, distro, renv, packages,
+                      rd.entries_digest(pb.element_entries(packages, elements, os_lock=plan.os_lock)))
+    cache = pb.BaseCache(package_base_root(req, plan.dib_cache))
+    return PackageBasePlan(spec.key(), cache.root, cache.present(spec.key()), req.rebuild_package_base)
 
 
 def _package_base(plan: Plan, rendered: rd.Rendered, work: Path, logf: _Log) -> tuple[pb.Entry, bool]:
@@ -395,8 +520,7 @@ def _package_base(plan: Plan, rendered: rd.Rendered, work: Path, logf: _Log) -> 
         base_elements, pb.union_packages(rendered.elements, list(rd.NODEFORGE_ELEMENTS)), rendered.elements,
         os_lock=plan.os_lock))
     key = spec.key()
-    cache = pb.BaseCache(Path(req.package_base_cache) if req.package_base_cache
-                         else plan.dib_cache / "package-base")
+    cache = pb.BaseCache(package_base_root(req, plan.dib_cache))
     with cache.locked(key):
         if not req.rebuild_package_base:
             entry = cache.lookup(key)   # re-hashes the tarball; a damaged entry is removed
@@ -625,8 +749,13 @@ def image_name(version: str, variant: str) -> str:
 
 
 def rendered_env(path: Path) -> dict[str, str]:
+    return parse_env(Path(path).read_text())
+
+
+def parse_env(text: str) -> dict[str, str]:
+    """The ``export KEY=value`` lines of a rendered ``nodeforge.env``."""
     out = {}
-    for line in Path(path).read_text().splitlines():
+    for line in text.splitlines():
         if line.startswith("export ") and "=" in line:
             key, _, value = line[len("export "):].partition("=")
             out[key] = value.strip('"')

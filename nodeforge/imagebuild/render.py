@@ -25,6 +25,11 @@ takes the union of their package lists).
 The output is deterministic: same inputs, byte-identical tree (sorted walks,
 fixed file modes, sorted JSON keys, no timestamps). :func:`tree_digest` names
 a tree by its content; it goes into the build manifest.
+
+:func:`render` is :func:`plan` then :func:`write`: the plan checks the inputs
+and ``out`` and holds the whole tree in memory (:class:`Tree`, its digest from
+:func:`entries_digest`, the same as :func:`tree_digest` gives once it is
+written); ``image render --dry-run`` prints it and writes nothing.
 """
 
 from __future__ import annotations
@@ -204,15 +209,102 @@ def load_profile(src: Path, lock: Lockfile) -> dict:
     return profile
 
 
-def render(lock: Lockfile, minor: str, out: Path, *, arch: Arch = Arch.AMD64,
-           src: Path = ELEMENTS_SRC) -> Rendered:
-    """Render ``src`` for ``minor``/``arch`` into ``out`` (replaced atomically)."""
-    entry = lock.minor(minor)
-    distro = distro_for(lock)
-    if arch not in lock.architectures:
-        raise ConfigError(path=str(lock.path), detail=f"architecture {arch.value} is not pinned")
-    profile = load_profile(src, lock)
-    pins = pins_for(lock, minor, arch)
+@dataclasses.dataclass(frozen=True)
+class TreeEntry:
+    """One entry of a tree held in memory until :func:`write_entries` writes it: ``path`` relative to
+    the tree's root (posix), ``kind`` ``dir``, ``file`` or ``link``, ``mode`` set after writing (None:
+    left as created), a file's ``data``, a link's ``target``."""
+
+    path: str
+    kind: str
+    mode: int | None = None
+    data: bytes = b""
+    target: str = ""
+
+    @property
+    def executable(self) -> bool:
+        return self.mode is not None and bool(self.mode & 0o111)
+
+    def to_dict(self) -> dict:
+        return {"path": self.path, "type": self.kind,
+                "mode": None if self.mode is None else f"{self.mode:04o}",
+                "bytes": len(self.data) if self.kind == "file" else None,
+                **({"target": self.target} if self.kind == "link" else {})}
+
+
+def write_entries(root: Path, entries) -> None:
+    """Write ``entries`` (:class:`TreeEntry`, parents before children) under ``root``."""
+    root = Path(root)
+    for e in entries:
+        path = root / e.path
+        if e.kind == "link":
+            path.symlink_to(e.target)
+            continue
+        if e.kind == "dir":
+            path.mkdir(parents=True, exist_ok=True)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(e.data)
+        if e.mode is not None:
+            os.chmod(path, e.mode)
+
+
+@dataclasses.dataclass(frozen=True)
+class Tree:
+    """A render held in memory (:func:`tree`): every entry :func:`render` writes, relative to the
+    render's root, and the digest of its ``elements/`` (what :func:`tree_digest` gives once written)."""
+
+    entries: tuple[TreeEntry, ...]
+    digest: str
+    minor: str
+    version: str
+    arch: Arch
+    distro: Distro
+
+    def read(self, rel: str) -> bytes | None:
+        """The content of the file ``rel`` (relative to the render's root), None if there is none."""
+        return next((e.data for e in self.entries if e.path == rel and e.kind == "file"), None)
+
+    def element_files(self) -> dict[str, bytes]:
+        """The files of ``elements/`` by their path relative to it (what :mod:`.package_base` reads)."""
+        return {e.path[len("elements/"):]: e.data for e in self.entries
+                if e.kind == "file" and e.path.startswith("elements/")}
+
+    def files(self) -> list[dict]:
+        """Every file and link of the render (directories left out), in write order."""
+        return [e.to_dict() for e in self.entries if e.kind != "dir"]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Inputs:
+    """What a render is made from, checked: the minor and architecture pinned, the distribution
+    buildable, the hardening profile the lockfile's."""
+
+    lock: Lockfile
+    minor: str
+    arch: Arch
+    src: Path
+    entry: object
+    distro: Distro
+    profile: dict
+    pins: list
+
+    @classmethod
+    def of(cls, lock: Lockfile, minor: str, arch: Arch, src: Path) -> "_Inputs":
+        entry = lock.minor(minor)
+        distro = distro_for(lock)
+        if arch not in lock.architectures:
+            raise ConfigError(path=str(lock.path), detail=f"architecture {arch.value} is not pinned")
+        return cls(lock, minor, arch, Path(src), entry, distro, load_profile(src, lock), pins_for(lock, minor, arch))
+
+
+def tree(lock: Lockfile, minor: str, *, arch: Arch = Arch.AMD64, src: Path = ELEMENTS_SRC) -> Tree:
+    """The render of ``src`` for ``minor``/``arch``, in memory (reads, writes nothing)."""
+    return _tree(_Inputs.of(lock, minor, arch, src))
+
+
+def _tree(inp: _Inputs) -> Tree:
+    lock, minor, arch, entry, profile, pins = inp.lock, inp.minor, inp.arch, inp.entry, inp.profile, inp.pins
     context = {
         "minor": minor, "arch": arch.value, "lockfile_name": lock.path.name,
         "pins": {p.component.value: p for p in pins}, "pause_image": entry.pause_image,
@@ -221,7 +313,58 @@ def render(lock: Lockfile, minor: str, out: Path, *, arch: Arch = Arch.AMD64,
     }
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
                              autoescape=False)
+    entries = {e.path: e for e in _render_entries(inp.src, "elements", env, context)}
 
+    def add(rel: str, text: str) -> None:
+        entries[rel] = TreeEntry(rel, "file", 0o644, text.encode())
+
+    hardening = {"profile": profile["profile"], "version": str(profile["version"]), "controls": profile["controls"]}
+    add(f"elements/{HARDENING_JSON.as_posix()}", _json(hardening))
+    add("pins.json", _json({"minor": minor, "kubernetes_version": str(entry.version), "arch": arch.value,
+                            "pause_image": entry.pause_image, "artifacts": [p.to_dict() for p in pins]}))
+    element_list = [inp.distro.element, *DIB_ELEMENTS]
+    env_lines = [
+        "# diskimage-builder settings rendered by nodeforge (host-specific mirrors are added at build time)",
+        f"export DIB_RELEASE={inp.distro.release}",
+        "export DIB_DEBIAN_COMPONENTS=main",
+        f"export NODEFORGE_ELEMENTS=\"{' '.join(element_list)}\"",
+        f"export NODEFORGE_KUBERNETES_VERSION={entry.version}",
+        f"export NODEFORGE_ARCH={arch.value}",
+    ]
+    add("nodeforge.env", "\n".join(env_lines) + "\n")
+    add(MARKER, "rendered by nodeforge image render\n")
+    digest = entries_digest(entries.values(), under="elements")
+    add(RECORD, _json(_record(lock, minor, arch, digest, inp.src)))
+    return Tree(tuple(entries.values()), digest, minor, str(entry.version), arch, inp.distro)
+
+
+# What --out holds before a render: nothing, an empty directory or a previous render (both replaced).
+OUT_STATES = {"absent": None, "empty": "empty directory", "render": "previous render"}
+
+
+@dataclasses.dataclass(frozen=True)
+class RenderPlan:
+    """What :func:`write` would do: the tree (in memory) and the directory it replaces or creates."""
+
+    out: Path
+    state: str          # a key of OUT_STATES
+    tree: Tree
+
+    @property
+    def action(self) -> str:
+        return "create" if self.state == "absent" else "replace"
+
+    def to_dict(self) -> dict:
+        t = self.tree
+        return {"root": str(self.out), "action": self.action, "existing": OUT_STATES[self.state],
+                "minor": t.minor, "kubernetes_version": t.version, "arch": t.arch.value,
+                "distro": {"element": t.distro.element, "release": t.distro.release},
+                "element_tree_digest": t.digest, "files": t.files()}
+
+
+def _check_out(out) -> tuple[Path, str]:
+    """``out`` as the directory to write and what it holds now; refused (:class:`RenderOutError`)
+    when it is empty, the current directory or a parent, not a directory, or someone else's."""
     if not str(out).strip():
         raise RenderOutError(detail="--out is empty; name the directory for the rendered tree")
     out = Path(out)
@@ -233,32 +376,30 @@ def render(lock: Lockfile, minor: str, out: Path, *, arch: Arch = Arch.AMD64,
         raise RenderOutError(detail=f"{out} exists and is not a directory")
     if out.exists() and any(out.iterdir()) and not (out / MARKER).exists():
         raise RenderOutError(detail=f"{out} exists and is not a nodeforge render; choose an empty or new directory")
+    state = "absent" if not out.exists() else "render" if (out / MARKER).exists() else "empty"
     if out.name in ("", ".", ".."):           # "x/.." and the like: stage beside the real directory
         out = target
+    return out, state
+
+
+def plan(lock: Lockfile, minor: str, out: Path, *, arch: Arch = Arch.AMD64, src: Path = ELEMENTS_SRC) -> RenderPlan:
+    """Every check :func:`render` makes, and the tree it would write into ``out``; writes nothing."""
+    inputs = _Inputs.of(lock, minor, arch, src)
+    out, state = _check_out(out)
+    return RenderPlan(out, state, _tree(inputs))
+
+
+def write(plan: RenderPlan) -> Rendered:
+    """Write the planned tree into its directory (replaced atomically)."""
+    out, t = plan.out, plan.tree
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
-        elements = tmp / "elements"
-        _render_tree(src, elements, env, context)
-        hardening = {"profile": profile["profile"], "version": str(profile["version"]),
-                     "controls": profile["controls"]}
-        _write(elements / HARDENING_JSON, _json(hardening), 0o644)
-        _write(tmp / "pins.json", _json({"minor": minor, "kubernetes_version": str(entry.version),
-                                         "arch": arch.value, "pause_image": entry.pause_image,
-                                         "artifacts": [p.to_dict() for p in pins]}), 0o644)
-        element_list = [distro.element, *DIB_ELEMENTS]
-        env_lines = [
-            "# diskimage-builder settings rendered by nodeforge (host-specific mirrors are added at build time)",
-            f"export DIB_RELEASE={distro.release}",
-            "export DIB_DEBIAN_COMPONENTS=main",
-            f"export NODEFORGE_ELEMENTS=\"{' '.join(element_list)}\"",
-            f"export NODEFORGE_KUBERNETES_VERSION={entry.version}",
-            f"export NODEFORGE_ARCH={arch.value}",
-        ]
-        _write(tmp / "nodeforge.env", "\n".join(env_lines) + "\n", 0o644)
-        _write(tmp / MARKER, "rendered by nodeforge image render\n", 0o644)
-        digest = tree_digest(elements)
-        _write(tmp / RECORD, _json(_record(lock, minor, arch, digest, src)), 0o644)
+        write_entries(tmp, t.entries)
+        written = tree_digest(tmp / "elements")
+        if written != t.digest:
+            raise RenderError(detail=f"the written element tree has digest {written[:16]}, not the planned "
+                                     f"{t.digest[:16]} (a nodeforge bug)")
         os.chmod(tmp, 0o755)
         if out.exists():
             old = out.with_name(f".{out.name}.old.{os.getpid()}")
@@ -270,8 +411,14 @@ def render(lock: Lockfile, minor: str, out: Path, *, arch: Arch = Arch.AMD64,
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return Rendered(out, out / "elements", out / "nodeforge.env", out / "pins.json", digest, minor,
-                    str(entry.version), arch, distro)
+    return Rendered(out, out / "elements", out / "nodeforge.env", out / "pins.json", t.digest, t.minor,
+                    t.version, t.arch, t.distro)
+
+
+def render(lock: Lockfile, minor: str, out: Path, *, arch: Arch = Arch.AMD64,
+           src: Path = ELEMENTS_SRC) -> Rendered:
+    """Render ``src`` for ``minor``/``arch`` into ``out`` (replaced atomically): :func:`plan`, then :func:`write`."""
+    return write(plan(lock, minor, out, arch=arch, src=src))
 
 
 def _record(lock: Lockfile, minor: str, arch: Arch, digest: str, src: Path) -> dict:
@@ -329,16 +476,18 @@ def load(root: Path, lock: Lockfile, minor: str, *, arch: Arch = Arch.AMD64, src
                     str(entry.version), arch, distro_for(lock))
 
 
-def _render_tree(src: Path, dest: Path, env: jinja2.Environment, context: dict) -> None:
+def _render_entries(src: Path, under: str, env: jinja2.Environment, context: dict) -> list[TreeEntry]:
+    """``src`` rendered, as entries below ``under``: templates (``.j2``) rendered, the rest copied;
+    directories 0755, files 0755 when executable else 0644, links kept."""
+    out: list[TreeEntry] = []
     for dirpath, dirnames, filenames in os.walk(src):
         dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
-        rel = Path(dirpath).relative_to(src)
-        (dest / rel).mkdir(parents=True, exist_ok=True)
-        os.chmod(dest / rel, 0o755)
+        rel = Path(under) / Path(dirpath).relative_to(src)
+        out.append(TreeEntry(rel.as_posix(), "dir", 0o755))
         for name in sorted(filenames + [d for d in dirnames if (Path(dirpath) / d).is_symlink()]):
             path = Path(dirpath) / name
             if path.is_symlink():
-                (dest / rel / name).symlink_to(os.readlink(path))
+                out.append(TreeEntry((rel / name).as_posix(), "link", target=os.readlink(path)))
                 continue
             mode = 0o755 if os.access(path, os.X_OK) else 0o644
             if name.endswith(".j2"):
@@ -346,16 +495,11 @@ def _render_tree(src: Path, dest: Path, env: jinja2.Environment, context: dict) 
                     text = env.from_string(path.read_text()).render(context)
                 except jinja2.TemplateError as exc:
                     raise RenderError(detail=f"{path}: {exc}") from None
-                _write(dest / rel / name[:-3], text, mode)
+                out.append(TreeEntry((rel / name[:-3]).as_posix(), "file", mode, text.encode()))
             else:
-                _write(dest / rel / name, path.read_bytes(), mode)
+                out.append(TreeEntry((rel / name).as_posix(), "file", mode, path.read_bytes()))
         dirnames[:] = [d for d in dirnames if not (Path(dirpath) / d).is_symlink()]
-
-
-def _write(path: Path, data: str | bytes, mode: int) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data.encode() if isinstance(data, str) else data)
-    os.chmod(path, mode)
+    return out
 
 
 def _json(data) -> str:
@@ -368,20 +512,49 @@ SKIP_DIRS = ("__pycache__",)   # left out of a render (and of the source digest)
 def tree_digest(root: Path, *, skip: tuple[str, ...] = ()) -> str:
     """sha256 over every entry's relative path, type, mode and content, in sorted order
     (directories named in ``skip`` left out)."""
-    h = hashlib.sha256()
     root = Path(root)
-    entries = []
+    lines = {}
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = [d for d in dirnames if d not in skip]
         for name in dirnames + filenames:
-            entries.append(Path(dirpath) / name)
-    for path in sorted(entries, key=lambda p: p.relative_to(root).as_posix()):
-        rel = path.relative_to(root).as_posix()
-        if path.is_symlink():
-            h.update(f"L {rel} {os.readlink(path)}\n".encode())
-        elif path.is_dir():
-            h.update(f"D {rel}\n".encode())
+            path = Path(dirpath) / name
+            rel = path.relative_to(root).as_posix()
+            if path.is_symlink():
+                lines[rel] = f"L {rel} {os.readlink(path)}\n"
+            elif path.is_dir():
+                lines[rel] = f"D {rel}\n"
+            else:
+                lines[rel] = _file_line(rel, os.access(path, os.X_OK), path.read_bytes())
+    return _digest(lines)
+
+
+def entries_digest(entries, *, under: str = "") -> str:
+    """:func:`tree_digest` of what :func:`write_entries` would write from ``entries`` (of the
+    subtree ``under``), computed without writing it; parents it creates on the way count."""
+    prefix = f"{under.rstrip('/')}/" if under else ""
+    lines = {}
+    for e in entries:
+        if not e.path.startswith(prefix) or e.path == prefix:
+            continue
+        rel = e.path[len(prefix):]
+        parts = rel.split("/")
+        for i in range(1, len(parts)):
+            lines.setdefault("/".join(parts[:i]), f"D {'/'.join(parts[:i])}\n")
+        if e.kind == "link":
+            lines[rel] = f"L {rel} {e.target}\n"
+        elif e.kind == "dir":
+            lines[rel] = f"D {rel}\n"
         else:
-            mode = "x" if os.access(path, os.X_OK) else "-"
-            h.update(f"F {rel} {mode} {hashlib.sha256(path.read_bytes()).hexdigest()}\n".encode())
+            lines[rel] = _file_line(rel, e.executable, e.data)
+    return _digest(lines)
+
+
+def _file_line(rel: str, executable: bool, data: bytes) -> str:
+    return f"F {rel} {'x' if executable else '-'} {hashlib.sha256(data).hexdigest()}\n"
+
+
+def _digest(lines: dict[str, str]) -> str:
+    h = hashlib.sha256()
+    for rel in sorted(lines):
+        h.update(lines[rel].encode())
     return h.hexdigest()
