@@ -1,7 +1,8 @@
 """Plan/apply as a contract: the types every mutating operation shares.
 
 A mutating operation (enroll, classify, flavor sync, template apply, catalog
-promote, release bump, glance publish) is split in two:
+promote, release bump, glance publish; prefetch, render, build and verify
+too, whose plans are their own shapes) is split in two:
 
 - a pure ``plan(...)``: it reads, compares desired with actual and returns a
   plan whose entries each have a :class:`Kind` (create, update, no-op, ...),
