@@ -293,11 +293,10 @@ def plan(req: BuildRequest) -> BuildPlan:
     sources = Sources.load(req.sources_file or Path(req.lockfile_path).parent / "sources.yaml")
     artifacts = []
     for pin in rd.pins_for(lock, req.minor, req.arch):
-        path = cache.path_for(pin.sha256)
-        cached = path.is_file()          # there, not re-hashed (never Cache.lookup: it may evict)
+        cached = cache.peek(pin.sha256) is not None     # there, not re-hashed (Cache.lookup may evict)
         if req.offline and not cached:
             raise _not_in_cache(req, cache, pin)
-        artifacts.append(ArtifactPlan(pin, path, cached, sources.artifact_url(pin.component, pin.version, req.arch)))
+        artifacts.append(ArtifactPlan(pin, cache.path_for(pin.sha256), cached, sources.artifact_url(pin.component, pin.version, req.arch)))
     return BuildPlan(Plan(req, lock, out, work_root, Path(req.dib_cache or default_dib_cache()).absolute(), cache,
                           mirrors, [a.artifact for a in artifacts], str(dic), os_lock, rendered), sources, artifacts)
 

@@ -678,7 +678,7 @@ def archives_in_cache(manifest: dict, cache: Cache) -> dict[str, dict]:
     not re-hashed."""
     pins = {a["component"]: a for a in manifest.get("artifacts", []) if isinstance(a, dict)}
     return {p.component: {"sha256": pins[p.component]["sha256"],
-                          "in_cache": cache.path_for(pins[p.component]["sha256"]).is_file()}
+                          "in_cache": cache.peek(pins[p.component]["sha256"]) is not None}
             for p in vc.ARTIFACTS if p.member and p.component in pins}
 
 

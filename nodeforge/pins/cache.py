@@ -130,6 +130,12 @@ class Cache:
     def path_for(self, sha256: str) -> Path:
         return self.root / "sha256" / sha256[:2] / sha256
 
+    def peek(self, sha256: str) -> int | None:
+        """The size of the file cached under ``sha256``, None if there is none. Not re-hashed and
+        never evicted (what a plan may look at; :meth:`lookup` verifies)."""
+        path = self.path_for(sha256)
+        return path.stat().st_size if path.is_file() else None
+
     def lookup(self, sha256: str) -> Path | None:
         """The cached file for ``sha256``, re-hashed first; a damaged one is evicted."""
         path = self.path_for(sha256)

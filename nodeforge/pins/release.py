@@ -330,8 +330,11 @@ class PrefetchItem:
     url: str
     fetched: Fetched | None = None
     error: NodeforgeError | None = None
-    in_cache: bool = False          # planned: a file is under its sha256 in the cache (not re-hashed)
-    cached_size: int | None = None  # planned: that file's size
+    cached_size: int | None = None  # planned: the size of the file under its sha256 in the cache (Cache.peek)
+
+    @property
+    def in_cache(self) -> bool:
+        return self.cached_size is not None
 
     def to_dict(self) -> dict:
         d = self.artifact.to_dict() | {"minors": self.minors, "source": SOURCE_OF[self.artifact.component].value,
@@ -397,10 +400,7 @@ def plan_prefetch(lock: Lockfile, sources: Sources, cache: Cache, *, minors: lis
             items[key].minors.append(a.minor)
         else:
             path = f"{SOURCE_OF[a.component].value}/{relpath(a.component, a.version, a.arch)}"
-            cached = cache.path_for(a.sha256)
-            size = cached.stat().st_size if cached.is_file() else None
-            items[key] = PrefetchItem(a, [a.minor], path, sources.url_for(a), in_cache=size is not None,
-                                      cached_size=size)
+            items[key] = PrefetchItem(a, [a.minor], path, sources.url_for(a), cached_size=cache.peek(a.sha256))
     return PrefetchPlan(lock, cache.root, list(items.values()), Path(bundle) if bundle is not None else None)
 
 
