@@ -114,10 +114,16 @@ class Context:
     venv: str = VENV               # the virtualenv the service runs from
 
     def admin_connection(self):
-        """An openstacksdk connection as the cloud's admin (project ``admin``), for one-off seeding."""
+        """An openstacksdk connection as the cloud's admin (project ``admin``), for one-off seeding.
+
+        Built from this cloud's own settings only: no ``clouds.yaml`` and no ``OS_*`` variable is
+        read. Otherwise an exported ``OS_CLOUD`` (``eval "$(nodeforge devcloud env)"`` of another
+        local cloud) wins over these arguments, and this cloud's Keystone would be seeded into
+        that other cloud, leaving its own catalog without Glance, Nova and the rest."""
         import openstack as sdk
 
         return sdk.connect(
+            load_yaml_config=False, load_envvars=False,
             auth_url=keystone_url(), username="admin", password=self.creds["admin_password"].reveal(),
             project_name="admin", user_domain_name="Default", project_domain_name="Default",
             region_name=REGION, identity_api_version="3", interface="public",
