@@ -5,7 +5,13 @@ state directory of its own under the session's temporary directory, every
 port shifted by a free offset, the service virtualenvs shared by symlink with
 the checkout's ``.devcloud/venvs``), and stops all of it at the end. It never
 reads or changes a cloud it did not start, so ``make demo`` then ``make test``
-in one checkout leave the demo's cloud as it was.
+in one checkout leave the demo's cloud as it was. The cloud settings of the
+shell the tests run in (every ``OS_*`` variable, ``NODEFORGE_DEVCLOUD_DIR``, ...:
+``tests/support/userenv.py``) are cleared first, so an exported ``nodeforge
+devcloud env`` of the demo's cloud never reaches the session's connections,
+its cloud's start-up or its subprocesses; their names are noted on stderr.
+``NODEFORGE_TEST_CLOUD_ONLY=image,...`` starts only those service groups (a
+nested session in a test that needs a few services).
 
 ``NODEFORGE_TEST_CLOUD=reuse`` opts in to running against the checkout's
 default local cloud (``nodeforge devcloud up``; started if it is down, and
@@ -20,6 +26,7 @@ import contextlib
 import fcntl
 import os
 import socket
+import sys
 import uuid
 from pathlib import Path
 
@@ -32,11 +39,22 @@ from nodeforge.devcloud.paths import Paths
 from tests.prereq import require
 # The test run's one real build and boot, made by the release pipeline (session fixtures).
 from tests.release_fixture import built_image, release_run, verified_build  # noqa: F401
+from tests.support import userenv
+
+# The cloud settings of the user's shell (an exported `nodeforge devcloud env`, OS_AUTH_URL, ...,
+# NODEFORGE_DEVCLOUD_DIR) are cleared when this module loads, before anything of the session runs:
+# fixtures, the local cloud's start-up and seeding, subprocesses, and the xdist workers (they
+# inherit this environment and load this module too). The session's own cloud settings are set by
+# the `devcloud` fixture; test-session knobs (NODEFORGE_TEST_CLOUD, ...) are kept.
+CLEARED_SETTINGS = userenv.clear()
 
 # CLI fixtures (run, no_cloud) for the tests that drive the CLI in-process.
 pytest_plugins = ["tests.support.cli"]
 
 MODE_ENV = "NODEFORGE_TEST_CLOUD"          # "own" (default) or "reuse"
+# Comma-separated service groups (`nodeforge devcloud up --only`) for a session that needs only
+# some of the cloud (a nested session in a test); default: every service.
+ONLY_ENV = "NODEFORGE_TEST_CLOUD_ONLY"
 # Offsets tried for the session's own cloud, first free one wins. Chosen so
 # that no port of one overlaps a port of another, of the default cloud
 # (offset 0), or of the second clouds some tests start (20000, 23000), and
@@ -61,6 +79,12 @@ RELEASE_MODULES = frozenset({
 })
 SECURITY_MODULE = "tests/pipeline/test_pipeline_security_e2e.py"
 FIRST_UNITS = (RELEASE_GROUP, SECURITY_GROUP)
+
+
+def pytest_configure(config):
+    if CLEARED_SETTINGS and not hasattr(config, "workerinput"):      # once: the controller, not each worker
+        sys.stderr.write(f"tests: cleared from the environment (the session sets its own cloud settings): "
+                         f"{', '.join(CLEARED_SETTINGS)}\n")
 
 
 def work_unit(nodeid: str) -> str:
@@ -216,7 +240,8 @@ def _session_cloud(cloud: DevCloud, *, own: bool, env: dict[str, str]):
     with _env(**env):
         started: list[str] = []
         try:
-            results = cloud.up()
+            only = [g.strip() for g in os.environ.get(ONLY_ENV, "").split(",") if g.strip()]
+            results = cloud.up(only or None)
             started = [r["service"] for r in results if r["action"] == "started"]
             with _env(OS_CLIENT_CONFIG_FILE=str(cloud.paths.clouds_yaml), OS_CLOUD=None):
                 yield RunningCloud(cloud, own)

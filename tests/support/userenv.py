@@ -1,0 +1,36 @@
+"""The cloud settings of the shell the tests run in, cleared before any test runs.
+
+``make test`` in a shell where ``eval "$(nodeforge devcloud env)"`` exported the
+demo's cloud (``OS_CLIENT_CONFIG_FILE``, ``OS_CLOUD``), or where ``OS_AUTH_URL``
+and friends name a production cloud, must not reach that cloud: openstacksdk
+and the ``openstack`` CLI read every ``OS_*`` variable, and an ``OS_CLOUD``
+wins over the arguments of a connection. The test session's own cloud settings
+are set by its fixtures (``tests/conftest.py``: ``devcloud``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import MutableMapping
+
+# nodeforge's own variables that select a cloud or a local cloud's state directory and ports.
+# Test-session knobs (NODEFORGE_TEST_CLOUD, NODEFORGE_VERIFY_ACCEL, ...) are kept.
+NODEFORGE_CLOUD_SETTINGS = frozenset({
+    "NODEFORGE_DEVCLOUD_DIR",            # the local cloud's state directory (clouds.yaml among it)
+    "NODEFORGE_DEVCLOUD_PORT_OFFSET",    # the local cloud's ports
+    "NODEFORGE_BAREMETAL_CLOUD",         # the cloud of the bare-metal commands (--baremetal-cloud)
+    "NODEFORGE_CLOUDS_YAML",             # the CI jobs' clouds.yaml (ci/)
+})
+
+
+def cloud_settings(environ: MutableMapping[str, str]) -> list[str]:
+    """The names of the variables in ``environ`` that select a cloud."""
+    return sorted(name for name in environ if name.startswith("OS_") or name in NODEFORGE_CLOUD_SETTINGS)
+
+
+def clear(environ: MutableMapping[str, str] = os.environ) -> list[str]:
+    """Remove every cloud setting from ``environ``; the names removed (never the values)."""
+    names = cloud_settings(environ)
+    for name in names:
+        del environ[name]
+    return names
