@@ -26,7 +26,10 @@ Stages (see ``docs/image-build.md``):
    rather than the content removed, times clamped to ``SOURCE_DATE_EPOCH``
    (from the inputs); the per-file manifest ``files.jsonl``
    (:mod:`.contents`, one pass); dpkg packages read from the tree, artifacts,
-   digests; stored in the tree at ``/etc/nodeforge/manifest.json``;
+   digests, the installed file of each artifact boot verification compares
+   (its sha256 from the per-file manifest, checked against the pin: for an
+   archive, its member; :func:`.manifest.installed_artifacts`); stored in the
+   tree at ``/etc/nodeforge/manifest.json``;
 6. **assemble** each variant from a hard-linked copy of the tree with the
    variant overlay applied (:mod:`.disk`): the VM disk as qcow2, the
    bare-metal disk as raw; every disk id derived from the content
@@ -564,6 +567,13 @@ def _build(plan: Plan, work: Path, stage: Path, logf: _Log, build_time, seconds)
     req, lock = plan.request, plan.lock
     entry = lock.minor(req.minor)
     t = time.monotonic()
+    # The digest each file boot verification compares must have, from the pins; an archive's member
+    # is read now, so an archive without it fails the build before diskimage-builder runs.
+    try:
+        pinned_files = mf.pinned_file_digests([a.manifest_entry() for a in plan.artifacts], plan.cache.path_for)
+    except mf.InstalledFileError as exc:
+        raise BuildError(detail=str(exc), hint="the pinned archive does not hold the file its element installs; "
+                                               "check the pin in the lockfile") from None
     if plan.rendered is not None:
         rendered = plan.rendered
         logf.step(f"elements rendered in {rendered.root} for Kubernetes {entry.version} ({req.arch.value}): "
@@ -619,6 +629,13 @@ def _build(plan: Plan, work: Path, stage: Path, logf: _Log, build_time, seconds)
     logf.step(f"per-file manifest: {files['entries']} entries, {files['bytes'] / GIB:.2f} GiB in files, "
               f"sha256 {files['sha256'][:16]} ({seconds['file_manifest']:.1f}s)")
     t = time.monotonic()
+    try:
+        installed = mf.installed_artifacts(pinned_files, entries)
+    except mf.InstalledFileError as exc:
+        raise BuildError(detail=str(exc), hint=f"an element installed another file than its pin; see the build "
+                                               f"log {plan.out.name}.failed.log beside the build") from None
+    logf.write("installed artifacts (checked against their pins, recorded in the manifest): "
+               + ", ".join(f"{c} {r['path']} {r['sha256'][:16]}" for c, r in installed.items()))
 
     # -- manifest ----------------------------------------------------------------------
     version = str(entry.version)
@@ -638,7 +655,7 @@ def _build(plan: Plan, work: Path, stage: Path, logf: _Log, build_time, seconds)
         source=mf.source_commit(REPO),
         package_base={"key": base.key, "sha256": base.meta["sha256"], "created": base.meta["created"],
                       "recipe": pb.RECIPE},
-        scope=lock.scope)
+        scope=lock.scope, installed=installed)
     if plan.os_lock is not None:
         manifest["os_package_lock"] = {"path": Path(plan.os_lock.path).name, "digest": plan.os_lock.digest(),
                                        "packages": len(plan.os_lock.packages)}

@@ -11,6 +11,15 @@ before scopes have none). The same file is stored inside every image at
 ``/etc/nodeforge/manifest.json``; the image checksums are in ``SHA256SUMS``
 beside it (an image cannot contain its own digest).
 
+``installed_artifacts`` records, for every pinned artifact boot verification
+compares (:data:`INSTALLED_FILES`: kubelet, kubeadm, kubectl, crictl,
+containerd, runc), the installed file's path and sha256; for crictl and
+containerd, pinned as archives, that is the digest of the archive member the
+image installs. The build checks each against its pin before recording it
+(:func:`pinned_file_digests`, :func:`installed_artifacts`), so ``image verify``
+needs only the build directory (optional: manifests written before it have
+none, and verify reads those members from the artifact cache).
+
 Reproducible content (``docs/image-build.md``): ``files`` records the
 per-file manifest of the root filesystem (``files.jsonl``, by sha256; see
 :mod:`.contents`) and ``reproducible`` the ``SOURCE_DATE_EPOCH`` and the
@@ -26,14 +35,17 @@ import dataclasses
 import datetime
 import hashlib
 import json
+import tarfile
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Callable, Iterable
 
 from pydantic import AfterValidator, ConfigDict, Field
 
 from nodeforge import scope as IC
 from nodeforge.base import runner
+from nodeforge.errors import NodeforgeError
 from nodeforge.pins.cache import sha256_file
+from nodeforge.pins.lockfile import Component
 from nodeforge.schema import Declared, Problem, Rule, SchemaError, register, validate_data, vocab
 
 SCHEMA = "nodeforge-image-manifest/1"
@@ -66,12 +78,120 @@ def source_commit(repo: Path) -> dict:
     return {"commit": rev.stdout.strip(), "dirty": bool(dirty.stdout.strip())}
 
 
+# --- installed artifacts: the files boot verification compares with the pins ---------------
+
+@dataclasses.dataclass(frozen=True)
+class InstalledFile:
+    """Where the image installs a pinned artifact's file (its element), and which file of the pinned
+    artifact it is."""
+
+    component: str
+    path: str                   # absolute, in the image
+    member: str | None = None   # the file inside the pinned archive (None: the pinned file itself)
+
+
+# The files the elements install and ``image verify``'s artifact checks compare
+# (nodeforge/imageverify/verifychecks.py ARTIFACTS is made from this table).
+INSTALLED_FILES = (
+    InstalledFile("kubelet", "/usr/local/bin/kubelet"),
+    InstalledFile("kubeadm", "/usr/local/bin/kubeadm"),
+    InstalledFile("kubectl", "/usr/local/bin/kubectl"),
+    InstalledFile("crictl", "/usr/local/bin/crictl", member="crictl"),
+    InstalledFile("containerd", "/usr/local/bin/containerd", member="bin/containerd"),
+    InstalledFile("runc", "/usr/local/sbin/runc"),
+)
+
+
+class InstalledFileError(NodeforgeError):
+    """A file the manifest must record is not what its pin says (or not there)."""
+
+    message = "{detail}"
+
+
+def _tar_name(name: str) -> str:
+    while name.startswith("./"):
+        name = name[2:]
+    return name.lstrip("/")
+
+
+def member_sha256(archive: Path, member: str) -> str | None:
+    """sha256 of the regular file ``member`` inside the tar archive ``archive`` (compressed or not; a
+    leading ``./`` ignored on both sides); None if the archive holds no such regular file."""
+    want = _tar_name(member)
+    with tarfile.open(archive) as tar:
+        for info in tar:
+            if info.isfile() and _tar_name(info.name) == want:
+                fh = tar.extractfile(info)
+                if fh is None:
+                    return None
+                h = hashlib.sha256()
+                while block := fh.read(1 << 20):
+                    h.update(block)
+                return h.hexdigest()
+    return None
+
+
+def pinned_file_digests(artifacts: list[dict], archive_for: Callable[[str], Path],
+                        files: Iterable[InstalledFile] = INSTALLED_FILES) -> dict[str, dict]:
+    """component -> ``{path, member (archives only), sha256}``: the sha256 each installed file of
+    ``files`` must have, from the pins in ``artifacts`` (the manifest's list): a pinned file's own
+    sha256, or for a pinned archive the sha256 of its ``member``, read from ``archive_for(the
+    archive's sha256)`` (the verified artifact cache). A component not pinned is left out. Raises
+    :class:`InstalledFileError` naming the archive and the member when the archive lacks it or
+    cannot be read."""
+    pins = {a["component"]: a for a in artifacts}
+    out: dict[str, dict] = {}
+    for f in files:
+        pin = pins.get(f.component)
+        if pin is None:
+            continue
+        digest = pin["sha256"]
+        if f.member is not None:
+            archive = archive_for(pin["sha256"])
+            what = (f"{f.component} {pin.get('version', '')}: the pinned archive sha256:{pin['sha256']} "
+                    f"({archive})")
+            try:
+                digest = member_sha256(archive, f.member)
+            except (OSError, tarfile.TarError) as exc:
+                raise InstalledFileError(detail=f"{what} cannot be read as a tar archive: {exc}") from None
+            if digest is None:
+                raise InstalledFileError(detail=f"{what} has no regular file {f.member!r}, the file the image "
+                                                f"installs as {f.path} and boot verification compares")
+        out[f.component] = {"path": f.path, **({"member": f.member} if f.member else {}), "sha256": digest}
+    return out
+
+
+def installed_artifacts(expected: dict[str, dict], entries: Iterable[dict]) -> dict[str, dict]:
+    """The manifest's ``installed_artifacts``: each file of ``expected`` (:func:`pinned_file_digests`)
+    as the root filesystem holds it, from its per-file manifest ``entries`` (:mod:`.contents`): a
+    regular file at its path whose sha256 is the pinned one. The digest recorded is the installed
+    file's. Raises :class:`InstalledFileError` naming the path when a file is missing, not a
+    regular file, or not the pinned file."""
+    paths = {want["path"] for want in expected.values()}
+    found = {e["path"]: e for e in entries if e.get("path") in paths}
+    out: dict[str, dict] = {}
+    for component, want in sorted(expected.items()):
+        pinned = (f"member {want['member']!r} of the pinned {component} archive" if want.get("member")
+                  else f"the pinned {component} file")
+        entry = found.get(want["path"])
+        if entry is None:
+            raise InstalledFileError(detail=f"{want['path']} is not in the root filesystem; the {component} "
+                                            f"element installs {pinned} there")
+        if entry.get("type") != "file":
+            raise InstalledFileError(detail=f"{want['path']} is a {entry.get('type')}, not a regular file "
+                                            f"({pinned})")
+        if entry.get("sha256") != want["sha256"]:
+            raise InstalledFileError(detail=f"{want['path']} has sha256 {entry.get('sha256')}; {pinned} has "
+                                            f"{want['sha256']}")
+        out[component] = dict(want, sha256=entry["sha256"])
+    return out
+
 
 def build_manifest(*, build_id: str, build_time: datetime.datetime, minor: str, kubernetes_version: str,
                    pause_image: str, base_os: dict, arch: str, variants: list[str], images: dict[str, str],
                    packages: list[dict], artifacts: list[dict], lockfile_path: Path, element_tree_digest: str,
                    hardening: dict, dib: dict, source: dict, package_base: dict | None = None,
-                   scope: str | None = None) -> dict:
+                   scope: str | None = None, installed: dict[str, dict] | None = None) -> dict:
     out = {
         "schema": SCHEMA,
         "build_id": build_id,
@@ -96,6 +216,10 @@ def build_manifest(*, build_id: str, build_time: datetime.datetime, minor: str, 
     if scope is not None:
         # The lockfile's ownership scope (its 'scope:', else derived from its path): publish's default.
         out["scope"] = scope
+    if installed is not None:
+        # Each verified artifact's installed file and its sha256 (installed_artifacts()): what
+        # 'image verify' compares the booted files with, without the artifact cache.
+        out["installed_artifacts"] = installed
     return out
 
 
@@ -148,6 +272,34 @@ class ArtifactDecl(_Open):
     version: str
     sha256: vocab.Sha256
     arch: str | None = None
+
+
+def _component(value: str) -> str:
+    if value not in {c.value for c in Component}:
+        raise ValueError(f"expected a pinned component ({', '.join(c.value for c in Component)}), got {value!r}")
+    return value
+
+
+def _image_path(value: str) -> str:
+    if not value.startswith("/") or "\x00" in value:
+        raise ValueError(f"expected an absolute path in the image, got {value!r}")
+    return value
+
+
+def _member(value: str) -> str:
+    if not value or value.startswith("/") or "\x00" in value:
+        raise ValueError(f"expected a file name inside the pinned archive (relative), got {value!r}")
+    return value
+
+
+class InstalledArtifactDecl(Declared):
+    """The installed file of one pinned artifact, as the build found it in the root filesystem and
+    checked against the pin (``image verify`` compares the booted file with ``sha256``)."""
+
+    path: Annotated[str, AfterValidator(_image_path), Rule("an absolute path in the image")]
+    member: Annotated[str, AfterValidator(_member),
+                      Rule("the file inside the pinned archive the installed file is (archives only)")] | None = None
+    sha256: vocab.Sha256
 
 
 class DigestDecl(_Open):
@@ -215,6 +367,9 @@ class ManifestDecl(Declared):
     os_package_lock: dict[str, Any] | None = None
     files: FilesDecl | None = None
     reproducible: ReproducibleDecl | None = None
+    installed_artifacts: Annotated[dict[Annotated[str, AfterValidator(_component)], InstalledArtifactDecl],
+                                   Rule("keys: pinned components; absent in manifests written before builds "
+                                        "recorded them")] | None = None
 
     # -- what readers use (one derivation each) -----------------------------------------
     def to_dict(self) -> dict:
@@ -263,7 +418,7 @@ def upgrade(doc: dict, path: str = "manifest.json") -> dict:
 
     * ``SCHEMA`` (what ``image build`` has written since the manifest exists, commit 3c085bb):
       returned as it is; later additions (package_base, scope, os_package_lock, files,
-      reproducible) are optional fields of the same schema.
+      reproducible, installed_artifacts) are optional fields of the same schema.
     * no ``schema`` key: :data:`LEGACY_SCHEMA`, the spellings the build-directory reader accepted
       besides the current ones since it was written (8e0af9c; no nodeforge writer produced
       them): ``build.id``/``build.time``; ``k8s_version``/``kubernetes_version``;

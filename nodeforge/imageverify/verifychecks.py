@@ -35,6 +35,8 @@ import json
 import re
 from typing import Any
 
+from nodeforge.imagebuild.manifest import INSTALLED_FILES
+
 MANIFEST_IN_IMAGE = "/etc/nodeforge/manifest.json"
 HARDENING_IN_IMAGE = "/etc/nodeforge/hardening.json"
 
@@ -47,14 +49,20 @@ class ArtifactProbe:
     member: str | None = None   # the file inside the pinned archive (None: the artifact is the file)
 
 
+def _artifact_probe(component: str, *version_args: str) -> ArtifactProbe:
+    """The probe of ``component``'s installed file: where the image installs it and which file of
+    the pinned artifact it is come from the build's table (the build records their digests)."""
+    f = next(f for f in INSTALLED_FILES if f.component == component)
+    return ArtifactProbe(component, f.path, (f.path, *version_args), member=f.member)
+
+
 ARTIFACTS = (
-    ArtifactProbe("kubelet", "/usr/local/bin/kubelet", ("/usr/local/bin/kubelet", "--version")),
-    ArtifactProbe("kubeadm", "/usr/local/bin/kubeadm", ("/usr/local/bin/kubeadm", "version", "-o", "short")),
-    ArtifactProbe("kubectl", "/usr/local/bin/kubectl", ("/usr/local/bin/kubectl", "version", "--client")),
-    ArtifactProbe("crictl", "/usr/local/bin/crictl", ("/usr/local/bin/crictl", "--version"), member="crictl"),
-    ArtifactProbe("containerd", "/usr/local/bin/containerd", ("/usr/local/bin/containerd", "--version"),
-                  member="bin/containerd"),
-    ArtifactProbe("runc", "/usr/local/sbin/runc", ("/usr/local/sbin/runc", "--version")),
+    _artifact_probe("kubelet", "--version"),
+    _artifact_probe("kubeadm", "version", "-o", "short"),
+    _artifact_probe("kubectl", "version", "--client"),
+    _artifact_probe("crictl", "--version"),
+    _artifact_probe("containerd", "--version"),
+    _artifact_probe("runc", "--version"),
 )
 SERVICE_CHECKS = (("containerd-active", "containerd.service", "active"),
                   ("kubelet-enabled", "kubelet.service", "enabled"))

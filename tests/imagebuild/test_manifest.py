@@ -69,7 +69,8 @@ def test_manifest_schema():
     assert manifest.validate(dict(m, extra=1)) == ["extra: unknown key (allowed: schema, build_id, build_time, "
                                                    "kubernetes, base_os, arch, variants, images, packages, artifacts, "
                                                    "lockfile, element_tree, hardening, diskimage_builder, source, "
-                                                   "package_base, scope, os_package_lock, files, reproducible)"]
+                                                   "package_base, scope, os_package_lock, files, reproducible, "
+                                                   "installed_artifacts)"]
 
 
 def test_manifest_validate_reports_bad_entries():
