@@ -68,12 +68,21 @@ def _emit_plan(app, plan: boottest.VerifyPlan) -> None:
         return
     lines = [f"accel: {plan.accel} ({plan.accel_note})", f"checks: {', '.join(plan.checks)}",
              f"controls: {plan.controls_source}"]
-    lines += [f"{component}: pinned archive {a['sha256'][:16]}... "
-              + ("in the cache" if a["in_cache"] else f"not in the cache: artifact-{component} would fail")
-              for component, a in plan.archives.items()]
+    lines += [_archive_line(component, a) for component, a in plan.archives.items()]
     lines.append(f"would write: {plan.report}, " + ", ".join(f"{v.console_log.name}, {v.guest_report.name}"
                                                              for v in plan.variants))
     click.echo("\n".join(lines))
+
+
+def _archive_line(component: str, a: dict) -> str:
+    """Where the expected digest of a pinned archive's member comes from (boottest.archives_in_cache)."""
+    head = f"{component}: {a['member']} in the pinned archive {a['sha256'][:16]}...: "
+    if a["source"] == "manifest":
+        return head + f"expected sha256 {a['member_sha256'][:16]}... {a['note']}"
+    if a["in_cache"]:
+        return head + f"read from the archive in the cache ({a['note']})"
+    return head + (f"the archive is not in the cache: artifact-{component} would fail ({a['note']}); run "
+                   "'nodeforge release prefetch' or pass --cache-dir")
 
 
 def _emit(app, build_dir: Path, variants) -> None:

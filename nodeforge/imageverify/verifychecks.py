@@ -13,7 +13,8 @@ paths that matched, sizes). Check ids:
 ``artifact-<component>``     kubelet, kubeadm, kubectl, crictl, containerd, runc:
                              the version it prints == the pin, its file's sha256 ==
                              the pinned sha256 (for an archive, the sha256 of the
-                             member inside the pinned archive)
+                             member inside the pinned archive, which the build
+                             records in the manifest: :func:`recorded_sha256`)
 ``containerd-active``        ``containerd.service`` active
 ``kubelet-enabled``          ``kubelet.service`` enabled
 ``NF-HARD-NNN``              each control of the hardening profile, with every
@@ -64,6 +65,30 @@ ARTIFACTS = (
     _artifact_probe("containerd", "--version"),
     _artifact_probe("runc", "--version"),
 )
+
+# The manifest field where a build records each installed file's digest (nodeforge/imagebuild/manifest.py).
+INSTALLED_FIELD = "installed_artifacts"
+
+
+def recorded_sha256(manifest: dict, probe: ArtifactProbe) -> tuple[str | None, str]:
+    """(sha256, where it comes from) of ``probe``'s installed file as the build recorded it in
+    ``manifest`` (``installed_artifacts``, checked against the pin when the image was built), or
+    (None, why not): a manifest written before builds recorded them, or one that records no such
+    file, or another path or archive member than the check reads."""
+    recorded = manifest.get(INSTALLED_FIELD)
+    if not isinstance(recorded, dict):
+        return None, (f"manifest.json has no {INSTALLED_FIELD}: built before builds recorded the installed "
+                      "files' digests")
+    rec = recorded.get(probe.component)
+    if not isinstance(rec, dict) or not rec.get("sha256"):
+        return None, f"manifest.json {INSTALLED_FIELD} records no {probe.component}"
+    if (rec.get("path"), rec.get("member")) != (probe.path, probe.member):
+        return None, (f"manifest.json {INSTALLED_FIELD} records {probe.component} as {rec.get('path')}"
+                      + (f" (member {rec['member']})" if rec.get("member") else "")
+                      + f"; the check reads {probe.path}" + (f" (member {probe.member})" if probe.member else ""))
+    return rec["sha256"], f"recorded by the build in manifest.json ({INSTALLED_FIELD})"
+
+
 SERVICE_CHECKS = (("containerd-active", "containerd.service", "active"),
                   ("kubelet-enabled", "kubelet.service", "enabled"))
 # Runtime items added to hardening controls whose titles promise them.

@@ -31,12 +31,13 @@ def make_build_dir(root: Path, *, k8s: str = "1.36.0", variants=("vm", "baremeta
                    verify: str | None = "passed", build_id: str | None = None,
                    build_time: datetime.datetime | None = None, packages: list | None = None,
                    baremetal_image: tuple[Path, str, str] | None = None, artifacts: list | None = None,
-                   hardening: dict | None = None) -> Path:
+                   hardening: dict | None = None, manifest_extra: dict | None = None) -> Path:
     """Create ``root/<build id>/`` and return it. ``verify``: passed, failed (NF-HARD-003 failed) for
     every variant, or None (no verify.json). ``baremetal_image``: (path, sha256, sha512) of an existing
     raw image to hard-link as the baremetal image instead of ``size`` random bytes (a benchmark's one
     big file). ``artifacts``, ``hardening``: the manifest's pinned artifacts (default: kubelet) and
-    hardening profile (default: one that is not the repository's)."""
+    hardening profile (default: one that is not the repository's); ``manifest_extra``: more manifest
+    keys (e.g. ``installed_artifacts``)."""
     build_id = build_id or f"nf-test-{k8s}-{uuid.uuid4().hex[:10]}"
     d = root / build_id
     d.mkdir(parents=True)
@@ -83,6 +84,7 @@ def make_build_dir(root: Path, *, k8s: str = "1.36.0", variants=("vm", "baremeta
         "hardening": hardening or {"profile": "nodeforge-k8s", "version": 1},
         "diskimage_builder": {"version": "3.43.0", "args": []},
         "source": {"commit": None, "dirty": None},
+        **(manifest_extra or {}),
     }
     text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
     (d / "manifest.json").write_text(text)

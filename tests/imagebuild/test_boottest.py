@@ -438,14 +438,19 @@ def test_verify_dry_run_prints_the_plan_and_writes_nothing(tmp_path, no_boot, ca
     assert doc["checks"] == vc.check_ids([c["id"] for c in PROFILE["controls"]])
     assert doc["controls"] == [c["id"] for c in PROFILE["controls"]]
     assert doc["controls_source"] == "elements/k8s-hardening/profile.yaml"
-    assert doc["archives"] == {"crictl": {"sha256": crictl, "in_cache": True},
-                               "containerd": {"sha256": SHA["containerd"], "in_cache": False}}
+    # A manifest without installed_artifacts (an older build): the members' digests come from the cache.
+    older = "manifest.json has no installed_artifacts: built before builds recorded the installed files' digests"
+    assert doc["archives"] == {
+        "crictl": {"sha256": crictl, "member": "crictl", "source": "cache", "in_cache": True, "note": older},
+        "containerd": {"sha256": SHA["containerd"], "member": "bin/containerd", "source": "cache", "in_cache": False,
+                       "note": older}}
 
     assert cli.main([*args, "--variant", "baremetal", "--accel", "kvm"]) == 0
     out = capsys.readouterr().out
     assert "plan (dry run)" in out and bm.path.name in out and vm.path.name not in out
     assert "uefi" in out and "config-2" in out and "kvm" in out and "NF-HARD-013" in out
-    assert "containerd: pinned archive" in out and "not in the cache: artifact-containerd would fail" in out
+    assert "containerd: bin/containerd in the pinned archive" in out
+    assert "not in the cache: artifact-containerd would fail" in out
     assert f"would write: {d / 'verify.json'}, verify-baremetal-console.log, verify-baremetal-guest.json" in out
 
     assert cli.main([*args, "--variant", "vm", "-o", "yaml", "--parallel"]) == 0
@@ -504,7 +509,7 @@ def test_member_digest_from_the_pinned_archive(tmp_path):
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
         member = tar.extractfile("bin/containerd").read()
     assert exp["containerd"]["sha256"] == hashlib.sha256(member).hexdigest()
-    assert exp["kubelet"] == {"version": "1.36.0", "sha256": "ab" * 32, "note": None}
+    assert exp["kubelet"] == {"version": "1.36.0", "sha256": "ab" * 32, "note": None, "source": "manifest"}
     assert exp["crictl"]["sha256"] is None and "prefetch" in exp["crictl"]["note"]
 
 
