@@ -352,23 +352,40 @@ def member_sha256(archive: Path, member: str) -> str | None:
 
 
 def artifact_expectations(manifest: dict, cache: Cache) -> dict[str, dict]:
-    """component -> {version, sha256 of the installed file (None if unknown), note}."""
+    """component -> {version, sha256 of the installed file (None if unknown), note, source}.
+
+    A pinned file's expected digest is its pin. A pinned archive's member (crictl, containerd) is
+    expected to have the digest the build recorded in the manifest (``installed_artifacts``;
+    ``source`` ``manifest``, no cache needed). A manifest without it (a build made before builds
+    recorded it) falls back to the member read from the pinned archive in the artifact cache
+    (``source`` ``cache``); the note says so and, when the archive is not there, what to run."""
     pins = {a["component"]: a for a in manifest.get("artifacts", []) if isinstance(a, dict)}
+    minor = (manifest.get("kubernetes") or {}).get("minor")
     out = {}
     for probe in vc.ARTIFACTS:
         pin = pins.get(probe.component)
         if pin is None:
             continue
-        entry = {"version": str(pin["version"]).lstrip("v"), "sha256": pin["sha256"], "note": None}
+        entry = {"version": str(pin["version"]).lstrip("v"), "sha256": pin["sha256"], "note": None,
+                 "source": "manifest"}
         if probe.member:
-            archive = cache.lookup(pin["sha256"])
-            if archive is None:
-                entry.update(sha256=None,
-                             note=f"pinned archive {pin['sha256'][:16]}... not in the artifact cache {cache.root}; "
-                                  "run 'nodeforge release prefetch' or pass --cache-dir")
+            where = f"{probe.member} inside the pinned archive sha256:{pin['sha256']}"
+            recorded, why = vc.recorded_sha256(manifest, probe)
+            if recorded is not None:
+                entry.update(sha256=recorded, note=f"{where}, {why}")
             else:
-                entry.update(sha256=member_sha256(archive, probe.member),
-                             note=f"{probe.member} inside the pinned archive sha256:{pin['sha256']}")
+                archive = cache.lookup(pin["sha256"])
+                digest = member_sha256(archive, probe.member) if archive is not None else None
+                if archive is None:
+                    note = (f"{why}; the pinned archive {pin['sha256'][:16]}... is not in the artifact cache "
+                            f"{cache.root}: run 'nodeforge release prefetch" + (f" --minor {minor}" if minor else "")
+                            + "' with the lockfile it was built from, or pass --cache-dir")
+                elif digest is None:
+                    note = (f"{why}; the pinned archive sha256:{pin['sha256']} in the artifact cache has no "
+                            f"{probe.member}")
+                else:
+                    note = f"{why}; {where}, read from the artifact cache {cache.root}"
+                entry.update(sha256=digest, note=note, source="cache")
         out[probe.component] = entry
     return out
 
@@ -673,13 +690,26 @@ def plan(req: VerifyRequest) -> VerifyPlan:
 
 
 def archives_in_cache(manifest: dict, cache: Cache) -> dict[str, dict]:
-    """component -> {sha256, in_cache} for the pinned archives whose member the artifact checks
-    compare (:func:`artifact_expectations`): whether a file is under its sha256 in the cache,
-    not re-hashed."""
+    """component -> {sha256, member, source, member_sha256 | in_cache, note} for the pinned archives
+    whose member the artifact checks compare (:func:`artifact_expectations`): where the member's
+    expected digest comes from. ``source`` ``manifest``: recorded by the build (``member_sha256``;
+    the cache is not needed); ``cache``: a manifest without it, the member is read from the
+    archive in the cache (``in_cache``: whether a file is under its sha256, not re-hashed); the
+    note says why."""
     pins = {a["component"]: a for a in manifest.get("artifacts", []) if isinstance(a, dict)}
-    return {p.component: {"sha256": pins[p.component]["sha256"],
-                          "in_cache": cache.peek(pins[p.component]["sha256"]) is not None}
-            for p in vc.ARTIFACTS if p.member and p.component in pins}
+    out = {}
+    for p in vc.ARTIFACTS:
+        if not p.member or p.component not in pins:
+            continue
+        sha = pins[p.component]["sha256"]
+        recorded, why = vc.recorded_sha256(manifest, p)
+        entry = {"sha256": sha, "member": p.member}
+        if recorded is not None:
+            entry.update(source="manifest", member_sha256=recorded, note=why)
+        else:
+            entry.update(source="cache", in_cache=cache.peek(sha) is not None, note=why)
+        out[p.component] = entry
+    return out
 
 
 def verify(req: VerifyRequest) -> list[VariantResult]:
