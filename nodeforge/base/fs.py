@@ -16,6 +16,11 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 
+def cache_home() -> Path:
+    """nodeforge's per-user cache directory: ``$XDG_CACHE_HOME/nodeforge`` (default ``~/.cache/nodeforge``)."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")) / "nodeforge"
+
+
 def atomic_write(path: Path, data: bytes | str, mode: int | None = None) -> Path:
     """Replace ``path`` with ``data`` atomically.
 

@@ -219,8 +219,7 @@ class BuildResult:
 def default_dib_cache() -> Path:
     if os.environ.get(ENV_DIB_CACHE):
         return Path(os.environ[ENV_DIB_CACHE])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "nodeforge" / "dib"
+    return fs.cache_home() / "dib"
 
 
 def debian_mirrors(env=None, sources: tuple[Path, ...] = APT_SOURCES) -> dict[str, str]:

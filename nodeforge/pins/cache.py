@@ -43,8 +43,7 @@ ENV_CACHE_DIR = "NODEFORGE_CACHE_DIR"
 def default_root() -> Path:
     if os.environ.get(ENV_CACHE_DIR):
         return Path(os.environ[ENV_CACHE_DIR])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "nodeforge" / "artifacts"
+    return fs.cache_home() / "artifacts"
 
 
 class DownloadError(NodeforgeError):
