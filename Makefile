@@ -49,7 +49,7 @@ demo: setup
 	$(BIN)/nodeforge devcloud up
 	$(BIN)/nodeforge devcloud check
 	$(BIN)/python -m nodeforge.demo
-	@echo "local cloud is up: eval \"\$$($(BIN)/nodeforge devcloud env)\" then use 'openstack'; 'make demo-down' stops it"
+	@echo "local cloud is up: eval \"\$$($(BIN)/nodeforge devcloud env)\" then use $(BIN)/openstack (e.g. '$(BIN)/openstack coe cluster template list'); 'make demo-down' stops it"
 
 demo-down:
 	$(BIN)/nodeforge devcloud down

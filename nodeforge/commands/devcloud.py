@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shlex
+
 import click
 
 from nodeforge import log, output
@@ -72,11 +74,12 @@ def status(app):
 @devcloud.command()
 @options.pass_app
 def env(app):
-    """Print shell exports that point OpenStack clients at the local cloud."""
+    """Print shell exports that point OpenStack clients at the local cloud
+    (for ``eval "$(nodeforge devcloud env)"``; values shell-quoted)."""
     values = _cloud().env()
     if app.output == "table":
         for key, value in values.items():
-            click.echo(f"export {key}={value}")
+            click.echo(f"export {key}={shlex.quote(value)}")
     else:
         output.emit(values, app.output)
 
