@@ -76,6 +76,7 @@ RELEASE_MODULES = frozenset({
     "tests/imagebuild/test_boottest.py", "tests/imagebuild/test_build_package_base.py",
     "tests/imagebuild/test_image_build.py", "tests/imagebuild/test_provenance_devcloud.py",
     "tests/imagebuild/test_publish_built.py", "tests/pipeline/test_pipeline_e2e.py",
+    "tests/imageverify/test_accel_fallback.py",
 })
 SECURITY_MODULE = "tests/pipeline/test_pipeline_security_e2e.py"
 FIRST_UNITS = (RELEASE_GROUP, SECURITY_GROUP)

@@ -323,8 +323,11 @@ ALLOWED = {
     ("nodeforge/imageverify/verify_guest.py", "running a host tool"):
         "runs inside the guest under the image's python3, standard library only (shipped as text in the seed)",
     ("nodeforge/imageverify/boottest.py", "running a host tool"):
-        "QEMU runs as a supervised process (Popen, polled for the guest's report, then stopped), and the KVM "
-        "probe is a QEMU started and killed after 1.5 s: neither is a command run to completion",
+        "QEMU runs as a supervised process (Popen, polled for the guest's report, then stopped): not a "
+        "command run to completion",
+    ("nodeforge/imageverify/accel.py", "running a host tool"):
+        "the KVM probe's guests run as supervised QEMU processes (Popen, their console polled until the "
+        "kernel finishes or stalls, then killed): not a command run to completion",
     ("nodeforge/devcloud/process.py", "running a host tool"):
         "the local cloud's daemons: detached Popen with pidfiles, health checks and stop (a supervisor, "
         "not a command run to completion)",

@@ -17,8 +17,10 @@ from nodeforge.imageverify import boottest
 @options.variants()
 @click.option("--timeout", type=click.FloatRange(min=10), default=boottest.DEFAULT_TIMEOUT, show_default=True,
               help="Seconds a boot may take until the guest reports; then QEMU is stopped and the variant fails.")
-@click.option("--accel", type=click.Choice(["auto", "kvm", "tcg"]), default="auto", show_default=True,
-              envvar=boottest.ENV_ACCEL, help="KVM if /dev/kvm works (auto), or force one.")
+@click.option("--accel", type=click.Choice(["auto", "kvm", "tcg"]), default=None,
+              help="auto: KVM once a probe guest has run under it on this host (cached per host boot), else "
+                   "TCG; a KVM boot that stalls is booted again under TCG. kvm or tcg force one.  "
+                   f"[default: ${boottest.ENV_ACCEL}, else auto]")
 @options.cache_dir("Artifact cache (for the pinned crictl/containerd archives' file digests).  "
                    "[default: $XDG_CACHE_HOME/nodeforge/artifacts]")
 @options.work_dir("Scratch space for overlays and seeds.  [default: $TMPDIR]")

@@ -232,6 +232,9 @@ def main(argv: list[str] | None = None) -> int:
     if not approved:
         say("  no approved image")
         code = code or 1
+    verified = record.find("verify", MINOR)
+    for variant, a in sorted(((verified.outputs or {}).get("accel") or {}).items() if verified else []):
+        say(f"  boot verification {variant}: under {a['accel']} ({a['why']})")
     lat = record.latency.get(MINOR) if record.latency else None
     if lat and lat.get("latency_seconds") is not None:
         say(f"  patch latency {lat['version']}: {lat['latency_seconds']:.0f}s (release on the mirror -> approved image)")

@@ -59,7 +59,8 @@ from nodeforge.base.fs import atomic_write
 from nodeforge.errors import ConfigError, MissingToolError, NodeforgeError
 from nodeforge.imagebuild import checksums
 from nodeforge.imageverify import builddir
-from nodeforge.imageverify import verify_guest, verifychecks as vc, verifyreport
+from nodeforge.imageverify import accel as accel_mod, verify_guest, verifychecks as vc, verifyreport
+from nodeforge.imageverify.bootwatch import ConsoleWatch, Limits, Stall
 from nodeforge.pins.cache import Cache
 from nodeforge.schema import loader
 
@@ -75,7 +76,7 @@ OVMF_PAIRS = (("/usr/share/OVMF/OVMF_CODE_4M.fd", "/usr/share/OVMF/OVMF_VARS_4M.
 GROW = 2 << 30
 MEMORY_MB = 2048
 DEFAULT_TIMEOUT = 900   # seconds: TCG boots take 3 min idle, up to 13 min on a loaded 2-core host
-ENV_ACCEL = "NODEFORGE_VERIFY_ACCEL"
+ENV_ACCEL = accel_mod.ENV_ACCEL
 ENV_WORK_DIR = "NODEFORGE_WORK_DIR"
 LINUX_ROOT_X86_64 = uuid.UUID("4f68bce3-e8cd-4db1-96e7-fbcaf984b709")
 LINUX_DATA = uuid.UUID("0fc63daf-8483-4772-8e79-3d69d8477de4")
@@ -112,6 +113,9 @@ class VariantResult:
     seconds: dict[str, float]
     error: str | None = None
     image_sha512: str = ""
+    accel_reason: str = ""
+    fallback: dict | None = None            # the stalled KVM boot this result's TCG boot replaced
+    timeline: dict[str, float] = dataclasses.field(default_factory=dict)   # stage -> seconds since QEMU start
 
     def section(self, build: builddir.BuildDir) -> dict:
         """This variant's part of ``verify.json`` (exactly :data:`verifyreport.SECTION_FIELDS`): the
@@ -123,6 +127,7 @@ class VariantResult:
             "accel": self.accel, "firmware": self.firmware, "console_log": self.console_log,
             "seconds": {k: round(v, 1) for k, v in self.seconds.items()},
             "summary": vc.summary(self.checks), "error": self.error, "checks": self.checks,
+            "accel_reason": self.accel_reason, "fallback": self.fallback, "timeline": self.timeline,
         }
 
 
@@ -137,117 +142,6 @@ def ovmf() -> tuple[Path, Path]:
         if Path(code).is_file() and Path(vars_).is_file():
             return Path(code), Path(vars_)
     raise MissingToolError(tool="OVMF UEFI firmware (/usr/share/OVMF)", package="ovmf")
-
-
-KVM_CPU = "host"                   # the CPU model a KVM boot uses (qemu_argv) and the probe tries
-KVM_PROBE_TIMEOUT = 30.0           # seconds for the whole probe (QEMU starts slowly on a loaded machine)
-
-
-def kvm_usable(qemu: str = QEMU, timeout: float = KVM_PROBE_TIMEOUT) -> bool:
-    """/dev/kvm opens read-write and QEMU can run a vCPU on it with the CPU model the boot uses
-    (nested setups often expose a /dev/kvm that fails on the first vCPU run, e.g. "failed to set
-    MSR 0x10a").
-
-    The answer must be positive: QEMU's monitor (QMP) reports the machine running and reads the
-    vCPU's registers (which needs the vCPU set up in KVM), and QEMU is still alive afterwards.
-    "Not dead yet after a moment" is not enough: on a loaded machine QEMU may not have reached its
-    first vCPU run by then, and the boot would then abort."""
-    if not os.access("/dev/kvm", os.R_OK | os.W_OK):
-        return False
-    argv = [qemu, "-machine", "q35,accel=kvm", "-cpu", KVM_CPU, "-smp", "1", "-nodefaults",
-            "-display", "none", "-m", "64", "-no-reboot", "-qmp", "stdio"]
-    try:
-        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                text=True, bufsize=1)
-    except OSError:
-        return False
-    try:
-        return _kvm_probe(proc, time.monotonic() + timeout)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
-        for stream in (proc.stdin, proc.stdout):
-            try:
-                stream.close()
-            except OSError:
-                pass
-
-
-def _kvm_probe(proc: subprocess.Popen, deadline: float) -> bool:
-    fd, pending = proc.stdout.fileno(), bytearray()
-
-    def line() -> bytes | None:
-        """One line of QEMU's output, read from the descriptor itself (a buffered reader would hold
-        lines that select() then no longer sees); None on EOF or the deadline."""
-        while b"\n" not in pending:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
-                return None
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                return None
-            pending.extend(chunk)
-        end = pending.index(b"\n") + 1
-        out = bytes(pending[:end])
-        del pending[:end]
-        return out
-
-    def answer() -> dict | None:
-        """The next QMP reply (events skipped), or None on EOF, garbage or the deadline."""
-        while True:
-            text = line()
-            if text is None:
-                return None
-            try:
-                doc = json.loads(text)
-            except ValueError:
-                return None
-            if isinstance(doc, dict) and "event" not in doc:
-                return doc
-
-    def ask(command: str, **arguments) -> dict | None:
-        try:
-            proc.stdin.write(json.dumps({"execute": command, **({"arguments": arguments} if arguments else {})})
-                             + "\n")
-            proc.stdin.flush()
-        except OSError:
-            return None
-        doc = answer()
-        return doc.get("return") if doc is not None and "return" in doc else None
-
-    greeting = answer()
-    if greeting is None or "QMP" not in greeting or ask("qmp_capabilities") is None:
-        return False
-    status = ask("query-status")
-    if not isinstance(status, dict) or status.get("status") != "running":
-        return False
-    registers = ask("human-monitor-command", **{"command-line": "info registers"})
-    if not isinstance(registers, str) or not re.search(r"\b[RE]IP=", registers):
-        return False
-    time.sleep(0.5)
-    return proc.poll() is None
-
-
-def planned_accel(requested: str = "auto") -> tuple[str, str]:
-    """(accelerator, why) without starting QEMU: ``$NODEFORGE_VERIFY_ACCEL`` or ``requested``;
-    ``auto`` is ``tcg`` when ``/dev/kvm`` does not open read-write, else it stays ``auto``
-    (only QEMU's probe, :func:`kvm_usable`, can tell)."""
-    requested = os.environ.get(ENV_ACCEL) or requested
-    if requested not in ("auto", "kvm", "tcg"):
-        raise NodeforgeError(f"unknown accelerator '{requested}' (auto, kvm or tcg)")
-    if requested != "auto":
-        return requested, f"forced (--accel or ${ENV_ACCEL})"
-    if not os.access("/dev/kvm", os.R_OK | os.W_OK):
-        return "tcg", "auto: /dev/kvm is not usable"
-    return "auto", "kvm if QEMU's KVM probe passes when the boot starts, else tcg; not probed by the plan"
-
-
-def choose_accel(requested: str = "auto") -> str:
-    accel, _ = planned_accel(requested)
-    if accel == "auto":
-        return "kvm" if kvm_usable() else "tcg"
-    return accel
 
 
 # --- image file reading (offline) -----------------------------------------------------------
@@ -310,6 +204,36 @@ class Ext4Reader:
         if not listing or name not in listing:
             return None
         return self._run(f'cat "{path}"').stdout
+
+
+def _version_key(name: str) -> list:
+    return [(0, int(part)) if part.isdigit() else (1, part) for part in re.split(r"(\d+)", name)]
+
+
+def probe_kernel(build: builddir.BuildDir, tools: dict[str, str], work: Path) -> Path:
+    """The image's own kernel (the newest ``/boot/vmlinuz-*`` of its root file system), copied to
+    ``work`` for the accelerator probe (:func:`accel.decide`). Read from a raw variant in place, else
+    from a scratch raw conversion of the qcow2."""
+    images = sorted(build.variants.values(), key=lambda i: i.disk_format != "raw")
+    image = images[0]
+    raw = image.path
+    if image.disk_format != "raw":
+        raw = work / "probe-image.raw"
+        qemuimg.convert(image.path, raw, src_fmt=image.disk_format, dest_fmt="raw", qemu_img=tools["qemu-img"])
+    try:
+        offset, _ = gpt_root_partition(raw)
+        fs = Ext4Reader(raw, offset, tools["debugfs"])
+        kernels = sorted((n for n in (fs.listdir("/boot") or {}) if n.startswith("vmlinuz-")), key=_version_key)
+        data = fs.read(f"/boot/{kernels[-1]}") if kernels else None
+    finally:
+        if raw != image.path:
+            raw.unlink(missing_ok=True)
+    if not data:
+        raise NodeforgeError(f"{image.path.name}: no /boot/vmlinuz-* in its root file system for the KVM probe",
+                             hint=f"use --accel tcg (or ${ENV_ACCEL}=tcg) to boot without probing KVM")
+    out = work / "probe-vmlinuz"
+    out.write_bytes(data)
+    return out
 
 
 def image_facts(raw: Path, controls: list[dict], debugfs: str = "debugfs") -> dict:
@@ -421,10 +345,20 @@ def hardening_controls(manifest: dict, image_doc: dict | None, profile_path: Pat
 def user_data(probes: dict, guest_script: str | None = None) -> str:
     """cloud-config that writes the collector and its probes to /run and starts
     it as a transient unit (outside the boot transaction, so it can wait for
-    the boot to finish)."""
+    the boot to finish).
+
+    The unit is started from ``bootcmd``, in cloud-init's first networked
+    stage, not from ``runcmd`` at the very end: the collector reads what the
+    boot cannot change (installed files, the versions they print) while the
+    boot goes on, and the rest once systemd says the boot is finished. bootcmd
+    runs before ``write_files``, so the unit waits for the files to appear;
+    ``--no-block`` and no default dependencies, because cloud-init's own unit
+    is ordered before the ``basic.target`` a default transient unit waits for."""
     script = guest_script if guest_script is not None else GUEST_SCRIPT.read_text()
     files = [("/run/nodeforge-verify/collect.py", "0700", script.encode()),
-             ("/run/nodeforge-verify/probes.json", "0600", json.dumps(probes, sort_keys=True).encode())]
+             ("/run/nodeforge-verify/probes.json", "0600", json.dumps(probes, sort_keys=True).encode()),
+             # Written last (write_files keeps its order): the collector's unit starts once it exists.
+             ("/run/nodeforge-verify/ready", "0600", b"ready\n")]
     lines = ["#cloud-config", "# nodeforge image verify: throwaway verification boot (not part of any image)",
              "write_files:"]
     for path, mode, data in files:
@@ -433,9 +367,11 @@ def user_data(probes: dict, guest_script: str | None = None) -> str:
     # Keep the host keys the image's own first-boot unit (nodeforge-ssh-host-keys) made: NF-HARD-010's
     # runtime item then tests the image's mechanism, and emulation skips a second round of key generation.
     lines += ["ssh_deletekeys: false", "ssh_genkeytypes: []"]
-    lines += ["runcmd:",
-              "  - [systemd-run, --unit=nodeforge-verify, --description=nodeforge image verify collector, "
-              "/usr/bin/python3, /run/nodeforge-verify/collect.py, /run/nodeforge-verify/probes.json]"]
+    wait = ("until [ -s /run/nodeforge-verify/ready ]; do sleep 0.2; done; exec /usr/bin/python3 /run/nodeforge-verify/collect.py "
+            "/run/nodeforge-verify/probes.json")
+    lines += ["bootcmd:",
+              "  - [systemd-run, --no-block, --unit=nodeforge-verify, --property=DefaultDependencies=no, "
+              f"--description=nodeforge image verify collector, /bin/sh, -c, {json.dumps(wait)}]"]
     return "\n".join(lines) + "\n"
 
 
@@ -476,7 +412,7 @@ def make_seed(path: Path, label: str, files: dict[str, bytes], genisoimage: str 
 def qemu_argv(*, variant: str, overlay: Path, seed: Path, console: Path, report: Path, accel: str,
               firmware: tuple[Path, Path] | None = None, smp: int = 2, memory_mb: int = MEMORY_MB) -> list[str]:
     argv = [QEMU, "-name", f"nodeforge-verify-{variant}", "-nodefaults", "-display", "none", "-no-reboot",
-            "-machine", f"q35,accel={accel}", "-cpu", KVM_CPU if accel == "kvm" else "max",
+            "-machine", f"{accel_mod.MACHINE},accel={accel}", "-cpu", accel_mod.CPU[accel],
             "-smp", str(smp), "-m", str(memory_mb)]
     if firmware:
         code, vars_copy = firmware
@@ -484,8 +420,9 @@ def qemu_argv(*, variant: str, overlay: Path, seed: Path, console: Path, report:
                  "-drive", f"if=pflash,format=raw,unit=1,file={vars_copy}"]
     argv += ["-drive", f"file={overlay},format=qcow2,if=virtio,cache=unsafe",
              "-drive", f"file={seed},format=raw,if=virtio,readonly=on",
-             # A NIC as Nova/Ironic give one; isolated (no route out), only slirp's DHCP answers.
-             "-nic", "user,model=virtio-net-pci,restrict=on",
+             # A NIC as Nova/Ironic give one; isolated (no route out), only slirp's DHCP answers. No
+             # option ROM: the firmware would load (SeaBIOS) or start (OVMF) iPXE, which no check needs.
+             "-netdev", "user,id=net0,restrict=on", "-device", "virtio-net-pci,netdev=net0,romfile=",
              "-serial", f"file:{console}", "-serial", f"file:{report}"]
     return argv
 
@@ -523,36 +460,46 @@ def parse_report(text: str) -> dict | None:
 
 
 def boot(argv: list[str], *, console: Path, report: Path, timeout: float, variant: str,
+         limits: Limits = Limits(), watch: ConsoleWatch | None = None,
          stop: Callable[[], bool] = lambda: False) -> tuple[dict, float]:
-    """Run QEMU until the report arrives (then stop it), it exits, or ``timeout``."""
+    """Run QEMU until the report arrives (then stop it), it exits, the boot stalls by ``limits``
+    (:meth:`ConsoleWatch.stalled`: a :class:`BootError` whose ``stall`` says why), or ``timeout``.
+    ``watch`` (made here if not given) keeps the boot's timeline for the caller."""
     t0 = time.monotonic()
+    watch = watch or ConsoleWatch(console, report, start=t0)
     log.info("booting %s: %s", variant, " ".join(argv))
     stderr = open(console.with_suffix(".qemu-stderr"), "w+")
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr,
                             start_new_session=True)
+
+    def failed(detail: str, **extra) -> BootError:
+        return BootError(variant=variant, detail=detail, lines=25, log=console.name, tail=console_tail(console),
+                         timeline=dict(watch.timeline), **extra)
+
     try:
         while True:
-            found = None
-            for source in (report, console):
-                try:
-                    text = source.read_bytes().decode("utf-8", "replace")
-                except OSError:
-                    continue
-                found = parse_report(text)
+            if watch.poll():
+                found = None
+                for source in (report, console):
+                    try:
+                        text = source.read_bytes().decode("utf-8", "replace")
+                    except OSError:
+                        continue
+                    found = parse_report(text)
+                    if found is not None:
+                        break
                 if found is not None:
-                    break
-            if found is not None:
-                return found, time.monotonic() - t0
+                    watch.timeline.setdefault("report", round(watch.elapsed(), 1))
+                    return found, time.monotonic() - t0
             if proc.poll() is not None:
                 stderr.seek(0)
                 err = stderr.read().strip()[-500:]
-                raise BootError(variant=variant, detail=f"QEMU exited with {proc.returncode} before the guest "
-                                                        f"reported" + (f": {err}" if err else ""),
-                                lines=25, log=console.name, tail=console_tail(console))
+                raise failed(f"QEMU exited with {proc.returncode} before the guest reported" + (f": {err}" if err else ""))
+            stall = watch.stalled(limits)
+            if stall is not None:
+                raise failed(f"boot stalled: {stall.detail}; QEMU stopped", stall=stall)
             if time.monotonic() - t0 > timeout or stop():
-                raise BootError(variant=variant, detail=f"no report within {timeout:.0f} s (boot hung or too "
-                                                        f"slow); QEMU stopped",
-                                lines=25, log=console.name, tail=console_tail(console))
+                raise failed(f"no report within {timeout:.0f} s (boot hung or too slow); QEMU stopped")
             time.sleep(0.5)
     finally:
         if proc.poll() is None:
@@ -573,10 +520,12 @@ class VerifyRequest:
     build_dir: Path
     variants: tuple[str, ...] = ()          # empty: every image in the build
     timeout: float = DEFAULT_TIMEOUT
-    accel: str = "auto"
+    accel: str | None = None                # None: $NODEFORGE_VERIFY_ACCEL, else auto (accel.requested)
     cache_dir: Path | None = None
     work_dir: Path | None = None
     keep_work: bool = False
+    watchdog: accel_mod.Watchdog = accel_mod.Watchdog()
+    accel_cache: Path | None = None         # where the KVM probe's answer is cached (default: user cache)
     grow: int = GROW
     profile_path: Path = PROFILE
     parallel: bool = False                  # boot the variants at the same time (one vCPU each)
@@ -660,7 +609,7 @@ def plan(req: VerifyRequest) -> VerifyPlan:
     first; one the build lacks is a :class:`builddir.BuildDirError`), find the
     host tools and, for ``baremetal``, OVMF, refuse bad checksums
     (:class:`VerifyRefused`), read the manifest, decide the accelerator
-    (:func:`planned_accel`: ``auto`` on a host whose ``/dev/kvm`` opens stays
+    (:func:`accel.planned`: ``auto`` on a host whose ``/dev/kvm`` opens stays
     ``auto``, the KVM probe starts QEMU) and the checks. Reads only: boots,
     starts and writes nothing; the artifact cache is looked at (is each pinned
     archive there), never re-hashed."""
@@ -672,7 +621,7 @@ def plan(req: VerifyRequest) -> VerifyPlan:
     _say(req)(f"checking {build.path.name}: SHA256SUMS and SHA512SUMS")
     refuse_bad_checksums(build.path)
     manifest = json.loads(build.manifest_path.read_text())
-    accel, accel_note = planned_accel(req.accel)
+    accel, _, accel_note = accel_mod.planned(req.accel)
     repo = repository_controls(manifest, req.profile_path)
     controls = [c["id"] for c in repo[0]] if repo is not None else None
     source = repo[1] if repo is not None else (f"{vc.HARDENING_IN_IMAGE} in each image (the repository's "
@@ -716,14 +665,17 @@ def verify(req: VerifyRequest) -> list[VariantResult]:
     """Verify the requested variants (all by default); write ``verify.json``.
 
     :func:`plan` first (it raises :class:`VerifyRefused` before booting on bad
-    checksums), then the KVM probe if the accelerator is ``auto``, then each
-    variant is read offline and booted. Returns the results (a failed check is
-    a result, not an exception); raises :class:`BootError` (after recording
-    the failure) if a boot hung or died."""
+    checksums), then the accelerator (:func:`accel.decide`: the KVM probe if
+    ``auto``, or its cached answer), then each variant is read offline and
+    booted. Returns the results (a failed check is a result, not an
+    exception); raises :class:`BootError` (after recording the failure) if a
+    boot hung or died."""
     p = plan(req)
-    accel = choose_accel(p.accel) if p.accel == "auto" else p.accel
+    say = _say(req)
+    decision = decide_accel(req, p)
+    say(f"accelerator: {decision.accel} ({decision.reason}; decided in {decision.seconds:.1f} s)")
     artifacts = artifact_expectations(p.manifest, Cache(req.cache_dir))
-    ctx = _Context(req, p.build, p.manifest, p.tools, p.firmware, accel, artifacts, p.smp, _say(req),
+    ctx = _Context(req, p.build, p.manifest, p.tools, p.firmware, decision, artifacts, p.smp, say,
                    threading.Lock())
     if p.parallel:
         with concurrent.futures.ThreadPoolExecutor(max_workers=len(p.variants)) as pool:
@@ -736,6 +688,26 @@ def verify(req: VerifyRequest) -> list[VariantResult]:
     return [r for r, _ in outcomes]
 
 
+def decide_accel(req: VerifyRequest, p: VerifyPlan) -> accel_mod.Decision:
+    """The accelerator the boots start with (:func:`accel.decide`); the probe boots the image's own
+    kernel (:func:`probe_kernel`), read only when no cached answer exists."""
+    work = Path(tempfile.mkdtemp(prefix="nodeforge-verify-kernel-",
+                                 dir=req.work_dir or os.environ.get(ENV_WORK_DIR) or None))
+    try:
+        return accel_mod.decide(req.accel, qemu=p.tools[QEMU], kernel=lambda: probe_kernel(p.build, p.tools, work),
+                                firmware=p.firmware or _ovmf_or_none(), cache_dir=req.accel_cache,
+                                work_dir=work, watchdog=req.watchdog, say=_say(req))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _ovmf_or_none() -> tuple[Path, Path] | None:
+    try:
+        return ovmf()
+    except MissingToolError:
+        return None
+
+
 @dataclasses.dataclass
 class _Context:
     req: VerifyRequest
@@ -743,67 +715,57 @@ class _Context:
     manifest: dict
     tools: dict[str, str]
     firmware: tuple[Path, Path] | None
-    accel: str
+    decision: accel_mod.Decision            # replaced by a TCG one when a KVM boot stalls under auto
     artifacts: dict[str, dict]
     smp: int
     say: Callable[[str], None]
     lock: threading.Lock
 
 
+@dataclasses.dataclass
+class _Boot:
+    """What one variant's boot needs besides the accelerator: its image, probes and sizes."""
+
+    vp: VariantPlan
+    image: builddir.VariantImage
+    probes: dict
+    instance: str
+    disk_bytes: int
+    work: Path
+
+
 def _verify_variant(ctx: _Context, vp: VariantPlan) -> tuple[VariantResult, BootError | None]:
-    req, build, tools, say = ctx.req, ctx.build, ctx.tools, ctx.say
-    variant, root, image = vp.variant, build.path, build.variant(vp.variant)
+    req, build, say = ctx.req, ctx.build, ctx.say
+    variant, image = vp.variant, build.variant(vp.variant)
     work = Path(tempfile.mkdtemp(prefix=f"nodeforge-verify-{variant}-",
                                  dir=req.work_dir or os.environ.get(ENV_WORK_DIR) or None))
-    console = vp.console_log
     seconds: dict[str, float] = {}
     t_all = time.monotonic()
     try:
         say(f"{variant}: reading {image.path.name} offline")
-        exp, facts, virtual = _offline(build, ctx.manifest, variant, tools, ctx.artifacts, req.profile_path,
+        exp, facts, virtual = _offline(build, ctx.manifest, variant, ctx.tools, ctx.artifacts, req.profile_path,
                                        req.grow, work)
         seconds["offline"] = time.monotonic() - t_all
         instance = str(uuid.uuid4())
         probes = vc.probes(exp, probe_id=instance, wait_seconds=max(60, int(req.timeout * 0.6)))
-        overlay = work / "overlay.qcow2"
-        qemuimg.overlay(image.path, image.disk_format, overlay, virtual + req.grow, qemu_img=tools["qemu-img"])
-        label, files = seed_files(variant, probes, instance)
-        seed = make_seed(work / "seed.iso", label, files, tools["genisoimage"])
-        fw = None
-        if vp.firmware == "uefi":
-            vars_copy = work / "OVMF_VARS.fd"
-            shutil.copyfile(ctx.firmware[1], vars_copy)
-            fw = (ctx.firmware[0], vars_copy)
-        report = work / "report.serial"
-        console.unlink(missing_ok=True)
-        argv = qemu_argv(variant=variant, overlay=overlay, seed=seed, console=console, report=report,
-                         accel=ctx.accel, firmware=fw, smp=ctx.smp)
-        say(f"{variant}: booting ({ctx.accel}, {'UEFI' if fw else 'BIOS'}, {ctx.smp} vCPU; "
-            f"timeout {req.timeout:.0f} s)")
-        error: BootError | None = None
+        job = _Boot(vp, image, probes, instance, virtual + req.grow, work)
         t = time.monotonic()
-        try:
-            guest, seconds["boot_to_verdict"] = boot(argv, console=console, report=report,
-                                                     timeout=req.timeout, variant=variant)
-        except BootError as exc:
-            error, guest = exc, {"error": str(exc).splitlines()[0]}
-        except ReportError as exc:
-            error = BootError(variant=variant, detail=str(exc), lines=25, log=console.name,
-                              tail=console_tail(console))
-            guest = {"error": str(exc)}
-        seconds.setdefault("boot_to_verdict", time.monotonic() - t)
+        guest, error, used, fallback, timeline = _boot_with_fallback(ctx, job)
+        seconds["boot_to_verdict"] = time.monotonic() - t
         # What the guest reported, kept beside the console log (judge() re-evaluates it without a boot).
         atomic_write(vp.guest_report, json.dumps(guest, indent=1, sort_keys=True) + "\n")
         checks = vc.evaluate(exp, guest, facts)
         seconds["total"] = time.monotonic() - t_all
         result = VariantResult(variant, all(c["passed"] for c in checks) and error is None, checks,
-                               image.path.name, image.sha256, ctx.accel, vp.firmware, console.name,
-                               seconds, str(error).splitlines()[0] if error else None, image_sha512=image.sha512)
+                               image.path.name, image.sha256, used.accel, vp.firmware, vp.console_log.name,
+                               seconds, str(error).splitlines()[0] if error else None, image_sha512=image.sha512,
+                               accel_reason=used.reason, fallback=fallback, timeline=timeline)
         with ctx.lock:
-            write_report(root, build, [result])
+            write_report(build.path, build, [result])
         failed = [c["id"] for c in checks if not c["passed"]]
         say(f"{variant}: {'passed' if result.passed else 'FAILED'} ({len(checks) - len(failed)}/{len(checks)} "
-            f"checks), boot to verdict {seconds['boot_to_verdict']:.0f} s"
+            f"checks) under {used.accel}, boot to verdict {seconds['boot_to_verdict']:.0f} s"
+            + (f" (after a stalled KVM boot: {fallback['reason']})" if fallback else "")
             + (f"; failed: {', '.join(failed)}" if failed else ""))
         return result, error
     finally:
@@ -811,6 +773,70 @@ def _verify_variant(ctx: _Context, vp: VariantPlan) -> tuple[VariantResult, Boot
             say(f"{variant}: work directory kept: {work}")
         else:
             shutil.rmtree(work, ignore_errors=True)
+
+
+def _boot_with_fallback(ctx: _Context, job: _Boot) -> tuple[dict, BootError | None, accel_mod.Decision,
+                                                             dict | None, dict]:
+    """Boot ``job`` under the current accelerator; a KVM boot that stalls is re-booted under TCG at
+    once when nodeforge chose KVM (``auto``), and fails fast naming the way out when it was forced.
+    Returns (guest report, error, the decision used, the fallback record or None, timeline)."""
+    decision, fallback = ctx.decision, None
+    guest, error, timeline = _boot_attempt(ctx, job, decision.accel)
+    stall = error.kwargs.get("stall") if error is not None else None
+    if stall is not None and decision.accel == "kvm":
+        tail = console_tail(job.vp.console_log, 15).splitlines()
+        if not decision.automatic:
+            error = BootError(variant=job.vp.variant, detail=f"KVM boot stalled: {stall.detail} ({decision.reason}); "
+                                                             f"this host's KVM does not run the guest",
+                              lines=15, log=job.vp.console_log.name, tail="\n".join(tail), stall=stall,
+                              hint=f"boot under TCG instead: --accel tcg or {ENV_ACCEL}=tcg")
+            return {"error": str(error).splitlines()[0]}, error, decision, None, timeline
+        fallback = {"from": "kvm", "reason": stall.detail, "stage": stall.stage, "seconds": stall.seconds,
+                    "console_tail": tail}
+        with ctx.lock:
+            if ctx.decision.accel == "kvm":
+                accel_mod.record_stall(ctx.tools[QEMU], stall.detail, ctx.req.accel_cache)
+                ctx.decision = accel_mod.Decision("tcg", f"auto: a boot under KVM stalled ({stall.detail}); "
+                                                         "TCG from then on", decision.source, automatic=True)
+            decision = ctx.decision
+        ctx.say(f"{job.vp.variant}: KVM boot stalled ({stall.detail}); booting again under TCG")
+        guest, error, timeline = _boot_attempt(ctx, job, "tcg")
+    return guest, error, decision, fallback, timeline
+
+
+def _boot_attempt(ctx: _Context, job: _Boot, accel: str) -> tuple[dict, BootError | None, dict]:
+    """One boot of a fresh overlay, seed and firmware variables; (guest report, error, timeline)."""
+    req, tools, vp = ctx.req, ctx.tools, job.vp
+    work = job.work / accel
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir()
+    overlay = work / "overlay.qcow2"
+    qemuimg.overlay(job.image.path, job.image.disk_format, overlay, job.disk_bytes, qemu_img=tools["qemu-img"])
+    label, files = seed_files(vp.variant, job.probes, job.instance)
+    seed = make_seed(work / "seed.iso", label, files, tools["genisoimage"])
+    fw = None
+    if vp.firmware == "uefi":
+        shutil.copyfile(ctx.firmware[1], work / "OVMF_VARS.fd")
+        fw = (ctx.firmware[0], work / "OVMF_VARS.fd")
+    report, console = work / "report.serial", vp.console_log
+    console.unlink(missing_ok=True)
+    argv = qemu_argv(variant=vp.variant, overlay=overlay, seed=seed, console=console, report=report,
+                     accel=accel, firmware=fw, smp=ctx.smp)
+    limits = req.watchdog.limits(accel)
+    ctx.say(f"{vp.variant}: booting ({accel}, {'UEFI' if fw else 'BIOS'}, {ctx.smp} vCPU; timeout "
+            f"{req.timeout:.0f} s, stalled after {limits.silence:.0f} s of silence"
+            + (f" or no kernel by {limits.kernel_by:.0f} s)" if limits.kernel_by else ")"))
+    watch = ConsoleWatch(console, report)
+    try:
+        guest, _ = boot(argv, console=console, report=report, timeout=req.timeout, variant=vp.variant,
+                        limits=limits, watch=watch)
+        return guest, None, dict(watch.timeline)
+    except BootError as exc:
+        return {"error": str(exc).splitlines()[0]}, exc, dict(watch.timeline)
+    except ReportError as exc:
+        error = BootError(variant=vp.variant, detail=str(exc), lines=25, log=console.name,
+                          tail=console_tail(console))
+        return {"error": str(exc)}, error, dict(watch.timeline)
 
 
 def _offline(build: builddir.BuildDir, manifest: dict, variant: str, tools: dict[str, str], artifacts: dict,

@@ -184,20 +184,59 @@ def wait_units(units, timeout):
             time.sleep(1)
 
 
-def collect(probes):
+def console(line):
+    """One line on the console, where the host's watch reads the boot's stages."""
+    try:
+        with open("/dev/console", "w") as con:
+            con.write("\r\n%s\r\n" % line)
+    except OSError:
+        pass
+
+
+def cloud_init_status():
+    """cloud-init's own status files (what ``cloud-init status --long`` prints, without starting
+    another Python)."""
+    lines = []
+    for name in ("status.json", "result.json"):
+        try:
+            with open("/run/cloud-init/" + name) as fh:
+                doc = json.load(fh)
+        except (OSError, ValueError) as exc:
+            lines.append("%s: %s" % (name, getattr(exc, "strerror", None) or exc))
+            continue
+        v1 = doc.get("v1") or {}
+        if name == "status.json":
+            stages = [k for k, v in sorted(v1.items()) if isinstance(v, dict) and v.get("finished")]
+            lines.append("stages finished: %s" % ", ".join(stages))
+            lines.append("datasource: %s" % v1.get("datasource"))
+        else:
+            lines.append("status: %s" % ("error" if v1.get("errors") else "done"))
+            lines.append("errors: %s" % (v1.get("errors") or []))
+    return "\n".join(lines)
+
+
+def collect_static(probes):
+    """What the boot cannot change (installed files and what they print): collected while the
+    boot is still going on."""
+    return {"commands": {name: run(argv) for name, argv in sorted(probes.get("commands", {}).items())},
+            "files": {path: sha256(path) for path in probes.get("files", [])}}
+
+
+def collect(probes, static=None):
     t0 = time.monotonic()
     report = {"format": FORMAT, "probes": probes.get("id")}
+    report.update(static if static is not None else collect_static(probes))
+    report["static_seconds"] = round(time.monotonic() - t0, 1)
     report["system_state"] = wait_running(probes.get("wait_seconds", 240))
     wait_units(probes.get("wait_units", []), probes.get("wait_seconds", 240))
     report["waited_seconds"] = round(time.monotonic() - t0, 1)
+    console("nodeforge verify: boot finished (%s); checking" % report["system_state"])
     uptime = text("/proc/uptime")
     report["uptime_seconds"] = float(uptime.split()[0]) if uptime else None
     report["kernel"] = os.uname().release
     report["cmdline"] = (text("/proc/cmdline") or "").strip() or None
     report["failed_units"] = run(["systemctl", "list-units", "--failed", "--plain", "--no-legend"])["output"]
-    report["cloud_init"] = run(["cloud-init", "status", "--long"])["output"]
-    report["commands"] = {name: run(argv) for name, argv in sorted(probes.get("commands", {}).items())}
-    report["files"] = {path: sha256(path) for path in probes.get("files", [])}
+    report["cloud_init"] = cloud_init_status()
     report["units"] = {name: unit(name) for name in probes.get("units", [])}
     report["sysctls"] = {key: sysctl(key) for key in probes.get("sysctls", [])}
     loaded = loaded_modules()
@@ -247,11 +286,7 @@ def main(argv):
     except Exception as exc:  # report the failure instead of hanging the host until its timeout
         report = {"format": FORMAT, "probes": probes.get("id"), "error": "%s: %s" % (type(exc).__name__, exc)}
     port = emit(frame(report))
-    try:
-        with open("/dev/console", "w") as con:
-            con.write("\r\nnodeforge verify: report written to %s\r\n" % port)
-    except OSError:
-        pass
+    console("nodeforge verify: report written to %s" % port)
     if probes.get("poweroff", True):
         subprocess.run(["systemctl", "poweroff", "--no-block"])
     return 0

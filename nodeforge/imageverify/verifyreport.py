@@ -23,7 +23,12 @@ required, no other field allowed, at any level)::
          "seconds": {"offline" | "boot_to_verdict" | "total": number >= 0},
          "summary": verifychecks.summary(checks),
          "error": str | null,
-         "checks": [verifychecks check, ...]}}}   # non-empty, unique ids, REQUIRED_CHECKS present
+         "checks": [verifychecks check, ...],   # non-empty, unique ids, REQUIRED_CHECKS present
+         # How the boot went (absent from reports written before they existed):
+         "accel_reason": str,            # why this accelerator (forced, probed, cached, fallen back)
+         "fallback": null | {"from": "kvm", "reason": str, "stage": stage, "seconds": number,
+                             "console_tail": [str, ...]},   # the stalled KVM boot replaced by this one
+         "timeline": {stage: seconds since QEMU started}}}} # bootwatch.STAGES first seen
 
 A check is exactly ``{id, title, passed, expected, observed, items, evidence}``
 as :func:`verifychecks._check` builds it (``passed`` == it has items and all
@@ -50,6 +55,7 @@ from pydantic import AfterValidator, Field
 from nodeforge import schema
 from nodeforge.errors import ConfigError, NodeforgeError
 from nodeforge.imageverify import verifychecks as vc
+from nodeforge.imageverify.bootwatch import STAGES
 from nodeforge.schema import Declared, Document, Rule, SchemaError, vocab
 from nodeforge.schema.loader import strict_json
 
@@ -59,7 +65,10 @@ SOURCE = "verify.json"
 VARIANTS = ("baremetal", "vm")
 TOP_FIELDS = ("schema", "build_id", "manifest_sha256", "variants")
 SECTION_FIELDS = ("passed", "build_id", "manifest_sha256", "image", "image_sha256", "image_sha512",
-                  "verified_at", "accel", "firmware", "console_log", "seconds", "summary", "error", "checks")
+                  "verified_at", "accel", "firmware", "console_log", "seconds", "summary", "error", "checks",
+                  "accel_reason", "fallback", "timeline")
+# Fields added to schema /2 later: optional, so reports written before them stay readable.
+LATER_FIELDS = ("accel_reason", "fallback", "timeline")
 CHECK_FIELDS = ("id", "title", "passed", "expected", "observed", "items", "evidence")
 ITEM_FIELDS = ("what", "expected", "observed", "passed")
 SECONDS_KEYS = ("offline", "boot_to_verdict", "total")
@@ -151,6 +160,16 @@ class VerifyCheck(Declared):
     evidence: list[str]
 
 
+class VerifyFallback(Declared):
+    """A KVM boot that stalled, replaced by a TCG boot of the same variant."""
+
+    from_: Literal["kvm"] = Field(alias="from")
+    reason: str
+    stage: Literal[STAGES]  # type: ignore[valid-type]
+    seconds: vocab.bounded(0)  # type: ignore[valid-type]
+    console_tail: list[str]
+
+
 class VerifySection(Declared):
     """One variant's verdict, bound to the build and the image's bytes."""
 
@@ -168,6 +187,10 @@ class VerifySection(Declared):
     summary: dict[str, Any] = Field(description="== verifychecks.summary(checks)")
     error: Optional[_NonEmpty]
     checks: list[VerifyCheck] = Field(description=f"non-empty, unique ids, these present: {', '.join(REQUIRED_CHECKS)}")
+    accel_reason: Optional[str] = Field(None, description="why this accelerator (absent in older reports)")
+    fallback: Optional[VerifyFallback] = Field(None, description="the stalled KVM boot this one replaced")
+    timeline: Optional[dict[Literal[STAGES], vocab.bounded(0)]] = Field(  # type: ignore[valid-type]
+        None, description="boot stage -> seconds since QEMU started, when first seen on the console")
 
 
 class VerifyReport(Declared):

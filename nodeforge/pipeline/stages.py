@@ -49,7 +49,7 @@ class PipelineConfig:
     work_dir: Path | None = None
     dib_cache: Path | None = None
     verify_timeout: float = 900.0
-    accel: str = "auto"
+    accel: str | None = None        # None: $NODEFORGE_VERIFY_ACCEL, else auto
     arch: str = Arch.AMD64.value
     jobs: int = 4
     fixture: str | None = None      # artifacts come from a fixture mirror: this label goes on every image
@@ -383,8 +383,26 @@ def verify(ctx: StageContext) -> dict:
                                         hint=f"the report in {build_dir / builddir.VERIFY} does not pass the check "
                                              "publish and promote apply")
         results = {v: "passed" for v in written.variants}
-    return {"variants": results, "verify_json": str(build_dir / builddir.VERIFY),
-            "summary": ", ".join(f"{v} {s}" for v, s in sorted(results.items()))}
+    accel = _accelerators(build_dir)
+    return {"variants": results, "verify_json": str(build_dir / builddir.VERIFY), "accel": accel,
+            "summary": ", ".join(f"{v} {s}" + (f" under {accel[v]['accel']}" if v in accel else "")
+                                 for v, s in sorted(results.items()))
+                       + "".join(sorted({f"; {a['why']}" for a in accel.values()}))}
+
+
+def _accelerators(build_dir: Path) -> dict[str, dict]:
+    """variant -> {accel, why, fallback}: which accelerator each variant's boot used and why, from
+    its verify.json section (reports written before these fields say nothing)."""
+    from nodeforge.imageverify import boottest
+
+    out = {}
+    for variant, section in boottest.read_report(build_dir)["variants"].items():
+        fallback = section.get("fallback")
+        why = section.get("accel_reason") or "reason not recorded"
+        if fallback:
+            why = f"{variant}: KVM stalled ({fallback['reason']}), booted again under TCG"
+        out[variant] = {"accel": section["accel"], "why": why, "fallback": fallback}
+    return out
 
 
 def publish(ctx: StageContext) -> dict:

@@ -213,8 +213,12 @@ def test_user_data_writes_the_collector_and_probes():
     assert json.loads(files["/run/nodeforge-verify/probes.json"]) == probes
     assert all(f["path"].startswith("/run/") for f in doc["write_files"])      # nothing persistent
     assert doc["ssh_deletekeys"] is False and doc["ssh_genkeytypes"] == []   # the image's own keys are kept
-    run = doc["runcmd"][0]
-    assert run[0] == "systemd-run" and "/run/nodeforge-verify/collect.py" in run
+    # Started early (bootcmd, before write_files), outside the boot transaction, once the files are there.
+    assert "runcmd" not in doc
+    run = doc["bootcmd"][0]
+    assert run[:2] == ["systemd-run", "--no-block"] and "--property=DefaultDependencies=no" in run
+    assert run[-1].startswith("until [ -s /run/nodeforge-verify/ready ]") and "collect.py" in run[-1]
+    assert [f["path"] for f in doc["write_files"]][-1] == "/run/nodeforge-verify/ready"   # written last
 
 
 @pytest.mark.parametrize("variant, label, paths", [
@@ -289,7 +293,7 @@ def test_checksum_mismatch_is_refused_before_booting(tmp_path, monkeypatch, caps
         fh.write(b"tampered")
     booted = []
     monkeypatch.setattr(boottest, "boot", lambda *a, **k: booted.append(a))
-    monkeypatch.setattr(boottest, "choose_accel", lambda *a: booted.append("accel") or "tcg")
+    monkeypatch.setattr(boottest.accel_mod, "decide", lambda *a, **k: booted.append("accel") or pytest.fail("decided"))
     code = cli.main(["image", "verify", str(d), "--accel", "tcg"])
     err = capsys.readouterr().err
     assert code != 0 and booted == []
@@ -405,7 +409,7 @@ def no_boot(monkeypatch, tmp_path):
     monkeypatch.setattr(boottest, "require_tools", lambda: {t: f"/nonexistent/bin/{t}" for t in boottest.TOOLS})
     monkeypatch.setattr(boottest, "ovmf", lambda: (code, vars_))
     monkeypatch.setattr(boottest, "boot", lambda *a, **k: booted.append(a) or pytest.fail("booted"))
-    monkeypatch.setattr(boottest, "kvm_usable", lambda *a, **k: booted.append("kvm probe") or pytest.fail("probed"))
+    monkeypatch.setattr(boottest.accel_mod, "probe", lambda *a, **k: booted.append("kvm probe") or pytest.fail("probed"))
     monkeypatch.delenv(boottest.ENV_ACCEL, raising=False)
     return booted
 
