@@ -42,11 +42,9 @@ import json
 import logging
 import os
 import re
-import select
 import shutil
 import struct
 import subprocess
-import tarfile
 import tempfile
 import threading
 import time
@@ -57,10 +55,10 @@ from typing import Callable
 from nodeforge.base import qemuimg, runner
 from nodeforge.base.fs import atomic_write
 from nodeforge.errors import ConfigError, MissingToolError, NodeforgeError
-from nodeforge.imagebuild import checksums
+from nodeforge.imagebuild import checksums, manifest as manifest_mod
 from nodeforge.imageverify import builddir
 from nodeforge.imageverify import accel as accel_mod, verify_guest, verifychecks as vc, verifyreport
-from nodeforge.imageverify.bootwatch import ConsoleWatch, Limits, Stall
+from nodeforge.imageverify.bootwatch import ConsoleWatch, Limits
 from nodeforge.pins.cache import Cache
 from nodeforge.schema import loader
 
@@ -265,16 +263,6 @@ def image_facts(raw: Path, controls: list[dict], debugfs: str = "debugfs") -> di
 
 # --- expectations ------------------------------------------------------------------------
 
-def member_sha256(archive: Path, member: str) -> str | None:
-    want = member.lstrip("./")
-    with tarfile.open(archive) as tar:
-        for info in tar:
-            if info.isfile() and info.name.lstrip("./") == want:
-                fh = tar.extractfile(info)
-                return hashlib.sha256(fh.read()).hexdigest() if fh else None
-    return None
-
-
 def artifact_expectations(manifest: dict, cache: Cache) -> dict[str, dict]:
     """component -> {version, sha256 of the installed file (None if unknown), note, source}.
 
@@ -299,7 +287,7 @@ def artifact_expectations(manifest: dict, cache: Cache) -> dict[str, dict]:
                 entry.update(sha256=recorded, note=f"{where}, {why}")
             else:
                 archive = cache.lookup(pin["sha256"])
-                digest = member_sha256(archive, probe.member) if archive is not None else None
+                digest = manifest_mod.member_sha256(archive, probe.member) if archive is not None else None
                 if archive is None:
                     note = (f"{why}; the pinned archive {pin['sha256'][:16]}... is not in the artifact cache "
                             f"{cache.root}: run 'nodeforge release prefetch" + (f" --minor {minor}" if minor else "")
@@ -579,7 +567,7 @@ class VerifyPlan:
     checks: list[str]                       # the check ids each variant gets
     controls: list[str] | None              # the hardening control ids; None: read from each image
     controls_source: str                    # where the hardening controls come from
-    archives: dict[str, dict]               # component -> {sha256, in_cache}: archives the artifact checks read
+    archives: dict[str, dict]               # component -> where each archive member's expected digest comes from (archives_in_cache)
 
     @property
     def report(self) -> Path:
@@ -611,8 +599,9 @@ def plan(req: VerifyRequest) -> VerifyPlan:
     (:class:`VerifyRefused`), read the manifest, decide the accelerator
     (:func:`accel.planned`: ``auto`` on a host whose ``/dev/kvm`` opens stays
     ``auto``, the KVM probe starts QEMU) and the checks. Reads only: boots,
-    starts and writes nothing; the artifact cache is looked at (is each pinned
-    archive there), never re-hashed."""
+    starts and writes nothing; each archive member's expected digest is taken
+    from the manifest, or for an older build the artifact cache is looked at
+    (is each pinned archive there), never re-hashed (:func:`archives_in_cache`)."""
     build = builddir.load(req.build_dir)
     names = req.variants or tuple(sorted(build.variants, key=lambda v: (v != "vm", v)))
     images = [build.variant(v) for v in names]

@@ -80,6 +80,7 @@ class ConsoleWatch:
         self.tails = [b""] * len(self.files)
         self.timeline: dict[str, float] = {"firmware": 0.0}
         self.last_output = self.start
+        self.longest_silence = 0.0       # the longest wait for output so far (evidence for Limits.silence)
         self.output_bytes = 0
 
     @property
@@ -108,7 +109,9 @@ class ConsoleWatch:
             self._markers(self.tails[i] + chunk)
             self.tails[i] = (self.tails[i] + chunk)[-_OVERLAP:]
         if grew:
-            self.last_output = self.clock()
+            now = self.clock()
+            self.longest_silence = max(self.longest_silence, now - self.last_output)
+            self.last_output = now
         return grew
 
     def _markers(self, data: bytes) -> None:
