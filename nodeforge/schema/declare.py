@@ -244,6 +244,19 @@ def kind_of(value) -> str:
     return type(value).__name__
 
 
+def kind_word(value) -> str:
+    """What kind of value it is, without the value (for a secret field)."""
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, datetime.date):
+        return "a date"
+    if isinstance(value, str):
+        return "a string"
+    return kind_of(value) if value is None or isinstance(value, (dict, list)) else type(value).__name__
+
+
 def _allowed_keys(model, keypath: tuple, data) -> list[str] | None:
     if model is None:
         return None
@@ -329,6 +342,9 @@ def _detail(err: dict, document: Document, keypath: tuple, model, on_key: bool) 
         if kind.startswith("nodeforge_"):
             return err.get("msg", "invalid")      # a nodeforge validator's own message (never holds the value)
         want = _TYPE_WORDS.get(kind)
+        if kind == "string_type" and isinstance(value, (bool, int, float, datetime.date)):
+            # YAML's implicit typing (0123, true, 1e3): the text as written is the secret, so only the hint.
+            return f"expected a string, got {kind_word(value)}; quote it; the value is not shown (a secret field)"
         if want:
             return f"expected {want}; the value is not shown (a secret field)"
         msg = err.get("msg", "invalid")
