@@ -23,7 +23,7 @@ from pathlib import Path
 
 CHILD = r"""
 import json, os, sys, time
-os.environ.setdefault("NF_BENCH_PW", "bench-pw-123456")
+os.environ.setdefault("NODEFORGE_SECRET_BENCH_PW", "bench-pw-123456")
 from nodeforge.ironic import inventory as inv
 from nodeforge.schema import loader
 if sys.argv[2] == "roundtrip":            # the peer: no tree from libyaml's events
@@ -42,7 +42,7 @@ print(json.dumps({"seconds": seconds, "peak_mb": hwm / 1024, "outcome": outcome}
 
 def nodeforge_yaml(n: int) -> str:
     lines = ["version: 1", "defaults:", "  resource_class: baremetal-compute", "  bmc:", "    username: admin",
-             "    password: env:NF_BENCH_PW", "nodes:"]
+             "    password: env:NODEFORGE_SECRET_BENCH_PW", "nodes:"]
     for i in range(n):
         a, b = divmod(i, 250)
         m = f"{i >> 16 & 255:02x}:{i >> 8 & 255:02x}:{i & 255:02x}"
@@ -60,7 +60,7 @@ def bulk_yaml(n: int) -> str:
         m = f"{i >> 16 & 255:02x}:{i >> 8 & 255:02x}:{i & 255:02x}"
         lines += [f"  - name: node-{i:05d}", "    driver: ipmi", "    driver_info:",
                   f"      ipmi_address: 10.{a // 250}.{a % 250}.{b + 1}", "      ipmi_username: admin",
-                  "      ipmi_password: env:NF_BENCH_PW", "    resource_class: baremetal-compute",
+                  "      ipmi_password: env:NODEFORGE_SECRET_BENCH_PW", "    resource_class: baremetal-compute",
                   "    properties: {cpu_arch: x86_64, memory_mb: 262144, local_gb: 900, cpus: 64}",
                   "    portgroups:", f"      - name: node-{i:05d}-bond0", "        mode: 802.3ad", "        ports:",
                   f"          - {{address: '02:4e:{m}:00', pxe_enabled: true}}",

@@ -19,8 +19,14 @@ from nodeforge.base import secrets as secrets_mod
 
 
 def _inventory_options(fn):
+    fn = click.option("--secrets-dir", type=click.Path(file_okay=False, path_type=Path),
+                      envvar=secrets_mod.SECRETS_DIR_ENV,
+                      help="A directory file: credentials may point into besides the inventory's own "
+                           "(symlinks resolved).  [env var: NODEFORGE_SECRETS_DIR]")(fn)
     fn = click.option("--key-file", type=click.Path(dir_okay=False, path_type=Path),
-                      help="Fernet key for fernet: credentials.  [default: $NODEFORGE_INVENTORY_KEY(_FILE)]")(fn)
+                      help="Fernet key for fernet: credentials: a regular file of at most 4 KiB (a pipe or "
+                           "FIFO is refused; set $NODEFORGE_INVENTORY_KEY instead).  "
+                           "[default: $NODEFORGE_INVENTORY_KEY(_FILE)]")(fn)
     fn = click.option("--allow-plaintext-secrets", is_flag=True,
                       help="Accept passwords written in the inventory itself (refused by default).")(fn)
     fn = click.option("--format", "fmt", type=click.Choice([f.value for f in inv_mod.Format]),
@@ -29,10 +35,11 @@ def _inventory_options(fn):
     return fn
 
 
-def _load(app, file, fmt, allow_plaintext_secrets, key_file):
+def _load(app, file, fmt, allow_plaintext_secrets, key_file, secrets_dir):
     # An invalid inventory raises InventoryError; with --output json|yaml the
     # CLI's error document carries its issues (valid: false, file, issues).
-    return inv_mod.load(file, fmt=fmt, allow_plaintext=allow_plaintext_secrets, key_file=key_file)
+    return inv_mod.load(file, fmt=fmt, allow_plaintext=allow_plaintext_secrets, key_file=key_file,
+                        secrets_dir=secrets_dir)
 
 
 @click.group()
@@ -43,9 +50,9 @@ def baremetal():
 @baremetal.command()
 @_inventory_options
 @options.pass_app
-def validate(app, file, fmt, allow_plaintext_secrets, key_file):
+def validate(app, file, fmt, allow_plaintext_secrets, key_file, secrets_dir):
     """Validate a whole inventory (every problem with file, line/row and field); writes nothing."""
-    inv = _load(app, file, fmt, allow_plaintext_secrets, key_file)
+    inv = _load(app, file, fmt, allow_plaintext_secrets, key_file, secrets_dir)
     rows = [{"name": n.name, "driver": n.driver, "bmc": n.bmc.address, "macs": " ".join(n.macs),
              "resource_class": n.resource_class, "cleaning": n.cleaning.mode.value, "inspect": n.inspect}
             for n in inv.nodes]
@@ -58,9 +65,9 @@ def validate(app, file, fmt, allow_plaintext_secrets, key_file):
 @_inventory_options
 @click.option("--jobs", type=click.IntRange(1, 128), default=16, show_default=True, help="BMCs checked at once.")
 @options.pass_app
-def preflight(app, file, fmt, allow_plaintext_secrets, key_file, jobs):
+def preflight(app, file, fmt, allow_plaintext_secrets, key_file, secrets_dir, jobs):
     """Check every BMC in parallel (reachable, credentials, TLS, system id, power state)."""
-    inv = _load(app, file, fmt, allow_plaintext_secrets, key_file)
+    inv = _load(app, file, fmt, allow_plaintext_secrets, key_file, secrets_dir)
     checks, rep = batch.preflight(inv, jobs=jobs)
     output.emit({**rep.to_dict(), "checks": [c.to_dict() for c in checks]}, app.output,
                 rows=[c.to_dict() for c in checks], columns=["name", "bmc", "ok", "failure", "power_state", "detail"])
@@ -84,13 +91,13 @@ def preflight(app, file, fmt, allow_plaintext_secrets, key_file, jobs):
 @click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the report: .json, or .xml for JUnit.")
 @options.pass_app
-def enroll(app, file, fmt, allow_plaintext_secrets, key_file, dry_run, jobs, no_lifecycle, concurrency,
+def enroll(app, file, fmt, allow_plaintext_secrets, key_file, secrets_dir, dry_run, jobs, no_lifecycle, concurrency,
            max_recoveries, macs_from_bmc, timeout, report_path):
     """Create missing nodes, update drifted ones, then manage -> (inspect) -> clean -> provide.
 
     A second run of the same file makes no write call. Exit: 0 all nodes good,
     3 some failed, 1 none succeeded."""
-    inv = _load(app, file, fmt, allow_plaintext_secrets, key_file)
+    inv = _load(app, file, fmt, allow_plaintext_secrets, key_file, secrets_dir)
     settings = batch.Settings(jobs=jobs, lifecycle=not no_lifecycle, concurrency=concurrency,
                               max_recoveries=max_recoveries, timeout=timeout, macs_from_bmc=macs_from_bmc)
     prov = batch.provisioner(app.connect(), settings)
@@ -153,12 +160,17 @@ def encrypt(app, key_file):
     """Read a password on stdin, print it as fernet:TOKEN for the inventory.
 
     The password is the whole of standard input less one trailing newline
-    (LF or CRLF); a password of several lines is refused."""
+    (LF or CRLF); a password of several lines, or of more than 4 KiB (standard
+    input is read no further), is refused."""
     key = secrets_mod.load_key(key_file)
     if key is None:
         raise UsageError(detail=f"no key: pass --key-file or set ${secrets_mod.KEY_ENV}")
     try:
-        value = secrets_mod.strip_newline(sys.stdin.buffer.read().decode("utf-8"))
+        raw = secrets_mod.read_stream(sys.stdin.buffer, what="the password on stdin")
+    except secrets_mod.SecretRefError as exc:
+        raise UsageError(detail=str(exc)) from None
+    try:
+        value = secrets_mod.strip_newline(raw.decode("utf-8"))
     except UnicodeDecodeError:
         raise UsageError(detail="the password on stdin is not UTF-8 text") from None
     if not value:

@@ -512,6 +512,19 @@ def _secret_error(detail: str) -> PydanticCustomError:
     return PydanticCustomError("nodeforge_secret", "{detail}", {"detail": detail})
 
 
+def _of_node(detail: str, node: str | None) -> str:
+    """``detail`` naming the node (None: the key path names it already, or the value came from defaults)."""
+    return f"{detail} (node {node})" if node else detail
+
+
+def _node_label(name: Any, keypath: tuple) -> str | None:
+    """The node name a secret's problem adds to its key path: none when the key path starts with
+    the name (Bifrost) or the value is the one ``defaults`` gives every node (one problem, not one a node)."""
+    if not isinstance(name, str) or not name or keypath[:1] in (("defaults",), (name,)):
+        return None
+    return name
+
+
 def _bmc_kind(info: ValidationInfo) -> BmcKind | None:
     address = info.data.get("address")
     return parse_bmc_url(address)[0] if address else None
@@ -565,7 +578,7 @@ class BmcEntry(BmcDefaults):
         try:
             return resolver.resolve(value)
         except secrets_mod.SecretRefError as exc:
-            raise _secret_error(str(exc)) from None
+            raise _secret_error(_of_node(str(exc), (info.context or {}).get("node"))) from None
 
     @field_validator("verify_ca")
     @classmethod
@@ -939,8 +952,11 @@ class _Reader:
 
 
 def load(path: Path | str, *, fmt: Format | str | None = None, allow_plaintext: bool = False,
-         key_file: Path | None = None, environ: dict | None = None) -> Inventory:
-    """Parse and validate a whole inventory; raise InventoryError listing every problem."""
+         key_file: Path | None = None, environ: dict | None = None,
+         secrets_dir: Path | None = None) -> Inventory:
+    """Parse and validate a whole inventory; raise InventoryError listing every problem.
+    ``file:`` references may point into the inventory's directory and ``secrets_dir``
+    (default ``$NODEFORGE_SECRETS_DIR``); see :class:`secrets_mod.Policy`."""
     path = Path(path)
     fmt = Format(fmt) if fmt else None
     csv_file = fmt is Format.CSV or (path.suffix.lower() == ".csv" and fmt in (None, Format.BIFROST))
@@ -954,7 +970,7 @@ def load(path: Path | str, *, fmt: Format | str | None = None, allow_plaintext: 
         fmt = fmt or detect_format(path, document.data)
     key = secrets_mod.load_key(key_file) if key_file else None
     reader = _Reader(document, secrets_mod.Resolver(path.parent, allow_plaintext=allow_plaintext, key=key,
-                                                    environ=environ))
+                                                    environ=environ, secrets_dir=secrets_dir))
     if fmt is Format.CSV:
         entries = _csv_entries(reader, rows)
     elif fmt is Format.BIFROST:
@@ -1389,7 +1405,9 @@ def _finish(reader: _Reader, entries: list[_Entry]) -> list[NodeSpec]:
     """Every entry as a NodeSpec (declaration, BMC, secrets); then what must be unique across nodes."""
     specs: list[tuple[NodeSpec, _Entry]] = []
     for entry in entries:
-        node = reader.declared(entry.data, NodeEntry, entry.remap, context={"resolver": reader.resolver})
+        label = _node_label(entry.data.get("name"), entry.remap(("bmc", "password")))
+        context = {"resolver": reader.resolver, "node": label}
+        node = reader.declared(entry.data, NodeEntry, entry.remap, context=context)
         spec = _spec(reader, node, entry) if node is not None else None
         if spec is not None:
             specs.append((spec, entry))
@@ -1407,10 +1425,16 @@ def _spec(reader: _Reader, node: NodeEntry, entry: _Entry) -> NodeSpec | None:
                                                             "not driver_info")
         elif k in C.SECRET_DRIVER_INFO_KEYS and v not in (None, ""):
             # ipmi_kg_key, snmp_auth_key, snmp_priv_key: references like the password, held as Secrets.
+            where = entry.remap(("driver_info", k))
+            if not isinstance(v, str):
+                # YAML's implicit typing would change it (0123 -> 123, true -> "True"); the value is not shown.
+                reader.problem(where, _of_node(f"expected a string, got {schema.kind_word(v)}; quote it; the value "
+                                               "is not shown (a secret field)", _node_label(node.name, where)))
+                continue
             try:
-                di_extra[k] = reader.resolver.resolve(str(v))
+                di_extra[k] = reader.resolver.resolve(v)
             except secrets_mod.SecretRefError as exc:
-                reader.problem(entry.remap(("driver_info", k)), str(exc))
+                reader.problem(where, _of_node(str(exc), _node_label(node.name, where)))
     if len(reader.problems) > before:
         return None
     kind, host, port, transport, system_id = parse_bmc_url(node.bmc.address)

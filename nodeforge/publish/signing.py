@@ -87,7 +87,7 @@ class Signer:
 
 def load_signer(key_path: Path | str, passphrase_ref: str | None = None, *, hash_method: str = "SHA-256") -> Signer:
     """Load a signing key. ``passphrase_ref`` is ``env:VAR`` or ``file:PATH``."""
-    from nodeforge.base.secrets import Resolver, SecretRefError
+    from nodeforge.base.secrets import Policy, Resolver, SecretRefError
 
     if hash_method not in HASH_METHODS:
         raise SigningError(detail=f"hash method '{hash_method}' is not one Glance verifies "
@@ -100,7 +100,8 @@ def load_signer(key_path: Path | str, passphrase_ref: str | None = None, *, hash
     password = None
     if passphrase_ref:
         try:
-            password = Resolver(Path.cwd()).resolve(passphrase_ref).reveal().encode()
+            # The operator's own reference (an option): any file or variable, the file bounded all the same.
+            password = Resolver(Path.cwd(), policy=Policy.operator()).resolve(passphrase_ref).reveal().encode()
         except SecretRefError as exc:
             raise SigningError(detail=f"signing key passphrase: {exc}") from None
     loader = serialization.load_pem_private_key if b"-----BEGIN" in data else serialization.load_der_private_key

@@ -254,8 +254,9 @@ PositiveInt = bounded(1, integer=True)
 NonNegativeInt = bounded(0, integer=True)
 
 # Secrets --------------------------------------------------------------------------------------
-SECRET_REF_RULE = ("a reference to a secret: env:VAR (an environment variable), file:PATH (a file's "
-                   "first line) or fernet:TOKEN (encrypted with a key held outside the file)")
+SECRET_REF_RULE = ("a reference to a secret: env:VAR (an environment variable on the allow-list), file:PATH "
+                   "(a one-line file in the inventory's directory or the secrets directory) or fernet:TOKEN "
+                   "(encrypted with a key held outside the file)")
 _SECRET_REF = re.compile(r"(env:[A-Za-z_][A-Za-z0-9_]*|file:.+|fernet:[A-Za-z0-9_=-]+)", re.S)
 
 

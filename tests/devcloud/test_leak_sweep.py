@@ -54,8 +54,8 @@ def test_no_secret_in_anything_printed_or_written(devcloud, bmc_pool, run_prefix
     [ipmi] = bmc_pool.ipmi(1)
     work = tmp_path / "work"
     work.mkdir()
-    monkeypatch.setenv("NF_LEAK_WRONG_RF", WRONG_RF)
-    env = {"NF_LEAK_WRONG_RF": WRONG_RF}
+    monkeypatch.setenv("NODEFORGE_SECRET_LEAK_WRONG_RF", WRONG_RF)
+    env = {"NODEFORGE_SECRET_LEAK_WRONG_RF": WRONG_RF}
     system = "nodeforge-dev-system"
 
     # keygen + encrypt: the plaintext only on stdin.
@@ -78,7 +78,7 @@ def test_no_secret_in_anything_printed_or_written(devcloud, bmc_pool, run_prefix
          "macs": list(good.macs), "resource_class": "baremetal-leak", "cleaning": "none"},
         {"name": f"{run_prefix}leak-rf-wrong", "bmc": {"address": url + wrong.uuid,
                                                        "username": creds.redfish.username,
-                                                       "password": "env:NF_LEAK_WRONG_RF",
+                                                       "password": "env:NODEFORGE_SECRET_LEAK_WRONG_RF",
                                                        "verify_ca": str(bmc.ca_bundle(devcloud.paths))},
          "macs": list(wrong.macs), "resource_class": "baremetal-leak", "cleaning": "none"},
         {"name": f"{run_prefix}leak-ipmi", "bmc": {"address": ipmi.address, "username": ipmi.username,

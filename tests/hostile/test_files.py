@@ -72,7 +72,9 @@ INVENTORIES = [("inventory.yaml", "yaml", None), ("docs/examples/inventory-ironi
 
 
 def _cmd_inventory(path: Path, fmt, fernet_key):
-    return ["baremetal", "validate", path, "--key-file", fernet_key[0], *(["--format", fmt] if fmt else [])]
+    # --secrets-dir: the corpus file's shared secret file is beside the key, outside the inventory's directory.
+    return ["baremetal", "validate", path, "--key-file", fernet_key[0], "--secrets-dir", fernet_key[0].parent,
+            *(["--format", fmt] if fmt else [])]
 
 
 SEEDS = {

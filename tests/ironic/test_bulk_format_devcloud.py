@@ -264,13 +264,13 @@ def bifrost_nodes(prefix: str) -> list[dict]:
 def test_bifrost_json_yaml_and_legacy_csv_enroll(devcloud, tmp_path, monkeypatch):
     conn = devcloud.system()
     prefix = f"bf{uuid.uuid4().hex[:5]}-"
-    monkeypatch.setenv("NF_BULK_BF_PASSWORD", PASSWORD)
+    monkeypatch.setenv("NODEFORGE_SECRET_BF_PW", PASSWORD)
     js, ym, cv = bifrost_nodes(prefix)
 
     def host(n: dict, **more) -> dict:
         return {n["name"]: {"name": n["name"], "uuid": n["uuid"], "driver": "ipmi",
                             "driver_info": {"power": {"ipmi_address": n["address"], "ipmi_username": "admin",
-                                                      "ipmi_password": "env:NF_BULK_BF_PASSWORD"}},
+                                                      "ipmi_password": "env:NODEFORGE_SECRET_BF_PW"}},
                             "nics": [{"mac": n["mac"]}],
                             "properties": {"cpu_arch": "x86_64", "ram": "8192", "disk_size": "100", "cpus": "4"},
                             "ipv4_address": "192.0.2.200", **more}}
@@ -278,7 +278,7 @@ def test_bifrost_json_yaml_and_legacy_csv_enroll(devcloud, tmp_path, monkeypatch
     (tmp_path / "bifrost.json").write_text(json.dumps(host(js)))
     (tmp_path / "bifrost.yaml").write_text(yaml.safe_dump(host(ym, resource_class="baremetal-bf")))
     (tmp_path / "baremetal.csv").write_text(
-        f"{cv['mac']},admin,env:NF_BULK_BF_PASSWORD,{cv['address']},4,8192,100,NA,NA,{cv['uuid']},{cv['name']},"
+        f"{cv['mac']},admin,env:NODEFORGE_SECRET_BF_PW,{cv['address']},4,8192,100,NA,NA,{cv['uuid']},{cv['name']},"
         "192.0.2.201,,,,,ipmi\n")
     try:
         for name, fmt in (("bifrost.json", []), ("bifrost.yaml", ["--format", "bifrost"]), ("baremetal.csv", [])):

@@ -315,16 +315,17 @@ def test_csv_with_a_utf8_bom_is_read(tmp_path, bmc_password):
 # Found by the hostile-input property tests (tests/hostile): each was a TypeError traceback, exit 1.
 @pytest.mark.parametrize("text,fmt,expect", [
     ('{"n1": {"name": "n1", "driver": "redfish", "driver_info": {"redfish_address": "https://10.2.0.2", '
-     '"redfish_username": "admin", "redfish_password": "env:NF_HOSTILE_PW"}, "nics": 5}}',
+     '"redfish_username": "admin", "redfish_password": "env:NODEFORGE_SECRET_HOSTILE_PW"}, "nics": 5}}',
      "bifrost", "inv.json:1: n1.nics: expected a list, got the number 5"),
     ("nodes: [{name: n1, driver: [redfish], driver_info: {redfish_address: 'https://10.2.0.2', "
-     "redfish_username: admin, redfish_password: 'env:NF_HOSTILE_PW'}}]\n",
+     "redfish_username: admin, redfish_password: 'env:NODEFORGE_SECRET_HOSTILE_PW'}}]\n",
      None, "inv.yaml:1: nodes[0].driver: expected a string, got a list"),
     ("nodes: [{name: n1, driver: ipmi, driver_info: {ipmi_address: 10.1.0.1, ipmi_username: admin, "
-     "ipmi_password: 'env:NF_HOSTILE_PW'}, ports: -1}]\n", None, "nodes[0].ports: expected a list, got the number -1"),
+     "ipmi_password: 'env:NODEFORGE_SECRET_HOSTILE_PW'}, ports: -1}]\n", None,
+     "nodes[0].ports: expected a list, got the number -1"),
 ])
 def test_wrong_types_in_bulk_and_bifrost_files_are_named_not_a_traceback(tmp_path, monkeypatch, text, fmt, expect):
-    monkeypatch.setenv("NF_HOSTILE_PW", "pw-hostile-1234567")
+    monkeypatch.setenv("NODEFORGE_SECRET_HOSTILE_PW", "pw-hostile-1234567")
     path = tmp_path / ("inv.json" if text.startswith("{") else "inv.yaml")
     path.write_text(text)
     with pytest.raises(NodeforgeError) as err:
@@ -346,24 +347,25 @@ def test_a_csv_with_bare_carriage_returns_is_read_row_by_row(tmp_path):
 
 def test_secret_driver_info_fields_are_references_and_never_printed(tmp_path, monkeypatch):
     # ipmi_kg_key / snmp_*_key were taken inline and kept as plain values (issue 13).
-    monkeypatch.setenv("NF_KG_PW", "bmc-pw-7781")
-    monkeypatch.setenv("NF_KG_KEY", "kg-key-value-5521")
+    monkeypatch.setenv("NODEFORGE_SECRET_KG_PW", "bmc-pw-7781")
+    monkeypatch.setenv("NODEFORGE_SECRET_KG_KEY", "kg-key-value-5521")
     path = tmp_path / "inv.yaml"
     base = ("version: 1\nnodes:\n  - name: kg1\n    bmc: {address: 'ipmi://10.0.0.9', username: admin, "
-            "password: 'env:NF_KG_PW'}\n    macs: ['02:00:00:00:00:09']\n")
-    path.write_text(base + "    driver_info: {ipmi_kg_key: 'inline-kg-3301', snmp_auth_key: 'env:NF_KG_KEY'}\n")
+            "password: 'env:NODEFORGE_SECRET_KG_PW'}\n    macs: ['02:00:00:00:00:09']\n")
+    path.write_text(base + "    driver_info: {ipmi_kg_key: 'inline-kg-3301', "
+                           "snmp_auth_key: 'env:NODEFORGE_SECRET_KG_KEY'}\n")
     with pytest.raises(NodeforgeError) as err:
         inv.load(path)
     text = str(err.value)
     assert "inv.yaml:6: nodes[0].driver_info.ipmi_kg_key: plaintext secret refused" in text
     assert "snmp_auth_key" not in text and "inline-kg-3301" not in text
-    path.write_text(base + "    driver_info: {ipmi_kg_key: 'env:NF_KG_KEY'}\n")
+    path.write_text(base + "    driver_info: {ipmi_kg_key: 'env:NODEFORGE_SECRET_KG_KEY'}\n")
     spec = inv.load(path).nodes[0]
     assert spec.driver_info()["ipmi_kg_key"] == "***" and "kg-key-value-5521" not in repr(spec.to_dict())
     assert spec.driver_info(reveal=True)["ipmi_kg_key"] == "kg-key-value-5521"
     # a changed kg key is a credential rotation; a node without secret extras keeps its old fingerprint
     rotated = spec.credential_fingerprint()
-    monkeypatch.setenv("NF_KG_KEY", "kg-key-value-9999")
+    monkeypatch.setenv("NODEFORGE_SECRET_KG_KEY", "kg-key-value-9999")
     assert inv.load(path).nodes[0].credential_fingerprint() != rotated
     path.write_text(base)
     plain = inv.load(path).nodes[0]
