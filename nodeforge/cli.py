@@ -169,6 +169,20 @@ def _click_text(exc: click.ClickException) -> str:
     return buf.getvalue()
 
 
+def _report_unexpected(argv: list[str], exc: Exception, documents) -> int:
+    """An exception nodeforge did not expect (a bug, or a library's error about input nothing
+    checked first): one ``error:`` line, exit 1, never a raw traceback. Its text goes through
+    :func:`report_error`'s masking (registered secrets, URL credentials: a library's message may
+    quote the URL it was given); the traceback, masked the same way by the logging filter, is
+    logged with ``-v``."""
+    import logging
+
+    logging.getLogger("nodeforge.cli").info("unexpected error", exc_info=exc)
+    return report_error(argv, f"unexpected error: {type(exc).__name__}: {exc}",
+                        "this is a bug in nodeforge; run the command again with -v for the traceback "
+                        "(credentials masked) and report it", ExitCode.FAILURE, documents=documents)
+
+
 def main(argv: list[str] | None = None) -> int:
     cli.commands.each_loaded(options.add_common_options)
     args = list(sys.argv[1:] if argv is None else argv)
@@ -189,6 +203,8 @@ def main(argv: list[str] | None = None) -> int:
             return report_error(args, str(exc), exc.hint, exc.exit_code, details=exc.details, documents=docs)
         except KeyboardInterrupt:
             return report_error(args, "interrupted", None, 130, text="interrupted\n", documents=docs)
+        except Exception as exc:  # noqa: BLE001 - a bug: reported like any failure, its text masked
+            return _report_unexpected(args, exc, docs)
         except BaseException:
             output.flush(docs)
             raise

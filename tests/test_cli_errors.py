@@ -101,3 +101,26 @@ def test_an_error_message_built_from_data_with_braces_is_kept_as_it_is(text):
     from nodeforge.errors import NodeforgeError
 
     assert str(NodeforgeError(f"file x: {text}", a=1)) == f"file x: {text}"
+
+
+def test_an_unexpected_exception_is_one_redacted_error_line(run, monkeypatch, capsys):
+    """A library exception quoting a URL (http.client.InvalidURL) reaches the CLI's last handler:
+    one error line, exit 1, no traceback, the credential masked (nodeforge.redact)."""
+    import http.client
+
+    from nodeforge import cli
+    from nodeforge.commands import release as release_cmd
+
+    secret = "Zq9HIDDENv4"
+
+    def boom(*_args, **_kwargs):
+        raise http.client.InvalidURL(f"nonnumeric port: 'https://user:pa/{secret}@deb.example/debian'")
+
+    monkeypatch.setattr(release_cmd.lockfile, "load", boom)
+    code, out, err = run("release", "lock-packages", "--dry-run")
+    assert code == 1 and secret not in out + err
+    assert err.startswith("error: unexpected error: InvalidURL: nonnumeric port: 'https://***@deb.example/debian'")
+    assert "Traceback" not in err
+    assert cli.main(["-v", "release", "lock-packages", "--dry-run"]) == 1   # -v: the traceback, masked
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "https://***@deb.example/debian" in err and secret not in err
