@@ -27,6 +27,7 @@ import email.utils
 import functools
 import gzip
 import hashlib
+import http.client
 import lzma
 import os
 import tempfile
@@ -41,7 +42,8 @@ from debian.debian_support import Version
 from nodeforge import transport
 from nodeforge.base import runner
 from nodeforge.errors import ConfigError, NodeforgeError
-from nodeforge.redact import redact_url
+from nodeforge.redact import redact_url, url_has_credentials
+from nodeforge.schema import vocab
 
 DEFAULT_KEYRING = Path("/usr/share/keyrings/debian-archive-keyring.gpg")
 ENV_KEYRING = "NODEFORGE_DEBIAN_KEYRING"
@@ -157,7 +159,8 @@ def host_mirrors(env=None, sources: tuple[Path, ...] = APT_SOURCES, *, release: 
     ``release``, sources naming that release's suites are preferred over others (a
     Debian mirror base serves every release, so another release's source still serves)."""
     env = os.environ if env is None else env
-    found = {"main": env.get(ENV_MIRROR) or None, "security": env.get(ENV_SECURITY_MIRROR) or None}
+    found = {"main": check_mirror(env.get(ENV_MIRROR), ENV_MIRROR),
+             "security": check_mirror(env.get(ENV_SECURITY_MIRROR), ENV_SECURITY_MIRROR)}
     entries = [(uri, suites) for uri, suites in apt_source_entries(sources) if uri.startswith(("http://", "https://"))]
     if release:
         entries.sort(key=lambda e: not any(s == release or s.startswith(f"{release}-") for s in e[1]))
@@ -170,6 +173,26 @@ def host_mirrors(env=None, sources: tuple[Path, ...] = APT_SOURCES, *, release: 
             raise ArchiveError(detail=f"no Debian {kind} mirror in the host's apt sources",
                                hint=f"set {var} to the mirror's base URL")
     return found  # type: ignore[return-value]
+
+
+def check_mirror(value: str | None, where: str) -> str | None:
+    """``value`` (of the variable ``where``) as a mirror base URL: http(s), a host, a port if
+    any, printable ASCII, no credentials, query or fragment (:func:`vocab.check_base_url`), else a
+    :class:`ConfigError` (exit 2) naming ``where`` with the URL redacted -- never a library's
+    exception quoting it. None or empty: not set."""
+    if not value:
+        return None
+    try:
+        if not value.isascii() or not value.isprintable() or any(c.isspace() for c in value):
+            raise ValueError(f"expected {vocab.BASE_URL_RULE}, printable ASCII without spaces "
+                             f"(percent-encode others), got {redact_url(value)!r}")
+        if url_has_credentials(value):
+            raise ValueError(f"expected {vocab.BASE_URL_RULE}: it holds credentials ({redact_url(value)}); "
+                             "credentials never go in a mirror URL: use a mirror that needs no login")
+        return vocab.check_base_url(value)
+    except ValueError as exc:
+        raise ConfigError(path=where, detail=str(exc),
+                          hint="set it to the mirror's base URL, e.g. https://deb.debian.org/debian") from None
 
 
 def apt_source_entries(sources: tuple[Path, ...] = APT_SOURCES):
@@ -214,19 +237,24 @@ def http_get(url: str, *, what: str, limit: int = MAX_INDEX_BYTES) -> bytes:
             failure = transport.Failure(transport.kind_of(exc.code), exc.code, str(exc.reason),
                                         retry_after=transport.retry_after(exc.headers))
             if failure.kind in (transport.ErrorKind.NOT_FOUND, transport.ErrorKind.GONE) or failure.forbidden:
-                raise NotFound(what=what, url=url, code=exc.code) from None
+                raise NotFound(what=what, url=redact_url(url), code=exc.code) from None
             raise transport.Refused(failure) from None
         except (urllib.error.URLError, OSError) as exc:
             raise transport.Refused(transport.Failure(transport.ErrorKind.NETWORK, None,
                                                       str(getattr(exc, "reason", exc)))) from None
+        except (http.client.InvalidURL, ValueError):
+            # InvalidURL, a UnicodeEncodeError: their text quotes the URL (credentials and all)
+            raise ArchiveError(detail=f"cannot download {what} {redact_url(url)}: not a usable URL",
+                               hint="check the Debian mirror configuration (" + ENV_MIRROR + ", "
+                                    + ENV_SECURITY_MIRROR + " or the host's apt sources)") from None
         if len(data) > limit:
-            raise ArchiveError(detail=f"{what} {url} is larger than {limit} bytes")
+            raise ArchiveError(detail=f"{what} {redact_url(url)} is larger than {limit} bytes")
         return data
 
     try:
         return DOWNLOAD_RETRY.run(once, what=f"{what} {redact_url(url)}")
     except transport.Refused as exc:
-        raise ArchiveError(detail=f"cannot download {what} {url}: {exc.failure.detail}",
+        raise ArchiveError(detail=f"cannot download {what} {redact_url(url)}: {exc.failure.detail}",
                            hint="check the Debian mirror configuration (" + ENV_MIRROR + ", " + ENV_SECURITY_MIRROR
                                 + " or the host's apt sources) and the network") from None
 
@@ -307,7 +335,7 @@ def fetch_suite(suite: Suite, config: ArchiveConfig) -> SuiteIndex:
     try:
         raw = http_get(url, what="InRelease")
     except NotFound as exc:
-        raise NotFound(what="InRelease", url=url, code=exc.kwargs.get("code"),
+        raise NotFound(what="InRelease", url=redact_url(url), code=exc.kwargs.get("code"),
                        hint=f"is {suite.base_url} a Debian {suite.archive} mirror serving {suite.name}? "
                             f"set {ENV_SECURITY_MIRROR if suite.archive == 'security' else ENV_MIRROR} "
                             "(default: the host's apt sources)") from None
