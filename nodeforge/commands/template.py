@@ -48,6 +48,7 @@ def render(app, name, templates_dir, baremetal_cloud):
     [t] = tpl.select(tpl.load_all(templates_dir), [name])
     data = tpl.render(tpl.resolve(t, _state(app, baremetal_cloud)))
     if app.output == "table":
+        data = output.plain(data)      # masked as the json/yaml output is (a label may hold a proxy URL)
         click.echo(f"# driver {data['driver']} ({data['driver_package']}), cluster type "
                    f"({data['cluster_type']['server_type']}, {data['cluster_type']['os_distro']}, "
                    f"{data['cluster_type']['coe']})")
