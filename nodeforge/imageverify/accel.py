@@ -106,6 +106,7 @@ class Decision:
     seconds: float = 0.0       # what deciding took (0 when forced or cached)
     cached: bool = False
     probes: list[dict] = dataclasses.field(default_factory=list)
+    cache_file: str | None = None   # where the answer is kept (auto only)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -293,8 +294,9 @@ def decide(option: str | None, *, qemu: str, kernel: Callable[[], Path], firmwar
     with locked(cache_dir / "probe.lock", on_wait=lambda: say("accel: waiting for another run's KVM probe")):
         doc = _read_cached(path, key)
         if doc is not None:
-            return Decision(doc["accel"], f"auto: {doc['reason']} (cached for this host boot and QEMU, {path})",
-                            source, True, round(time.monotonic() - t0, 1), cached=True, probes=doc.get("probes", []))
+            return Decision(doc["accel"], f"auto: {doc['reason']} (cached for this host boot and QEMU)",
+                            source, True, round(time.monotonic() - t0, 1), cached=True, probes=doc.get("probes", []),
+                            cache_file=str(path))
         work = Path(tempfile.mkdtemp(prefix="nodeforge-accel-", dir=work_dir))
         try:
             say("accel: probing KVM with the image's kernel (BIOS and UEFI paths)")
@@ -304,12 +306,17 @@ def decide(option: str | None, *, qemu: str, kernel: Callable[[], Path], firmwar
         bad = [p for p in probes if not p["ok"]]
         if bad:
             accel = "tcg"
-            reason = "KVM probe failed: " + "; ".join(f"{p['firmware']}: {p['detail']}" for p in bad)
+            by_detail: dict[str, list[str]] = {}
+            for p in bad:
+                by_detail.setdefault(p["detail"], []).append(p["firmware"])
+            reason = "KVM probe failed: " + "; ".join(f"{' and '.join(fw)}: {detail}"
+                                                      for detail, fw in by_detail.items())
         else:
             accel = "kvm"
             reason = "KVM probe passed (" + ", ".join(f"{p['firmware']} {p['seconds']:.1f} s" for p in probes) + ")"
         _write_cached(path, key, accel, reason, probes)
-    return Decision(accel, f"auto: {reason}", source, True, round(time.monotonic() - t0, 1), probes=probes)
+    return Decision(accel, f"auto: {reason}", source, True, round(time.monotonic() - t0, 1), probes=probes,
+                    cache_file=str(path))
 
 
 def record_stall(qemu: str, detail: str, cache_dir: Path | None = None) -> None:

@@ -662,7 +662,8 @@ def verify(req: VerifyRequest) -> list[VariantResult]:
     p = plan(req)
     say = _say(req)
     decision = decide_accel(req, p)
-    say(f"accelerator: {decision.accel} ({decision.reason}; decided in {decision.seconds:.1f} s)")
+    say(f"accelerator: {decision.accel} ({decision.reason}; decided in {decision.seconds:.1f} s"
+        + (f"; answer kept in {decision.cache_file})" if decision.cache_file else ")"))
     artifacts = artifact_expectations(p.manifest, Cache(req.cache_dir))
     ctx = _Context(req, p.build, p.manifest, p.tools, p.firmware, decision, artifacts, p.smp, say,
                    threading.Lock())

@@ -103,8 +103,8 @@ def test_a_kvm_that_freezes_every_guest_is_refused_by_the_probe(built_image, han
     [result] = verify(d, variants=("vm",), accel_cache=tmp_path / "accel", stream=lines.append)
     assert result.passed, result.error
     assert result.accel == "tcg" and result.fallback is None
-    assert result.accel_reason.startswith("auto: KVM probe failed: bios: the guest stopped making progress")
-    assert "uefi: the guest stopped making progress" in result.accel_reason
+    assert result.accel_reason.startswith("auto: KVM probe failed: bios")
+    assert "uefi" in result.accel_reason and "the guest stopped making progress" in result.accel_reason
     probe_line = next(line for line in lines if line.startswith("accelerator: tcg"))
     decided = float(probe_line.rsplit("decided in ", 1)[1].split(" s")[0])
     assert decided < accel.Watchdog().probe_bound          # the default bounds: refused by the silence
