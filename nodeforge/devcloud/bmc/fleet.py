@@ -16,7 +16,15 @@ resource classes:
 
 MACs are locally administered (``02:4e:46:...``, "NF"), so they never clash
 with real hardware: bytes 3-4 are the system index, byte 5 carries the BMC
-kind (high nibble: 0 Redfish, 1 IPMI) and the NIC number (low nibble).
+kind (high nibble: 0 Redfish, 1 IPMI, 2 machine-backed Redfish) and the NIC
+number (low nibble).
+
+**Machine-backed systems** (``rf-vm-01`` ...; shape ``emulated``) are Redfish
+systems with a real QEMU machine behind them (:class:`Machine`: memory, vCPUs,
+disk, the host port forwarded to the guest's agent port). They are a fleet of
+their own (:func:`machine_systems`), never among :func:`redfish_systems`, so
+nothing that hands out fake systems ever powers a machine on. The emulator
+runs a machine only while it is powered on (docs/devcloud.md).
 """
 
 from __future__ import annotations
@@ -36,6 +44,12 @@ from nodeforge.redact import Secret
 
 DEFAULT_REDFISH_COUNT = 50
 DEFAULT_IPMI_COUNT = 6  # the test session hands each out once: test_ironic 2, leak sweep 1, enroll 2
+# Machine-backed Redfish systems in the local cloud's emulator: powered off, they cost nothing.
+DEFAULT_MACHINE_COUNT = 1
+# Host port forwarded to machine 1's agent port (machine i: + i - 1), before the port offset. Below
+# 9768 so that every offset the tests use (up to 23000) stays under the ephemeral range.
+AGENT_BASE_PORT = 9400
+AGENT_GUEST_PORT = 9999          # ironic-python-agent's API port inside the guest
 # Upper bound for the index encoding in MACs (two bytes).
 MAX_SYSTEMS = 0xFFFF
 
@@ -122,6 +136,15 @@ SHAPES: dict[str, Shape] = {
         disks=(("SSD", 480 * GB, "NVMe", "PM983 480GB", "Samsung"),),
         nic_count=2, nic_speed_mbps=25000,
     ),
+    # A QEMU machine (machine-backed systems): what the guest really has. The defaults fit an
+    # ironic-python-agent ramdisk (2 GiB) and one TCG vCPU on a two-core host.
+    "emulated": Shape(
+        name="emulated", manufacturer="QEMU", model="Standard PC (Q35 + ICH9, 2009)", sku="NF-VM-1",
+        cpu=Cpu(vendor="QEMU", model="QEMU TCG CPU (max)", sockets=1, cores=1, threads=1, max_speed_mhz=2000),
+        dimm_count=1, dimm_gib=2,
+        disks=(("SSD", 10 * GiB, "PCIe", "QEMU virtio-blk", "QEMU"),),
+        nic_count=1, nic_speed_mbps=1000,
+    ),
     "storage": Shape(
         name="storage", manufacturer="Contoso", model="SX-2400 Storage", sku="SX2400-1S",
         cpu=Cpu(vendor="Advanced Micro Devices, Inc.", model="AMD EPYC 7313P 16-Core Processor",
@@ -151,6 +174,25 @@ def mac_for(kind: int, index: int, nic: int) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
+class Machine:
+    """The QEMU machine behind a machine-backed Redfish system."""
+    memory_mib: int        # a whole number of GiB (Redfish reports TotalSystemMemoryGiB)
+    cpus: int
+    disk_gib: int          # the virtual disk (qcow2, sparse)
+    agent_port: int        # 127.0.0.1:agent_port -> the guest's AGENT_GUEST_PORT
+
+    def __post_init__(self):
+        if self.memory_mib < 1024 or self.memory_mib % 1024:
+            raise ValueError(f"machine memory {self.memory_mib} MiB: a whole number of GiB, at least 1")
+        if not 1 <= self.cpus <= 8:
+            raise ValueError(f"machine cpus {self.cpus}: 1 to 8")
+        if not 1 <= self.disk_gib <= 1024:
+            raise ValueError(f"machine disk {self.disk_gib} GiB: 1 to 1024")
+        if not 1024 <= self.agent_port <= 65535:
+            raise ValueError(f"machine agent port {self.agent_port}: 1024 to 65535")
+
+
+@dataclasses.dataclass(frozen=True)
 class RedfishSystem:
     index: int
     uuid: str
@@ -168,6 +210,7 @@ class RedfishSystem:
     dimms: tuple[Dimm, ...]
     nics: tuple[Nic, ...]
     disks: tuple[Disk, ...]
+    machine: Machine | None = None     # a QEMU machine behind it (machine-backed); None: fake
 
     @property
     def macs(self) -> list[str]:
@@ -223,7 +266,44 @@ def redfish_system(index: int) -> RedfishSystem:
 
 
 def redfish_systems(count: int = DEFAULT_REDFISH_COUNT) -> list[RedfishSystem]:
+    """The fake systems (no machine behind them)."""
     return [redfish_system(i) for i in range(1, count + 1)]
+
+
+def machine_system(index: int, *, agent_port: int | None = None, memory_mib: int | None = None,
+                   cpus: int | None = None, disk_gib: int | None = None) -> RedfishSystem:
+    """Machine-backed system number ``index`` (1-based): ``rf-vm-01`` ..., shape ``emulated``;
+    identity, MAC and serial depend only on the index, the machine's size on the arguments."""
+    if index < 1:
+        raise ValueError("system indexes start at 1")
+    shape = SHAPES["emulated"]
+    def given(value, default):
+        return default if value is None else value
+
+    machine = Machine(memory_mib=given(memory_mib, shape.memory_gib * 1024), cpus=given(cpus, shape.cpu.cores),
+                      disk_gib=given(disk_gib, shape.disks[0][1] // GiB),
+                      agent_port=given(agent_port, AGENT_BASE_PORT + index - 1))
+    media, _, proto, model, vendor = shape.disks[0]
+    cpu = dataclasses.replace(shape.cpu, cores=machine.cpus, threads=machine.cpus)
+    return RedfishSystem(
+        index=index, uuid=str(uuid.uuid5(_NAMESPACE, f"redfish-machine-{index}")), name=f"rf-vm-{index:02d}",
+        shape=shape.name, manufacturer=shape.manufacturer, model=shape.model, sku=shape.sku,
+        serial=f"VM{index:07d}", bios_version="OVMF 2022.11", boot_mode=shape.boot_mode, power_state="Off",
+        cpu=cpu, memory_gib=machine.memory_mib // 1024,
+        dimms=(Dimm(id="DIMM1", capacity_mib=machine.memory_mib, speed_mhz=3200, manufacturer="QEMU",
+                    part_number="QEMU-RAM", serial=f"VM{index:05d}01"),),
+        nics=(Nic(id="NIC1", mac=mac_for(2, index, 0), speed_mbps=shape.nic_speed_mbps),),
+        disks=(Disk(id="Disk1", name=f"{media} {proto} {machine.disk_gib} GiB",
+                    capacity_bytes=machine.disk_gib * GiB, media_type=media, protocol=proto, model=model,
+                    serial=f"VM{index:05d}D1", manufacturer=vendor),),
+        machine=machine,
+    )
+
+
+def machine_systems(count: int = DEFAULT_MACHINE_COUNT, agent_base_port: int = AGENT_BASE_PORT,
+                    **size) -> list[RedfishSystem]:
+    """The machine-backed systems, machine i's agent forwarded from ``agent_base_port + i - 1``."""
+    return [machine_system(i, agent_port=agent_base_port + i - 1, **size) for i in range(1, count + 1)]
 
 
 def ipmi_bmcs(base_port: int = 6230, count: int = DEFAULT_IPMI_COUNT) -> list[IpmiBmc]:
