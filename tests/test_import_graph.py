@@ -331,6 +331,9 @@ ALLOWED = {
     ("nodeforge/devcloud/process.py", "running a host tool"):
         "the local cloud's daemons: detached Popen with pidfiles, health checks and stop (a supervisor, "
         "not a command run to completion)",
+    ("nodeforge/devcloud/bmc/machine.py", "running a host tool"):
+        "runs inside the Redfish emulator (bmc virtualenv, standard library only, never imports nodeforge): "
+        "the QEMU machines behind machine-backed systems, supervised processes driven over QMP",
 }
 
 

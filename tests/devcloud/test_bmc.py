@@ -140,21 +140,23 @@ def test_service_specs_keep_passwords_off_argv(tmp_path):
         joined = " ".join(spec.argv) + json.dumps(spec.env)
         assert not any(s in joined for s in secrets_)
         assert "bmc" in spec.argv[0] and spec.argv[0].endswith("python")
-    assert list(rf.ports) == [18123]
+    # The emulator's port, then the machines' agent ports (checked free before the start too).
+    assert list(rf.ports) == [18123] + [fleet.AGENT_BASE_PORT + i for i in range(fleet.DEFAULT_MACHINE_COUNT)]
     assert list(getattr(ip, "udp_ports", ip.ports)) == list(range(16400, 16400 + fleet.DEFAULT_IPMI_COUNT))
     for cfg in (paths.etc / "bmc").glob("*.json"):
         assert stat.S_IMODE(cfg.stat().st_mode) == 0o600, cfg
     cfg = json.loads(bmc.redfish_config_path(paths, 18123).read_text())
-    assert len(cfg["systems"]) == 50 and cfg["listen_ip"] == "127.0.0.1"
+    assert len(cfg["systems"]) == 50 + fleet.DEFAULT_MACHINE_COUNT and cfg["listen_ip"] == "127.0.0.1"
+    assert [s["name"] for s in cfg["systems"] if s["machine"]] == ["rf-vm-01"]
     # The emulator scripts are standalone: they must not import nodeforge.
-    for script in (bmc.REDFISH_SCRIPT, bmc.IPMI_SCRIPT):
+    for script in (bmc.REDFISH_SCRIPT, bmc.IPMI_SCRIPT, bmc.MACHINE_MODULE):
         modules = set()
         for node in ast.walk(ast.parse(script.read_text())):
             if isinstance(node, ast.Import):
                 modules.update(a.name.split(".")[0] for a in node.names)
             elif isinstance(node, ast.ImportFrom) and node.module:
                 modules.add(node.module.split(".")[0])
-        assert "sushy_tools" in modules or "pyghmi" in modules
+        assert "sushy_tools" in modules or "pyghmi" in modules or script == bmc.MACHINE_MODULE
         assert "nodeforge" not in modules, script
 
 
@@ -241,9 +243,10 @@ class _Launcher:
 
 
 class Env:
-    def __init__(self, paths, launcher, rf_port, ipmi_base):
+    def __init__(self, paths, launcher, rf_port, ipmi_base, machines=()):
         self.paths, self.launcher = paths, launcher
         self.rf_port, self.ipmi_base = rf_port, ipmi_base
+        self.machines = list(machines)
         self.creds = bmc.credentials(paths)
         self.ca = str(bmc.ca_bundle(paths))
         self.url = bmc.redfish_endpoint(rf_port)
@@ -270,13 +273,15 @@ def _bmc_env(root: Path):
     paths = Paths(root).ensure()
     launcher = _Launcher(paths)
     rf_port, ipmi_base = _free_tcp_port(), _free_udp_range(fleet.DEFAULT_IPMI_COUNT)
-    specs = [bmc.redfish_service(paths, rf_port), bmc.ipmi_service(paths, ipmi_base)]
+    # The default machine-backed system, its agent on a free port (not the default cloud's).
+    machines = bmc.redfish_machines(agent_port=_free_tcp_port())
+    specs = [bmc.redfish_service(paths, rf_port, machines=machines), bmc.ipmi_service(paths, ipmi_base)]
     started = []
     try:
         for spec in specs:
             launcher.start(spec)
             started.append(spec.name)
-        yield Env(paths, launcher, rf_port, ipmi_base)
+        yield Env(paths, launcher, rf_port, ipmi_base, machines)
     finally:
         for name in reversed(started):
             launcher.stop(name)
@@ -307,7 +312,7 @@ def test_redfish_system_read_through_sushy(env):
 
     root = _sushy(env)
     members = root.get_system_collection().members_identities
-    assert len(members) == fleet.DEFAULT_REDFISH_COUNT
+    assert len(members) == fleet.DEFAULT_REDFISH_COUNT + fleet.DEFAULT_MACHINE_COUNT
     for spec in (fleet.redfish_system(1), fleet.redfish_system(4)):
         system = root.get_system(f"/redfish/v1/Systems/{spec.uuid}")
         assert system.uuid == spec.uuid and system.name == spec.name
@@ -476,6 +481,6 @@ def test_redfish_state_is_fresh_after_restart(tmp_path):
         system.refresh()
         assert system.power_state == sushy.PowerState.ON
         own.launcher.stop(bmc.REDFISH_SERVICE)
-        own.launcher.start(bmc.redfish_service(own.paths, own.rf_port))
+        own.launcher.start(bmc.redfish_service(own.paths, own.rf_port, machines=own.machines))
         system = _sushy(own).get_system(f"/redfish/v1/Systems/{uuid}")
         assert system.power_state == sushy.PowerState.OFF

@@ -9,6 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from nodeforge.cli import cli
+from nodeforge.devcloud.bmc import fleet
 from nodeforge.devcloud.cloud import ORDER
 from nodeforge.commands.options import add_common_options
 
@@ -36,5 +37,7 @@ def test_check_makes_a_real_call_per_service(devcloud):
     assert set(rows) == set(ORDER)
     assert all(r["ok"] is True for r in rows.values()), rows
     assert "redfish" in rows["ironic"]["detail"] and "ipmi" in rows["ironic"]["detail"]
-    assert rows["redfish-bmc"]["detail"].startswith("50 systems")
+    # The fake systems and the machine-backed ones (powered off: no QEMU runs).
+    systems = fleet.DEFAULT_REDFISH_COUNT + fleet.DEFAULT_MACHINE_COUNT
+    assert rows["redfish-bmc"]["detail"].startswith(f"{systems} systems")
     assert "Chassis Power is" in rows["ipmi-bmc"]["detail"]

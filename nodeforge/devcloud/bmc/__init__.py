@@ -5,7 +5,10 @@ Both emulators run as standalone scripts under the ``bmc`` virtualenv
 (mode 0600: it holds the BMC passwords, which never go on a command line).
 
 * :func:`redfish_service` -> ServiceSpec "redfish-bmc": HTTPS + basic auth on
-  ``127.0.0.1:<port>``, :data:`fleet.DEFAULT_REDFISH_COUNT` systems.
+  ``127.0.0.1:<port>``, :data:`fleet.DEFAULT_REDFISH_COUNT` fake systems and
+  :data:`fleet.DEFAULT_MACHINE_COUNT` machine-backed ones (a QEMU machine
+  behind each, running only while it is powered on; :func:`redfish_machines`,
+  :func:`machine_dir`).
 * :func:`ipmi_service` -> ServiceSpec "ipmi-bmc": one IPMI 2.0 BMC per UDP
   port from ``base_port`` upwards.
 
@@ -33,7 +36,8 @@ from nodeforge.redact import Secret
 __all__ = [
     "REDFISH_PORT", "IPMI_BASE_PORT", "GROUP", "REDFISH_SERVICE", "IPMI_SERVICE",
     "redfish_service", "ipmi_service", "redfish_endpoint", "redfish_systems",
-    "redfish_system_url", "redfish_driver_info", "ipmi_probe",
+    "redfish_system_url", "redfish_driver_info", "ipmi_probe", "redfish_machines", "machine_dir",
+    "agent_base_port", "machine_tools",
     "ipmi_endpoints", "IpmiEndpoint", "credentials", "ca_bundle", "ipmitool",
     "Credential", "Credentials", "RedfishSystem", "IpmiBmc", "fleet",
 ]
@@ -47,6 +51,7 @@ HOST = "127.0.0.1"
 
 _HERE = Path(__file__).resolve().parent
 REDFISH_SCRIPT = _HERE / "redfish_emulator.py"
+MACHINE_MODULE = _HERE / "machine.py"     # imported by the emulator script (standalone too)
 IPMI_SCRIPT = _HERE / "ipmi_sim.py"
 CERT_NAME = "bmc"
 
@@ -89,6 +94,12 @@ def ipmi_base_port(base_port: int | None = None) -> int:
     return IPMI_BASE_PORT + port_offset() if base_port is None else base_port
 
 
+def agent_base_port(base_port: int | None = None) -> int:
+    """The host port forwarded to machine 1's agent (machine i: + i - 1): given, or the default
+    shifted by the local cloud's port offset."""
+    return fleet.AGENT_BASE_PORT + port_offset() if base_port is None else base_port
+
+
 # -- Redfish -------------------------------------------------------------------
 
 def redfish_endpoint(port: int | None = None) -> str:
@@ -116,21 +127,54 @@ def redfish_driver_info(paths: Paths, system: RedfishSystem, port: int | None = 
             "redfish_verify_ca": str(pki.ca_bundle(paths))}
 
 
+def redfish_machines(count: int = fleet.DEFAULT_MACHINE_COUNT, agent_port: int | None = None,
+                     **size) -> list[RedfishSystem]:
+    """The machine-backed systems (``rf-vm-01`` ...), agents forwarded from :func:`agent_base_port`."""
+    return fleet.machine_systems(count, agent_base_port(agent_port), **size)
+
+
+def redfish_state_dir(paths: Paths, port: int | None = None) -> Path:
+    return paths.data / "bmc" / f"redfish-{redfish_port(port)}"
+
+
+def machine_dir(paths: Paths, system: RedfishSystem, port: int | None = None) -> Path:
+    """Where the emulator keeps a machine's files: ``console.log`` (the serial console),
+    ``qemu.log``, ``disk.qcow2``, ``OVMF_VARS.fd`` (wiped when the emulator starts again)."""
+    return redfish_state_dir(paths, port) / "machines" / system.name
+
+
+def machine_tools() -> dict:
+    """What the emulator runs machines with (a missing tool: the machine refuses to power on and
+    says which package to install). TCG: KVM is not trusted on these hosts (docs/devcloud.md)."""
+    from nodeforge.imageverify import accel, boottest
+
+    code, vars_ = next(((c, v) for c, v in boottest.OVMF_PAIRS if Path(c).is_file() and Path(v).is_file()),
+                       (None, None))
+    return {"qemu": runner.which("qemu-system-x86_64"), "qemu_img": runner.which("qemu-img"),
+            "ovmf_code": code, "ovmf_vars": vars_, "accel": "tcg", "machine_type": accel.MACHINE,
+            "cpu": accel.CPU["tcg"]}
+
+
 def redfish_service(paths: Paths, port: int | None = None,
-                    count: int = fleet.DEFAULT_REDFISH_COUNT) -> ServiceSpec:
-    """Write the Redfish emulator's config and return its ServiceSpec."""
+                    count: int = fleet.DEFAULT_REDFISH_COUNT,
+                    machines: list[RedfishSystem] | None = None) -> ServiceSpec:
+    """Write the Redfish emulator's config and return its ServiceSpec: ``count`` fake systems and
+    ``machines`` (default :func:`redfish_machines`; ``[]`` for none). The machines' agent ports are
+    among the spec's ports (checked free before the start)."""
     port = redfish_port(port)
     creds = ensure_credentials(paths)
     cert = pki.server_cert(paths, CERT_NAME)
-    systems = fleet.redfish_systems(count)
+    machines = redfish_machines() if machines is None else machines
+    systems = fleet.redfish_systems(count) + list(machines)
     cfg_path = redfish_config_path(paths, port)
     _bmc_etc(paths)
     fleet.write_private_json(cfg_path, {
         "listen_ip": HOST,
-        "state_dir": str(paths.data / "bmc" / f"redfish-{port}"),
+        "state_dir": str(redfish_state_dir(paths, port)),
         "tls": {"cert": str(cert.cert), "key": str(cert.key)},
         "auth": {"username": creds.redfish.username, "password": creds.redfish.password.reveal()},
         "systems": [s.to_json() for s in systems],
+        "machine_tools": machine_tools() if machines else {},
     })
     url = redfish_endpoint(port)
 
@@ -140,7 +184,7 @@ def redfish_service(paths: Paths, port: int | None = None,
     return ServiceSpec(
         name=REDFISH_SERVICE,
         argv=[_python(paths), str(REDFISH_SCRIPT), "--config", str(cfg_path), "--port", str(port)],
-        ports=[port],
+        ports=[port] + [s.machine.agent_port for s in machines],
         health=health,
         env={"PYTHONUNBUFFERED": "1"},
         group=GROUP,

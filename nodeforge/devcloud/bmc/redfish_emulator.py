@@ -14,7 +14,18 @@ FILE is a JSON document (mode 0600, written by nodeforge.devcloud.bmc):
      "state_dir": "/abs/path",          # wiped at every launch
      "tls": {"cert": "/abs/server.pem", "key": "/abs/server-key.pem"},
      "auth": {"username": "...", "password": "..."},
-     "systems": [ { fleet.RedfishSystem as JSON }, ... ]}
+     "systems": [ { fleet.RedfishSystem as JSON }, ... ],
+     "machine_tools": {"qemu": "...", "qemu_img": "...", "ovmf_code": "...", "ovmf_vars": "...",
+                       "accel": "tcg", "machine_type": "q35", "cpu": "max"}}
+
+A system whose entry has a ``machine`` (memory, vCPUs, disk, agent port) is
+*machine-backed*: a real QEMU machine (``machine.py`` next to this script)
+runs behind it while it is powered on; its files are under
+``<state_dir>/machines/<name>/`` (console.log, qemu.log, disk.qcow2,
+OVMF_VARS.fd). Power, the boot override (``BootSourceOverrideEnabled`` Once /
+Continuous honoured) and the virtual CD act on the machine; the rest of the
+system (inventory, BIOS, storage) is the fake driver's. Every QEMU is stopped
+when the emulator stops.
 
 What it changes compared to stock sushy-tools 2.2.0 (``--fake``):
 
@@ -45,6 +56,7 @@ import shutil
 import signal
 import ssl
 import sys
+import tempfile
 import threading
 
 LOG = logging.getLogger("nodeforge.redfish_emulator")
@@ -304,8 +316,115 @@ def make_driver_class(base_cls, error, systems_by_uuid: dict[str, dict]):
     return NodeforgeFakeDriver
 
 
-def build_app(cfg: dict, port: int):
-    """Configure sushy-tools' Flask app; returns (app, ssl_context)."""
+# -- machine-backed systems ----------------------------------------------------------
+
+LOOPBACK_HOSTS = ("localhost", "::1")
+
+
+def is_loopback_url(url: str) -> bool:
+    """An http(s) URL whose host is a loopback address (what a machine's virtual media may fetch)."""
+    import ipaddress
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url or "")
+        host = parts.hostname or ""
+    except ValueError:
+        return False
+    if parts.scheme not in ("http", "https"):
+        return False
+    if host in LOOPBACK_HOSTS:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def make_machines(cfg: dict, machine_mod) -> dict:
+    """uuid -> machine.QemuMachine for every system that declares a machine."""
+    tools = cfg.get("machine_tools") or {}
+    root = os.path.join(cfg["state_dir"], "machines")
+    return {s["uuid"]: machine_mod.QemuMachine(s, tools, os.path.join(root, s["name"]))
+            for s in cfg["systems"] if s.get("machine")}
+
+
+def make_machine_driver_class(base_cls, error, machine_mod, machines: dict):
+    """The fake driver, with power, boot device and virtual CD of machine-backed systems acting on
+    their QEMU machine (every other system is left to ``base_cls`` untouched)."""
+
+    class NodeforgeMachineDriver(base_cls):
+
+        def machine(self, identity):
+            return machines.get(self.uuid(identity))
+
+        def _call(self, fn, *args):
+            try:
+                return fn(*args)
+            except machine_mod.MachineError as exc:
+                raise error.FishyError(str(exc), code=500) from None
+
+        def get_power_state(self, identity):
+            m = self.machine(identity)
+            return m.power_state() if m else super().get_power_state(identity)
+
+        def set_power_state(self, identity, state):
+            m = self.machine(identity)
+            if m is None:
+                return super().set_power_state(identity, state)
+            if state not in ("On", "ForceOn", "ForceOff", "GracefulShutdown", "GracefulRestart",
+                             "ForceRestart", "PowerCycle", "PushPowerButton", "Nmi"):
+                raise error.NotSupportedError(f"Power state {state} is not supported")
+            self._call(m.set_power_state, state)
+
+        def get_boot_device(self, identity):
+            m = self.machine(identity)
+            return m.boot_device if m else super().get_boot_device(identity)
+
+        def set_boot_device(self, identity, boot_source):
+            m = self.machine(identity)
+            if m is None:
+                return super().set_boot_device(identity, boot_source)
+            if boot_source not in machine_mod.BOOT_TARGETS:
+                raise error.BadRequest(f"boot target {boot_source!r}: a machine boots from "
+                                       f"{', '.join(machine_mod.BOOT_TARGETS)}")
+            self._call(m.set_boot, boot_source)
+
+        def set_boot_enabled(self, identity, enabled):
+            m = self.machine(identity)
+            if enabled not in machine_mod.BOOT_ENABLED:
+                raise error.BadRequest(f"BootSourceOverrideEnabled {enabled!r}: one of "
+                                       f"{', '.join(machine_mod.BOOT_ENABLED)}")
+            self._call(m.set_boot, None, enabled)
+
+        def set_boot_mode(self, identity, boot_mode):
+            if self.machine(identity) and boot_mode != "UEFI":
+                raise error.BadRequest("a machine-backed system boots UEFI (OVMF) only")
+            super().set_boot_mode(identity, boot_mode)
+
+        def get_boot_image(self, identity, device):
+            m = self.machine(identity)
+            if m is None:
+                return super().get_boot_image(identity, device)
+            if device != "Cd" or not m.cd:
+                return None, False, False
+            return m.cd, m.cd_write_protected, True
+
+        def set_boot_image(self, identity, device, boot_image=None, write_protected=True):
+            m = self.machine(identity)
+            if m is None:
+                return super().set_boot_image(identity, device, boot_image, write_protected)
+            if device != "Cd":
+                if boot_image:
+                    raise error.NotSupportedError(f"virtual media device {device}: a machine has a CD only")
+                return None
+            self._call(m.set_cd, boot_image or None, write_protected)
+
+    return NodeforgeMachineDriver
+
+
+def build_app(cfg: dict, port: int, machine_mod=None):
+    """Configure sushy-tools' Flask app; returns (app, ssl_context, machines)."""
     import flask
     from sushy_tools import error
     from sushy_tools.emulator import api_utils
@@ -316,6 +435,12 @@ def build_app(cfg: dict, port: int):
     systems = cfg["systems"]
     by_uuid = {s["uuid"]: s for s in systems}
     driver_cls = make_driver_class(fakedriver.FakeDriver, error, by_uuid)
+    machines: dict = {}
+    if any(s.get("machine") for s in systems):
+        if machine_mod is None:
+            import machine as machine_mod     # machine.py beside this script (sys.path[0])
+        machines = make_machines(cfg, machine_mod)
+        driver_cls = make_machine_driver_class(driver_cls, error, machine_mod, machines)
 
     class NodeforgeApplication(sushy_main.Application):
         @property
@@ -331,11 +456,56 @@ def build_app(cfg: dict, port: int):
 
     overlays = overlays_for(systems)
 
+    def _machine_of(identity):
+        try:
+            return machines.get(app.systems.uuid(identity))
+        except error.FishyError:
+            return None
+
+    @app.before_request
+    def _machine_requests():
+        """What sushy-tools' own routes would get wrong for a machine: BootSourceOverrideEnabled
+        (stock ignores it), and virtual media from anywhere but loopback."""
+        if not machines or flask.request.method not in ("PATCH", "POST"):
+            return None
+        parts = flask.request.path.rstrip("/").split("/")
+        if len(parts) < 5 or parts[1:4] != ["redfish", "v1", "Systems"]:
+            return None
+        m = _machine_of(parts[4])
+        if m is None:
+            return None
+        body = flask.request.get_json(silent=True) or {}
+        if flask.request.method == "PATCH" and len(parts) == 5 and isinstance(body.get("Boot"), dict):
+            boot = body["Boot"]
+            if boot.get("HttpBootUri") and not is_loopback_url(boot["HttpBootUri"]):
+                raise error.BadRequest("a machine-backed system fetches HttpBootUri from http(s) URLs "
+                                       "on loopback only")
+            if "BootSourceOverrideEnabled" in boot:
+                app.systems.set_boot_enabled(parts[4], boot["BootSourceOverrideEnabled"])
+                if not any(boot.get(k) for k in ("BootSourceOverrideTarget", "BootSourceOverrideMode",
+                                                 "HttpBootUri")) and "IndicatorLED" not in body:
+                    return "", 204
+        if flask.request.method == "POST" and parts[5:6] == ["VirtualMedia"] \
+                and parts[-1] == "VirtualMedia.InsertMedia":
+            if parts[6] != "Cd":
+                raise error.BadRequest(f"virtual media device {parts[6]}: a machine-backed system has a CD only")
+            if not is_loopback_url(body.get("Image", "")):
+                raise error.BadRequest("a machine-backed system fetches virtual media from http(s) URLs "
+                                       "on loopback only")
+        return None
+
     @app.after_request
     def _overlay(response):
         if flask.request.method != "GET" or response.status_code != 200:
             return response
-        extra = overlays.get(flask.request.path.rstrip("/"))
+        path = flask.request.path.rstrip("/")
+        extra = overlays.get(path)
+        if machines and path.count("/") == 4 and path.startswith("/redfish/v1/Systems/"):
+            m = _machine_of(path.rsplit("/", 1)[1])
+            if m is not None:
+                extra = deep_merge(copy.deepcopy(extra or {}), {"Boot": {
+                    "BootSourceOverrideEnabled": m.boot_enabled,
+                    "BootSourceOverrideEnabled@Redfish.AllowableValues": list(machine_mod.BOOT_ENABLED)}})
         if not extra:
             return response
         try:
@@ -395,7 +565,7 @@ def build_app(cfg: dict, port: int):
         ssl_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         ssl_context.minimum_version = ssl.TLSVersion.TLSv1_2
         ssl_context.load_cert_chain(tls["cert"], tls["key"])
-    return app, ssl_context
+    return app, ssl_context, machines
 
 
 def main(argv=None) -> int:
@@ -418,7 +588,13 @@ def main(argv=None) -> int:
     if auth:
         write_htpasswd(os.path.join(state_dir, "htpasswd"), auth["username"], auth["password"])
 
-    app, ssl_context = build_app(cfg, args.port)
+    # Virtual media downloads (sushy-tools writes them through tempfile) land in the state
+    # directory, not in /tmp: removed when the emulator stops, and wiped at the next launch anyway.
+    vmedia_dir = os.path.join(state_dir, "vmedia")
+    os.makedirs(vmedia_dir, mode=0o700)
+    tempfile.tempdir = vmedia_dir
+
+    app, ssl_context, machines = build_app(cfg, args.port)
 
     # Create the driver (and its SQLite state) before accepting requests.
     count = len(app.systems.systems)
@@ -439,9 +615,18 @@ def main(argv=None) -> int:
         # TCP_NODELAY every request waits ~40 ms for the client's delayed ACK.
         disable_nagle_algorithm = True
 
-    run_simple(cfg.get("listen_ip", "127.0.0.1"), args.port, app, threaded=True,
-               ssl_context=ssl_context, use_reloader=False, use_debugger=False,
-               request_handler=Handler)
+    try:
+        run_simple(cfg.get("listen_ip", "127.0.0.1"), args.port, app, threaded=True,
+                   ssl_context=ssl_context, use_reloader=False, use_debugger=False,
+                   request_handler=Handler)
+    finally:
+        # Every QEMU this emulator started goes with it (machine.py: PR_SET_PDEATHSIG covers
+        # an emulator that dies without getting here).
+        if machines:
+            import machine as machine_mod
+
+            machine_mod.stop_all(machines.values())
+        shutil.rmtree(vmedia_dir, ignore_errors=True)
     return 0
 
 
