@@ -27,6 +27,7 @@ from nodeforge.devcloud import bmc, pki
 from nodeforge.devcloud.bmc import fleet
 from nodeforge.devcloud.paths import Paths
 from nodeforge.redact import MASK, Secret
+from tests.support.ports import free_tcp_port
 
 # -- unit tests ------------------------------------------------------------------
 
@@ -141,7 +142,7 @@ def test_service_specs_keep_passwords_off_argv(tmp_path):
         assert not any(s in joined for s in secrets_)
         assert "bmc" in spec.argv[0] and spec.argv[0].endswith("python")
     # The emulator's port, then the machines' agent ports (checked free before the start too).
-    assert list(rf.ports) == [18123] + [fleet.AGENT_BASE_PORT + i for i in range(fleet.DEFAULT_MACHINE_COUNT)]
+    assert list(rf.ports) == [18123] + [bmc.agent_base_port() + i for i in range(fleet.DEFAULT_MACHINE_COUNT)]
     assert list(getattr(ip, "udp_ports", ip.ports)) == list(range(16400, 16400 + fleet.DEFAULT_IPMI_COUNT))
     for cfg in (paths.etc / "bmc").glob("*.json"):
         assert stat.S_IMODE(cfg.stat().st_mode) == 0o600, cfg
@@ -164,9 +165,7 @@ def test_service_specs_keep_passwords_off_argv(tmp_path):
 
 
 def _free_tcp_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_tcp_port()          # outside the ephemeral range: the tests restart on it
 
 
 def _free_udp_range(count: int) -> int:

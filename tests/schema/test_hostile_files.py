@@ -76,8 +76,8 @@ def test_a_200_mb_inventory_is_refused_without_reading_it(tmp_path, name):
 def test_a_realistic_large_batch_is_admitted(tmp_path, monkeypatch):
     """10,000 nodes with two MACs each (the issue's realistic large batch) is within the
     inventory limits and reads valid (figures: bench/bench_inventory_load.py, docs/inventory.md)."""
-    monkeypatch.setenv("NF_BIG_PW", "big-batch-pw-1234")
-    lines = ["version: 1", "defaults:", "  bmc: {username: admin, password: 'env:NF_BIG_PW'}", "nodes:"]
+    monkeypatch.setenv("NODEFORGE_SECRET_BIG_PW", "big-batch-pw-1234")
+    lines = ["version: 1", "defaults:", "  bmc: {username: admin, password: 'env:NODEFORGE_SECRET_BIG_PW'}", "nodes:"]
     for i in range(10_000):
         m = f"{i >> 16 & 255:02x}:{i >> 8 & 255:02x}:{i & 255:02x}"
         lines += [f"  - name: node-{i:05d}", f"    bmc: {{address: 'ipmi://10.{i // 62500}.{i // 250 % 250}.{i % 250 + 1}'}}",
