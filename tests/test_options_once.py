@@ -1,4 +1,4 @@
-"""Options shared by several commands are defined once, in nodeforge/commands/options.py (issue #15):
+"""Options shared by several commands are defined once, in nodeforge/commands/options.py:
 no command module spells out its own --cache-dir, --work-dir, --lockfile, --sources or --variant."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The release pipeline (issue #9): check -> bump -> prefetch -> render -> build
+"""The release pipeline: check -> bump -> prefetch -> render -> build
 -> verify -> publish -> promote, recorded per run (docs/pipeline.md)."""
 
 from nodeforge.pipeline.run import DEFAULT_RUNS_DIR, Pipeline, PipelineFailed, Plan  # noqa: F401

@@ -1,4 +1,4 @@
-"""The leak sweep (#13): every command that takes a secret, run with known,
+"""The leak sweep: every command that takes a secret, run with known,
 distinctive secret values against the session's local cloud; then
 everything it printed or wrote is scanned for each value (raw, base64,
 URL-encoded): stdout and stderr (text and JSON logs, at -vv where the HTTP

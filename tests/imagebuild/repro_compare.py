@@ -4,7 +4,7 @@
 per-file manifests (``files.jsonl``), each disk image's bytes and 4 KiB
 blocks, and for a raw disk which files and metadata the differing blocks of
 the root filesystem hold (``debugfs icheck``/``ncheck``). :func:`assert_same_content`
-asserts what #16 promises of two builds from the same lockfile and OS
+asserts what reproducible content promises of two builds from the same lockfile and OS
 package lock: the same per-file manifest and SBOM, the same epoch and
 inputs, and an ``image diff`` that finds only the build identity.
 """

@@ -1,4 +1,4 @@
-"""The package base leaves open-iscsi's initiator name file at ``GenerateName=yes`` (issue #16).
+"""The package base leaves open-iscsi's initiator name file at ``GenerateName=yes``.
 
 open-iscsi's postinst draws a random ``InitiatorName`` only when
 ``/etc/iscsi/initiatorname.iscsi`` does not exist, and its initramfs hook

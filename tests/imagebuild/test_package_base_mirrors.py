@@ -1,4 +1,4 @@
-"""The package base and the Debian mirror (#16): with an OS package lock the mirror is only a transport.
+"""The package base and the Debian mirror: with an OS package lock the mirror is only a transport.
 
 * the cache key leaves the mirrors out when the build has a lock (every .deb
   pinned by version and checked by its locked sha256) and keeps them when it

@@ -1,4 +1,4 @@
-"""The release pipeline acting on a Debian package update (issue #16): the real
+"""The release pipeline acting on a Debian package update: the real
 check and bump stages against a local signed apt repository (tests/oslock
 fixtures: its own key, a Debian suite layout, real .debs) and a local
 Kubernetes upstream mirror, nothing mocked there. The per-minor stages after

@@ -1,6 +1,6 @@
 """End to end, against the session's local cloud and the real Debian mirror,
 nothing mocked: a Debian security update appears and the release pipeline
-turns it into approved images (issue #16).
+turns it into approved images.
 
 The archive (tests/pipeline/security_archive.py): ``bookworm`` and
 ``bookworm-updates`` come from the Debian mirror this machine's apt uses
@@ -34,7 +34,7 @@ The scenario (once per module):
 5. a second build from the same lockfile and moved lock, into a new
    directory (the package base cache shared, as between CI runs), has the
    same content as the pipeline's: the same per-file manifest and SBOM, and
-   ``image diff`` finds only the build identity (#16; the disks' differing
+   ``image diff`` finds only the build identity (the disks' differing
    bytes are printed: docs/image-build.md has the figures).
 
 Two real builds and two boots on top of the session's release scenario
@@ -235,7 +235,7 @@ def test_image_diff_names_only_that_package(security_run):
 
 
 def test_a_second_build_from_the_same_locks_has_the_same_content(security_run, tmp_path):
-    """The pipeline's build and one more from the same lockfile and OS package lock (#16)."""
+    """The pipeline's build and one more from the same lockfile and OS package lock."""
     r = security_run
     a = Path(r.run.find("build", MINOR).outputs["build_dir"])
 
