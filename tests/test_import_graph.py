@@ -50,6 +50,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("nodeforge.publish",),
     # bare metal and clusters
     ("nodeforge.ironic",),
+    # the canary deploy: a bare-metal image through Ironic onto a node, judged by verify's checks
+    ("nodeforge.canary",),
     ("nodeforge.compute",),
     ("nodeforge.magnum.templates",),
     ("nodeforge.magnum",),

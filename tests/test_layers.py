@@ -26,6 +26,7 @@ TRANSPORT = "nodeforge/transport/"
 STATUS_EXEMPT = {
     "nodeforge/devcloud/bmc/__init__.py": "health check of the emulated Redfish BMC the devcloud runs",
     "nodeforge/devcloud/bmc/redfish_emulator.py": "the devcloud's Redfish emulator",
+    "nodeforge/imageverify/verify_guest.py": "runs inside the guest on the standard library: its report's POST home",
 }
 # Loops that catch and sleep to wait for a state (a process healthy, a VM's report, nodes
 # settling), not to retry one call.
@@ -33,6 +34,7 @@ POLLERS = {
     "nodeforge/devcloud/process.py": "waits for a started service's health check",
     "nodeforge/imageverify/boottest.py": "waits for the booted VM's report",
     "nodeforge/ironic/lifecycle.py": "the lifecycle's poll rounds (clock and sleep injected)",
+    "nodeforge/imageverify/verify_guest.py": "in the guest, standard library only: the report POSTed while the network comes up",
 }
 ALLOWED_IN_TRANSPORT = ("nodeforge.errors", "nodeforge.redact", "nodeforge.transport", "keystoneauth1", "openstack",
                         "tenacity")

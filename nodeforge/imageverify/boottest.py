@@ -861,15 +861,26 @@ def judge(build_dir: Path, variant: str, guest: dict, *, cache_dir: Path | None 
     booting: the same offline reading and :func:`verifychecks.evaluate` as
     :func:`verify`. ``guest`` is what a boot's collector reported (a boot keeps
     it as ``verify-<variant>-guest.json``). Writes nothing into the build."""
+    exp, facts = expectations(build_dir, variant, cache_dir=cache_dir, profile_path=profile_path, grow=grow,
+                              work_dir=work_dir)
+    return vc.evaluate(exp, guest, facts)
+
+
+def expectations(build_dir: Path, variant: str, *, cache_dir: Path | None = None, profile_path: Path = PROFILE,
+                 grow: int = GROW, work_dir: Path | None = None) -> tuple[vc.Expectations, dict]:
+    """(what a boot of this build's ``variant`` must find, the image's offline facts): the
+    reading :func:`verify` and :func:`judge` do, for callers that boot the image elsewhere (a
+    canary deploy: :func:`verifychecks.probes` for its collector, :func:`verifychecks.evaluate`
+    on its report). Writes nothing into the build."""
     build = builddir.load(build_dir)
     manifest = json.loads(build.manifest_path.read_text())
     tools = require_tools()
     work = Path(tempfile.mkdtemp(prefix=f"nodeforge-judge-{variant}-",
                                  dir=work_dir or os.environ.get(ENV_WORK_DIR) or None))
     try:
-        exp, facts, _ = _offline(build, manifest, variant, tools, artifact_expectations(manifest, Cache(cache_dir)),
-                                 profile_path, grow, work)
-        return vc.evaluate(exp, guest, facts)
+        exp, facts, _ = _offline(build, manifest, variant, tools, artifact_expectations(manifest, Cache(cache_dir)), profile_path,
+                                 grow, work)
+        return exp, facts
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -36,6 +36,7 @@ DOCUMENTED_MODULES = (
     "nodeforge.imageverify.verifyreport",
     "nodeforge.ironic.inventory",
     "nodeforge.ironic.profiles",
+    "nodeforge.canary.policy",
     "nodeforge.compute.flavors",
     "nodeforge.magnum.templates",
 )
