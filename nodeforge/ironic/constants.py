@@ -51,6 +51,8 @@ class Verb(str, enum.Enum):
     CLEAN = "clean"
     PROVIDE = "provide"
     ABORT = "abort"
+    DEPLOY = "active"          # deploy an image (instance_info, optionally a config drive)
+    UNDEPLOY = "deleted"       # tear down; automated cleaning follows, then ``available``
 
 
 # The stable state each verb ends in (openstacksdk's EXPECTED_STATES).
@@ -59,6 +61,8 @@ EXPECTED_STATE = {
     Verb.INSPECT: ProvisionState.MANAGEABLE,
     Verb.CLEAN: ProvisionState.MANAGEABLE,
     Verb.PROVIDE: ProvisionState.AVAILABLE,
+    Verb.DEPLOY: ProvisionState.ACTIVE,
+    Verb.UNDEPLOY: ProvisionState.AVAILABLE,
 }
 
 # Transient states: the conductor is working; poll again later.

@@ -80,7 +80,12 @@ class Provisioner(Protocol):
     def set_traits(self, ident: str, traits: list[str]) -> None: ...
     def create_port(self, node_uuid: str, mac: str) -> dict: ...
     def set_provision_state(self, ident: str, verb: Verb, *, clean_steps: list[dict] | None = None,
-                            disable_ramdisk: bool | None = None) -> None: ...
+                            disable_ramdisk: bool | None = None, configdrive: dict | None = None) -> None: ...
+    # Allocations (API 1.52): a node taken in someone's name for a resource class.
+    def list_allocations(self, resource_class: str | None = None) -> list[dict]: ...
+    def get_allocation(self, ident: str) -> dict | None: ...
+    def create_allocation(self, body: dict) -> dict: ...
+    def delete_allocation(self, ident: str) -> None: ...
     def set_maintenance(self, ident: str, reason: str | None) -> None: ...
     def delete_node(self, ident: str) -> None: ...
     # python-ironicclient bulk format: chassis, port groups, ports with their fields.
@@ -172,8 +177,11 @@ class SdkProvisioner:
         return self._call("POST", "/ports", f"create port {mac}", json_body={"node_uuid": node_uuid, "address": mac},
                           write=True)
 
-    def set_provision_state(self, ident: str, verb: Verb, *, clean_steps=None, disable_ramdisk=None) -> None:
+    def set_provision_state(self, ident: str, verb: Verb, *, clean_steps=None, disable_ramdisk=None,
+                            configdrive=None) -> None:
         body: dict[str, Any] = {"target": verb.value}
+        if configdrive is not None:     # Ironic's JSON config drive (API 1.56): it builds the ISO
+            body["configdrive"] = configdrive
         if clean_steps is not None:
             body["clean_steps"] = clean_steps
         if disable_ramdisk is not None:
@@ -189,6 +197,22 @@ class SdkProvisioner:
 
     def delete_node(self, ident: str) -> None:
         self._call("DELETE", f"/nodes/{ident}", f"delete node {ident}", write=True)
+
+    # -- allocations
+    def list_allocations(self, resource_class: str | None = None) -> list[dict]:
+        query = f"?resource_class={resource_class}" if resource_class else ""
+        return self._paged(f"/allocations{query}", "allocations")
+
+    def get_allocation(self, ident: str) -> dict | None:
+        """The allocation named or numbered ``ident``, or None."""
+        return self._call("GET", f"/allocations/{ident}", f"get allocation {ident}", missing_ok=True)
+
+    def create_allocation(self, body: dict) -> dict:
+        return self._call("POST", "/allocations", f"create allocation {body.get('name')}", json_body=body,
+                          write=True)
+
+    def delete_allocation(self, ident: str) -> None:
+        self._call("DELETE", f"/allocations/{ident}", f"delete allocation {ident}", write=True, missing_ok=True)
 
     # -- python-ironicclient bulk format: chassis, port groups, ports with their fields
     def list_chassis(self) -> list[dict]:
