@@ -37,7 +37,7 @@ __all__ = [
     "REDFISH_PORT", "IPMI_BASE_PORT", "GROUP", "REDFISH_SERVICE", "IPMI_SERVICE",
     "redfish_service", "ipmi_service", "redfish_endpoint", "redfish_systems",
     "redfish_system_url", "redfish_driver_info", "ipmi_probe", "redfish_machines", "machine_dir",
-    "agent_base_port", "machine_tools",
+    "agent_base_port", "machine_tools", "guest_forwards",
     "ipmi_endpoints", "IpmiEndpoint", "credentials", "ca_bundle", "ipmitool",
     "Credential", "Credentials", "RedfishSystem", "IpmiBmc", "fleet",
 ]
@@ -155,12 +155,23 @@ def machine_tools() -> dict:
             "cpu": accel.CPU["tcg"]}
 
 
+def guest_forwards() -> list[int]:
+    """The loopback ports a machine's guest reaches at ``machine.GUEST_HOST`` (same port number): Ironic's API
+    (the agent's heartbeat and inspection callback) and Ironic's http_root server (images), both
+    shifted by the local cloud's port offset."""
+    from nodeforge.devcloud import openstack
+
+    return [openstack.port("ironic"), openstack.port(openstack.IRONIC_HTTP)]
+
+
 def redfish_service(paths: Paths, port: int | None = None,
                     count: int = fleet.DEFAULT_REDFISH_COUNT,
-                    machines: list[RedfishSystem] | None = None) -> ServiceSpec:
+                    machines: list[RedfishSystem] | None = None,
+                    forwards: list[int] | None = None) -> ServiceSpec:
     """Write the Redfish emulator's config and return its ServiceSpec: ``count`` fake systems and
     ``machines`` (default :func:`redfish_machines`; ``[]`` for none). The machines' agent ports are
-    among the spec's ports (checked free before the start)."""
+    among the spec's ports (checked free before the start); their guests reach ``forwards``
+    (default :func:`guest_forwards`) at ``machine.GUEST_HOST``."""
     port = redfish_port(port)
     creds = ensure_credentials(paths)
     cert = pki.server_cert(paths, CERT_NAME)
@@ -175,6 +186,7 @@ def redfish_service(paths: Paths, port: int | None = None,
         "auth": {"username": creds.redfish.username, "password": creds.redfish.password.reveal()},
         "systems": [s.to_json() for s in systems],
         "machine_tools": machine_tools() if machines else {},
+        "guest_forwards": (guest_forwards() if forwards is None else list(forwards)) if machines else [],
     })
     url = redfish_endpoint(port)
 

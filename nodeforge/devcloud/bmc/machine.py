@@ -11,7 +11,13 @@ process only while the system is powered on:
   so media can be inserted and ejected while the machine runs;
 * one virtio NIC on QEMU's user-mode network, isolated (``restrict=on``: the
   guest reaches nothing on the host or beyond), with the host's
-  ``127.0.0.1:<agent_port>`` forwarded to the guest's agent port;
+  ``127.0.0.1:<agent_port>`` forwarded to the guest's agent port, and the
+  guest's ``10.0.2.100:<port>`` forwarded to the host's ``127.0.0.1:<port>`` for
+  exactly the ports the emulator's config names (``guest_forwards``: Ironic's
+  API, its http_root server): QEMU's ``guestfwd`` with a ``cmd:`` target, which
+  runs :func:`relay` (this file, ``python -I -S machine.py relay PORT``) per
+  connection (the chardev form of guestfwd carries a single connection, all
+  guest connections mixed into one stream);
 * the serial console appended to ``console.log``, QEMU's own messages to
   ``qemu.log``;
 * QMP on QEMU's stdin/stdout (no socket file): powerdown, NMI, media changes,
@@ -39,13 +45,24 @@ import logging
 import os
 import shutil
 import signal
+import select
+import shlex
+import socket
 import subprocess
+import sys
 import threading
 import time
 
 LOG = logging.getLogger("nodeforge.redfish_emulator.machine")
 
 AGENT_GUEST_PORT = 9999
+# The address a guest reaches the host's forwarded services at. Not 10.0.2.2 (the user-mode
+# network's gateway, the usual "host" address) nor 10.0.2.3 (its DNS): libslirp refuses a guest
+# forward on either ("Conflicting/invalid host:port in guest forwarding rule"), so the services get
+# an address of their own on the guest's /24, which slirp answers ARP for.
+GUEST_HOST = "10.0.2.100"
+RELAY_HOST = "127.0.0.1"                        # where a guest forward goes: loopback, nothing else
+RELAY_IDLE = 600.0                              # seconds a forwarded connection may idle before it is closed
 BOOT_TARGETS = ("Hdd", "Cd", "Pxe")            # the boot override targets a machine honours
 BOOT_ENABLED = ("Disabled", "Once", "Continuous")
 DEFAULT_ORDER = ("Hdd", "Cd", "Pxe")            # the firmware's order without an override
@@ -156,8 +173,9 @@ class Qmp:
 class QemuMachine:
     """The machine behind one Redfish system: its files under ``directory``, its QEMU process."""
 
-    def __init__(self, system: dict, tools: dict, directory: str):
+    def __init__(self, system: dict, tools: dict, directory: str, guest_forwards=()):
         self.system, self.tools, self.dir = system, tools, directory
+        self.guest_forwards = [_port(p, "guest_forwards") for p in guest_forwards]
         self.spec = system["machine"]
         self.name = system["name"]
         self.lock = threading.RLock()
@@ -220,14 +238,22 @@ class QemuMachine:
             "-device", f"virtio-blk-pci,drive=disk0,id=disk,bootindex={index['Hdd']}",
             "-drive", f"if=none,id=cd0,media=cdrom,readonly=on{cd}",
             "-device", f"ide-cd,drive=cd0,id=cd,bus=ide.0,bootindex={index['Cd']}",
-            # User-mode network, isolated: the guest reaches nothing; only the agent's port is
-            # forwarded in, from loopback. No option ROM: OVMF's own virtio-net driver network-boots.
+            # User-mode network, isolated: the guest reaches nothing but the agent's port forwarded
+            # in from loopback and the guest forwards out (10.0.2.100:P -> 127.0.0.1:P, nothing else).
+            # No option ROM: OVMF's own virtio-net driver network-boots.
             "-netdev", f"user,id=net0,restrict=on,"
-                       f"hostfwd=tcp:127.0.0.1:{m['agent_port']}-:{m.get('agent_guest_port', AGENT_GUEST_PORT)}",
+                       f"hostfwd=tcp:127.0.0.1:{m['agent_port']}-:{m.get('agent_guest_port', AGENT_GUEST_PORT)}"
+                       + "".join(f",guestfwd={_opt(self.guestfwd(p))}" for p in self.guest_forwards),
             "-device", f"virtio-net-pci,netdev=net0,id=nic,mac={mac},romfile=,bootindex={index['Pxe']}",
             "-chardev", f"file,id=serial0,append=on,path={_opt(self.console_log)}", "-serial", "chardev:serial0",
             "-chardev", "stdio,id=qmp0,signal=off", "-mon", "chardev=qmp0,mode=control",
         ]
+
+    def guestfwd(self, port: int) -> str:
+        """QEMU's guestfwd rule for ``GUEST_HOST:port`` -> ``127.0.0.1:port``: a relay per connection."""
+        relay_cmd = shlex.join([sys.executable, "-I", "-S",
+                                os.path.abspath(__file__), "relay", str(port)])
+        return f"tcp:{GUEST_HOST}:{port}-cmd:{relay_cmd}"
 
     # -- power -------------------------------------------------------------------------------------------
 
@@ -380,6 +406,46 @@ class QemuMachine:
                 pass
 
 
+def _port(value, field: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
+        raise MachineError(f"{field}: {value!r} is not a TCP port")
+    return value
+
+
+def relay(port: int, guest: socket.socket | None = None) -> int:
+    """One guest connection (on stdin/stdout, as QEMU's guestfwd ``cmd:`` hands it over) relayed to
+    ``127.0.0.1:port`` until both sides have closed (or it idles :data:`RELAY_IDLE` seconds)."""
+    guest = guest or socket.socket(fileno=0)
+    try:
+        upstream = socket.create_connection((RELAY_HOST, _port(port, "relay port")), timeout=10)
+    except OSError:
+        return 1                                   # the guest sees its connection closed
+    upstream.settimeout(None)
+    peer = {guest: upstream, upstream: guest}
+    reading = {guest, upstream}
+    while reading:
+        ready, _, _ = select.select(list(reading), [], [], RELAY_IDLE)
+        if not ready:
+            break
+        for sock in ready:
+            try:
+                data = sock.recv(65536)
+            except OSError:
+                data = b""
+            if data:
+                try:
+                    peer[sock].sendall(data)
+                    continue
+                except OSError:
+                    return 0
+            reading.discard(sock)                  # this side is done sending: pass the half-close on
+            try:
+                peer[sock].shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
+    return 0
+
+
 def stop_all(machines) -> None:
     """Stop every running machine, all at once (SIGTERM to each, then wait, SIGKILL the stragglers)."""
     procs = []
@@ -399,3 +465,7 @@ def stop_all(machines) -> None:
             proc.kill()
             proc.wait()
         LOG.info("%s: stopped with the emulator (QEMU pid %d)", m.name, proc.pid)
+
+
+if __name__ == "__main__" and len(sys.argv) == 3 and sys.argv[1] == "relay":
+    sys.exit(relay(int(sys.argv[2])))

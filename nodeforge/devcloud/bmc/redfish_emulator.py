@@ -16,7 +16,8 @@ FILE is a JSON document (mode 0600, written by nodeforge.devcloud.bmc):
      "auth": {"username": "...", "password": "..."},
      "systems": [ { fleet.RedfishSystem as JSON }, ... ],
      "machine_tools": {"qemu": "...", "qemu_img": "...", "ovmf_code": "...", "ovmf_vars": "...",
-                       "accel": "tcg", "machine_type": "q35", "cpu": "max"}}
+                       "accel": "tcg", "machine_type": "q35", "cpu": "max"},
+     "guest_forwards": [6385, 8089]}    # the guests' 10.0.2.100:P -> 127.0.0.1:P (machine.py)
 
 A system whose entry has a ``machine`` (memory, vCPUs, disk, agent port) is
 *machine-backed*: a real QEMU machine (``machine.py`` next to this script)
@@ -345,7 +346,8 @@ def make_machines(cfg: dict, machine_mod) -> dict:
     """uuid -> machine.QemuMachine for every system that declares a machine."""
     tools = cfg.get("machine_tools") or {}
     root = os.path.join(cfg["state_dir"], "machines")
-    return {s["uuid"]: machine_mod.QemuMachine(s, tools, os.path.join(root, s["name"]))
+    forwards = cfg.get("guest_forwards") or []
+    return {s["uuid"]: machine_mod.QemuMachine(s, tools, os.path.join(root, s["name"]), forwards)
             for s in cfg["systems"] if s.get("machine")}
 
 
