@@ -28,7 +28,7 @@ MEMBER_PROJECT = "nodeforge"
 
 # Start order; a service appears after everything it depends on.
 ORDER = ("keystone", "barbican", "glance", "placement", "nova", "neutron", "rabbitmq", "magnum-api",
-         "magnum-conductor", "redfish-bmc", "ipmi-bmc", "ironic")
+         "magnum-conductor", "redfish-bmc", "ipmi-bmc", "ironic-http", "ironic")
 # Services that run from a virtualenv other than "openstack".
 SERVICE_VENVS = {"neutron": "neutron", "magnum-api": "magnum", "magnum-conductor": "magnum"}
 
@@ -92,6 +92,8 @@ class DevCloud:
             from nodeforge.devcloud import neutron
 
             return neutron.service(ctx)
+        if name == openstack.IRONIC_HTTP:
+            return openstack.ironic_http(ctx)
         return getattr(openstack, name)(ctx)
 
     # -- lifecycle ---------------------------------------------------------

@@ -23,12 +23,15 @@ from pathlib import Path
 
 from nodeforge.base import runner
 from nodeforge.devcloud import inifile, rabbitmq
+from nodeforge.devcloud.bmc import machine
 from nodeforge.devcloud.paths import Paths, port_offset
 from nodeforge.devcloud.process import ServiceSpec
 from nodeforge.errors import NodeforgeError
 from nodeforge.redact import Secret
 
 HOST = "127.0.0.1"
+GUEST_HOST = machine.GUEST_HOST   # where a machine's guest reaches Ironic and its http_root (guestfwd)
+IRONIC_HTTP = "ironic-http"
 REGION = "RegionOne"
 VENV = "openstack"
 
@@ -40,6 +43,7 @@ PORTS = {
     "nova": 8774,
     "barbican": 9311,
     "ironic": 6385,
+    "ironic-http": 8089,          # Ironic's [deploy] http_root (virtual media ISOs, agent images)
     "neutron": 9696,
     "magnum-api": 9511,
     "rabbitmq": rabbitmq.AMQP_PORT,
@@ -64,7 +68,7 @@ GROUPS = {
     "image": ("keystone", "barbican", "glance"),
     "compute": ("keystone", "placement", "nova"),
     "key-manager": ("keystone", "barbican"),
-    "baremetal": ("keystone", "ironic", "redfish-bmc", "ipmi-bmc"),
+    "baremetal": ("keystone", "ironic-http", "ironic", "redfish-bmc", "ipmi-bmc"),
     "network": ("keystone", "neutron"),
     # Magnum validates a template's image (Glance), flavors and key pair
     # (Nova) and networks (Neutron); its API and conductor talk over RabbitMQ.
@@ -500,13 +504,50 @@ IRONIC_INTERFACES = {
 SUSHY_RETRIES = (3, 1)
 
 
+# The kernel parameters Ironic adds to the agent's command line on the virtual-media ISOs it builds
+# ([redfish] kernel_append_params; Ironic's default is "nofb vga=normal"): the machines have a serial
+# console only, so the kernel's and the agent's output go there (console.log).
+IRONIC_KERNEL_APPEND = "nofb vga=normal console=ttyS0,115200n8"
+
+
+def ironic_http_root(paths: Paths) -> Path:
+    """Ironic's ``[deploy] http_root``, served by the ``ironic-http`` service."""
+    return paths.data / "ironic" / "httpboot"
+
+
+def ironic_files_dir(paths: Paths) -> Path:
+    """Where ``file://`` images for Ironic may be (``[conductor] file_url_allowed_paths``, with the
+    ESP image's directory): deploy kernels and ramdisks of local machines, say."""
+    return paths.data / "ironic" / "files"
+
+
+def ironic_http(ctx: Context) -> ServiceSpec:
+    """The HTTP server of Ironic's http_root (``nodeforge/devcloud/http_root.py``): loopback only."""
+    root = ironic_http_root(ctx.paths)
+    script = Path(str(resources.files("nodeforge.devcloud") / "http_root.py"))
+    base = f"http://{HOST}:{port(IRONIC_HTTP)}"
+
+    def prepare():
+        root.mkdir(parents=True, exist_ok=True)
+
+    return ServiceSpec(
+        name=IRONIC_HTTP, group="baremetal",
+        argv=[ctx.venv_bin("python"), "-I", str(script), "--root", str(root), "--port", str(port(IRONIC_HTTP))],
+        ports=[port(IRONIC_HTTP)], env={"PYTHONUNBUFFERED": "1"}, prepare=prepare,
+        # "/" is a directory: 403 (no listings) is this server's healthy answer.
+        health=http_health(base + "/", ok=(403,)), url=base, start_timeout=20, stop_timeout=5,
+    )
+
+
 def ironic(ctx: Context) -> ServiceSpec:
     conf_dir = ctx.conf_dir("ironic")
     state = ctx.paths.data / "ironic"
     conf = conf_dir / "ironic.conf"
-    from nodeforge.devcloud import pki
+    from nodeforge.devcloud import esp, pki
 
     ca_bundle = pki.ca_bundle(ctx.paths)
+    esp_image = esp.image_path(ctx.paths)
+    http_port = port(IRONIC_HTTP)
     inifile.write(conf, {
         "DEFAULT": {
             "log_file": str(ctx.paths.log / "ironic-app.log"),
@@ -516,6 +557,8 @@ def ironic(ctx: Context) -> ServiceSpec:
             "state_path": str(state),
             "default_network_interface": "noop",
             **{f"enabled_{k}": v for k, v in IRONIC_INTERFACES.items()},
+            # Where Ironic writes its grub.cfg on the UEFI ISOs; the ESP's GRUB looks there (esp.py).
+            "grub_config_path": esp.GRUB_CONFIG_PATH,
         },
         "api": {"host_ip": HOST, "port": port("ironic"), "public_endpoint": url("ironic")},
         "conductor": {
@@ -523,16 +566,29 @@ def ironic(ctx: Context) -> ServiceSpec:
             "heartbeat_interval": 5,
             "sync_power_state_interval": 60,
             "check_provision_state_interval": 5,
+            # The EFI system partition on the UEFI virtual-media ISOs Ironic builds (esp.py).
+            "bootloader": esp_image.as_uri(),
+            "file_url_allowed_paths": f"{esp_image.parent},{ironic_files_dir(ctx.paths)}",
         },
         "database": {"connection": ctx.db("ironic")},
-        # pxe/ipxe boot interfaces refuse to load without these roots.
-        "deploy": {"http_root": str(state / "httpboot"), "http_url": f"http://{HOST}:8089"},
+        # No Swift: Ironic stages ISOs and images under http_root, which the ironic-http service
+        # serves on loopback. The BMC emulator fetches ISOs from external_http_url (loopback); a
+        # machine's guest reaches the same server, and Ironic's API, at GUEST_HOST (guestfwd).
+        "deploy": {
+            "http_root": str(ironic_http_root(ctx.paths)),
+            "http_url": f"http://{GUEST_HOST}:{http_port}",
+            "external_http_url": f"http://{HOST}:{http_port}",
+            "external_callback_url": f"http://{GUEST_HOST}:{port('ironic')}",
+            "default_boot_mode": "uefi",
+        },
+        "agent": {"image_download_source": "http"},
         "pxe": {"tftp_root": str(state / "tftpboot")},
         # Power operations take ~3 s instead of ~15 s. A refused IPMI login
         # (wrong password) is retried until command_retry_timeout runs out.
         "ipmi": {"min_command_interval": 1, "command_retry_timeout": 6},
         # Each attempt is sushy's own retries (SUSHY_RETRIES above).
-        "redfish": {"connection_attempts": 3, "connection_retry_interval": 1},
+        "redfish": {"connection_attempts": 3, "connection_retry_interval": 1,
+                    "use_swift": False, "kernel_append_params": IRONIC_KERNEL_APPEND},
         "dhcp": {"dhcp_provider": "none"},
         "keystone_authtoken": ctx.authtoken("ironic"),
         "service_catalog": ctx.service_auth("ironic"),
@@ -544,8 +600,9 @@ def ironic(ctx: Context) -> ServiceSpec:
     args = ["--config-file", str(conf)]
 
     def prepare():
-        for d in (state / "httpboot", state / "tftpboot", state / "locks"):
+        for d in (ironic_http_root(ctx.paths), ironic_files_dir(ctx.paths), state / "tftpboot", state / "locks"):
             d.mkdir(parents=True, exist_ok=True)
+        esp.ensure(ctx.paths)
         # `upgrade` fails on a fresh SQLite database; create the schema.
         ctx.once("ironic-db", lambda: ctx.run("ironic", [ctx.venv_bin("ironic-dbsync")] + args + ["create_schema"]),
                  ("ironic",))

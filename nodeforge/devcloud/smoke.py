@@ -89,6 +89,27 @@ def _checks(cloud: DevCloud) -> list[tuple[str, str, Callable[[], str]]]:
             raise RuntimeError(out.stderr.strip() or f"ipmitool exited {out.returncode}")
         return f"{endpoints[0].address}: {out.stdout.strip()}"
 
+    def http_root():
+        import os
+        import secrets as token_bytes
+        import urllib.request
+
+        from nodeforge.devcloud import openstack as dc_openstack
+
+        body = token_bytes.token_hex(16).encode()
+        probe = dc_openstack.ironic_http_root(cloud.paths) / f".nodeforge-check-{os.getpid()}"
+        probe.write_bytes(body)
+        try:
+            req = urllib.request.Request(f"{dc_openstack.url(dc_openstack.IRONIC_HTTP)}/{probe.name}",
+                                         headers={"Range": "bytes=4-11", "Connection": "close"})
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                status, got = resp.status, resp.read()
+        finally:
+            probe.unlink(missing_ok=True)
+        if (status, got) != (206, body[4:12]):
+            raise RuntimeError(f"a file of the http_root: HTTP {status}, {len(got)} bytes (expected 206, 8 bytes)")
+        return "a file of Ironic's http_root, one byte range (206)"
+
     return [
         ("keystone", "identity", token),
         ("glance", "image", images),
@@ -99,6 +120,7 @@ def _checks(cloud: DevCloud) -> list[tuple[str, str, Callable[[], str]]]:
         ("rabbitmq", "amqp", broker),
         ("magnum-api", "container-infra", container_infra),
         ("magnum-conductor", "container-infra", conductor),
+        ("ironic-http", "http", http_root),
         ("ironic", "baremetal", baremetal),
         ("redfish-bmc", "redfish", redfish),
         ("ipmi-bmc", "ipmi", ipmi),
