@@ -177,7 +177,7 @@ def main(argv=None) -> int:
         return 2
     server = serve(args.root, args.port)
     signal.signal(signal.SIGTERM, _stop)
-    sys.stderr.write(f"serving {os.path.realpath(args.root)} on http://127.0.0.1:{args.port}\n")
+    sys.stderr.write(f"serving {os.path.realpath(args.root)} on http://127.0.0.1:{server.server_address[1]}\n")
     sys.stderr.flush()
     try:
         server.serve_forever(poll_interval=0.5)
