@@ -278,7 +278,9 @@ def test_ironic_boots_its_virtual_media_iso_on_the_machine(devcloud, tmp_path):
         node = conn.baremetal.get_node(node.id)
         if node.provision_state == "clean wait":
             conn.baremetal.set_node_provision_state(node, "abort")
-            wait_settled(conn, node, 180)
+            # An aborted cleaning ends in "clean failed" with "manageable" as its target, until `manage`.
+            _wait(lambda: (lambda n: n.provision_state == "clean failed" and not n.reservation)(
+                conn.baremetal.get_node(node.id)), 180, "the aborted cleaning")
         conn.baremetal.set_node_power_state(node, "power off", wait=True, timeout=120)
         node = conn.baremetal.get_node(node.id)
         if node.provision_state == "clean failed":
