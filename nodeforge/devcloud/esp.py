@@ -30,7 +30,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from nodeforge.base import runner
+from nodeforge.base import fs, runner
 from nodeforge.devcloud.paths import Paths
 from nodeforge.errors import NodeforgeError
 
@@ -98,7 +98,7 @@ def build(dest: Path, config_path: str = GRUB_CONFIG_PATH, grub_dir: Path = GRUB
         runner.run([tools["mmd"], "-i", str(img), "::/EFI", "::/EFI/BOOT"], env=env, error=EspError)
         runner.run([tools["mcopy"], "-i", str(img), str(efi), "::/" + EFI_BINARY], env=env, error=EspError)
         os.chmod(img, 0o644)
-        os.replace(img, dest)
+        fs.move_into_place(img, dest)
     return dest
 
 

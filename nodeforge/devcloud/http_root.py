@@ -92,7 +92,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         with fh:
             st = os.fstat(fh.fileno())
             size = st.st_size
-            start, end, code = 0, size - 1, 200
+            start, end, code, partial = 0, size - 1, 200, False
             header = self.headers.get("Range")
             if header:
                 m = _RANGE.match(header.strip().replace(" ", ""))
@@ -108,7 +108,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     if start >= size or start > end:
                         self._range_text = header
                         return self._error(416, body, {"Content-Range": f"bytes */{size}"})
-                    code = 206
+                    code, partial = 206, True
                     self._range_text = f"{start}-{end}"
                 # anything else (several ranges, other units): the whole file, 200
             length = max(0, end - start + 1)
@@ -117,7 +117,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.send_header("Content-Length", str(length))
             self.send_header("Accept-Ranges", "bytes")
             self.send_header("Last-Modified", email.utils.formatdate(st.st_mtime, usegmt=True))
-            if code == 206:
+            if partial:
                 self.send_header("Content-Range", f"bytes {start}-{end}/{size}")
             self.end_headers()
             sent = 0
