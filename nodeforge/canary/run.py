@@ -260,11 +260,7 @@ def _record_failure(prov: Provisioner, req: Request, node_id: str, result: Class
         result.maintenance = True
 
 
-def property_name(resource_class: str) -> str:
-    """The Glance property a class's canary verdict is stored in."""
-    return "nodeforge_canary_" + "".join(ch if ch.isalnum() else "_" for ch in resource_class.lower())
-
-
 def property_value(result: ClassResult, now: datetime.datetime | None = None) -> str:
+    """The verdict stored on the image (:func:`nodeforge.publish.glance.canary_property` names it)."""
     when = (now or datetime.datetime.now(datetime.timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
     return f"{'passed' if result.passed else 'failed'} {when} node={result.node}"[:255]

@@ -14,7 +14,8 @@ from pathlib import Path
 import click
 
 from nodeforge import output
-from nodeforge.commands import options
+from nodeforge.canary import policy as canary_policy
+from nodeforge.commands import image_canary, options
 from nodeforge.imageverify import builddir
 from nodeforge.publish import catalog, glance, retention, signing
 
@@ -89,9 +90,10 @@ def manifest_cmd(app, image):
 @options.scope("The scope the image must belong to; an image published before scopes (no nodeforge_scope) "
                "is taken into it.  [default: the image's own scope]")
 @_retention_option
+@image_canary.policy_option
 @options.dry_run
 @options.pass_app
-def promote(app, image, scope, retention_path, dry_run):
+def promote(app, image, scope, retention_path, policy_path, dry_run):
     """Approve a verified image and retire older approved ones of its group and scope.
 
     The image's verify report (stored beside it by publish) is downloaded and
@@ -99,10 +101,14 @@ def promote(app, image, scope, retention_path, dry_run):
     bytes, this build and this manifest is refused. Older approved images of
     the same Kubernetes minor, variant, OS and ownership scope are kept
     listed, hidden, deactivated or deleted per the retention policy; images
-    of other scopes, and legacy ones without a scope, are never touched."""
+    of other scopes, and legacy ones without a scope, are never touched.
+    A bare-metal image also needs a passing canary deploy ('image canary',
+    its report checked the same way) on each resource class the canary
+    policy requires; without a policy file none is asked for."""
     policy = retention.load(retention_path)
+    canary = canary_policy.load(policy_path)
     conn = app.connect()
-    plan = catalog.plan(conn, image, policy, scope=scope)
+    plan = catalog.plan(conn, image, policy, scope=scope, canary_classes=tuple(canary.required_classes()))
     steps = plan.steps if dry_run else catalog.apply(conn, plan)
     output.emit([s.to_dict() for s in steps], app.output, columns=["action", "image_id", "name", "scope", "reason"],
                 title="plan (dry run)" if dry_run else None)

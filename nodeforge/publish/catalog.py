@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import json
 import logging
 
 from nodeforge import plan as PL
@@ -108,6 +109,29 @@ def check_verify_report(conn, image: dict) -> verifyreport.Verdict:
     if not verdict.passed:
         raise PromoteRefused(image=name, detail=verdict.reason)
     return verdict
+
+
+def check_canary(conn, image: dict, classes: tuple[str, ...] | list[str]) -> None:
+    """Refuse a bare-metal ``image`` unless a canary deploy passed on each of ``classes`` (the
+    canary policy's required resource classes): the per-class verdict property says passed, and
+    the canary report stored beside the image (digest-checked) is this image's and says passed
+    for that class. VM images and an empty ``classes`` are not concerned."""
+    if not classes or image.get(f"{P}variant") != "baremetal":
+        return
+    name = image.get("name") or image["id"]
+    missing = [rc for rc in classes if not str(image.get(g.canary_property(rc)) or "").startswith("passed ")]
+    if missing:
+        raise PromoteRefused(image=name, detail=f"no passing canary deploy on {', '.join(missing)} (the canary policy "
+                                                "asks for one); run 'nodeforge image canary' first")
+    try:
+        report = json.loads(g.download_canary_report(conn, image))
+    except (g.PublishError, ValueError) as exc:
+        raise PromoteRefused(image=name, detail=f"its canary report cannot be trusted: {exc}") from None
+    results = {r.get("resource_class"): r for r in report.get("results", []) if isinstance(r, dict)}
+    wrong = [rc for rc in classes if report.get("image_id") != image["id"] or not (results.get(rc) or {}).get("passed")]
+    if wrong:
+        raise PromoteRefused(image=name, detail=f"its canary report does not show a pass of this image on "
+                                                f"{', '.join(wrong)}")
 
 
 def promote_scope(image: dict, scope: str | None = None) -> str:
@@ -243,7 +267,8 @@ class PromotePlan:
         return [s.to_change() for s in self.steps]
 
 
-def plan(conn, ref: str, policy: RetentionPolicy, *, scope: str | None = None) -> PromotePlan:
+def plan(conn, ref: str, policy: RetentionPolicy, *, scope: str | None = None,
+         canary_classes: tuple[str, ...] = ()) -> PromotePlan:
     """Plan promoting ``ref`` within its scope (``scope``: see
     :func:`promote_scope`); reads Glance (and Magnum's users), writes nothing.
     Raises when the image may not be promoted (state, verify report)."""
@@ -252,6 +277,7 @@ def plan(conn, ref: str, policy: RetentionPolicy, *, scope: str | None = None) -
     check_promotable(image)
     own = promote_scope(image, scope)
     check_verify_report(conn, image)
+    check_canary(conn, image, canary_classes)
     approved = g.list_images(conn, **group_filters(image, own))
     # Templates may name their image by name: resolve names among the group's images.
     steps = plan_promote(image, approved, policy, scope=own, users=_users(conn, [image, *approved]))
@@ -264,9 +290,10 @@ def apply(conn, plan_: PromotePlan) -> list[Step]:
     return plan_.steps
 
 
-def promote(conn, ref: str, policy: RetentionPolicy, *, scope: str | None = None) -> list[Step]:
+def promote(conn, ref: str, policy: RetentionPolicy, *, scope: str | None = None,
+            canary_classes: tuple[str, ...] = ()) -> list[Step]:
     """Promote ``ref``: :func:`apply` of :func:`plan` (a dry run is ``plan(...).steps``); the steps made."""
-    return apply(conn, plan(conn, ref, policy, scope=scope))
+    return apply(conn, plan(conn, ref, policy, scope=scope, canary_classes=canary_classes))
 
 
 # --------------------------------------------------------------------------

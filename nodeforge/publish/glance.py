@@ -76,7 +76,8 @@ from nodeforge.publish import diff as imgdiff, glance_api as api, provenance
 from nodeforge.publish.glance_api import (  # noqa: F401 - re-exported
     ACTIVE, DEACTIVATED, DEFAULT_SCOPE, FAILED, P, SCOPE, TAG, TAG_APPROVED, TAG_CANDIDATE, TAG_IN_USE,
     TAG_MANIFEST, TAG_SUPERSEDED, TAG_VERIFY_REPORT, TRANSIENT, ForbiddenError, GlanceError, PublishError,
-    create_image, deactivate_image, delete_image, download_manifest, download_verify_report, find_image,
+    canary_property, create_image, deactivate_image, delete_image, download_canary_report, download_manifest,
+    download_verify_report, find_image,
     get_image, list_images, patch_image, put_data, scope_of, set_ops, tag_k8s, tag_variant)
 from nodeforge.publish.retention import RetentionPolicy
 from nodeforge import scope as IC
@@ -362,6 +363,9 @@ FILES = SideImage(imgdiff.FILES_ROLE, imgdiff.FILES_TAG, contents.FILENAME, imgd
                   imgdiff.FILES_SHA256, "per-file manifest")
 # In the order a publish writes them (before the node image, which links all four).
 SIDES = (MANIFEST, VERIFY_REPORT, PROVENANCE, FILES)
+# Written by the canary deploy after publish (not from the build directory at publish time).
+CANARY_REPORT = SideImage("canary-report", "nodeforge-canary-report", "canary.json", f"{P}canary_report",
+                          f"{P}canary_sha256", "canary report", same_bytes=True)
 
 
 def side_attached(image: dict, side: SideImage, existing: list[dict], data: bytes | None) -> bool:
@@ -521,6 +525,16 @@ class Publisher:
         return build.verify_raw
 
     # -- lookup
+
+    def attach_canary(self, build: BuildDir, variant: str, node: dict, data: bytes,
+                      verdicts: dict[str, str]) -> dict[str, str]:
+        """Store a canary report (``canary.json``) beside node image ``node`` and set its per-class
+        verdict properties (:func:`canary_property`); an earlier report of this image is replaced."""
+        props = self.side_image(build, variant, CANARY_REPORT, data, self._mine(build, variant, CANARY_REPORT.role),
+                                node=node)
+        current = get_image(self.conn, node["id"])
+        patch_image(self.conn, node["id"], set_ops(current, verdicts), f"recording the canary verdicts on {node.get('name')}")
+        return {**props, **verdicts}
 
     def _mine(self, build: BuildDir, variant: str, role: str) -> list[dict]:
         return list_images(self.conn, **{f"{P}build_id": build.build_id, f"{P}variant": variant, f"{P}role": role})

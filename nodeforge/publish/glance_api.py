@@ -175,6 +175,17 @@ def download_manifest(conn, image: dict) -> bytes:
     return download_linked(conn, image, f"{P}manifest_image", f"{P}manifest_sha256", "manifest")
 
 
+def canary_property(resource_class: str) -> str:
+    """The node-image property holding the canary verdict for ``resource_class``
+    (``passed|failed <UTC time> node=<name>``)."""
+    return f"{P}canary_" + "".join(ch if ch.isalnum() else "_" for ch in resource_class.lower())
+
+
+def download_canary_report(conn, image: dict) -> bytes:
+    """The canary.json stored for a node image, verified against its ``nodeforge_canary_sha256``."""
+    return download_linked(conn, image, f"{P}canary_report", f"{P}canary_sha256", "canary report")
+
+
 def download_verify_report(conn, image: dict) -> bytes:
     """The verify.json publish stored for a node image, verified against its ``nodeforge_verify_sha256``
     (whether it is a passing report for this image is :func:`nodeforge.publish.glance.verify_binding` +

@@ -22,10 +22,15 @@ import uuid
 
 import pytest
 
-from nodeforge.canary import node_data, phonehome, run, select
+from nodeforge import cli
+from nodeforge.canary import node_data, phonehome, run, select, stage
 from nodeforge.canary.policy import CanaryClass, CanaryPolicy, Timeouts
 from nodeforge.imageverify import verify_guest
 from nodeforge.ironic.provisioner import SdkProvisioner
+from nodeforge.imageverify import builddir
+from nodeforge.publish import catalog, glance
+from nodeforge.publish.retention import RetentionPolicy
+from tests.imagebuild.builddir_factory import make_build_dir
 
 pytestmark = [pytest.mark.devcloud, pytest.mark.slow]
 
@@ -102,7 +107,7 @@ def pool(devcloud):
         # Ironic allocates only nodes whose power state it knows (a fake node's comes with its first sync).
         conn.baremetal.set_node_power_state(n.id, "power off", wait=True, timeout=60)
         nodes.append(n.id)
-    yield {"conn": conn, "rc": rc, "image": image.id, "nodes": nodes, "scope": f"t{tag}"}
+    yield {"conn": conn, "admin": glance, "rc": rc, "image": image.id, "nodes": nodes, "scope": f"t{tag}"}
     for n in nodes:
         node = conn.baremetal.get_node(n)
         if node.is_maintenance:
@@ -150,8 +155,8 @@ def test_a_canary_that_reports_passes_and_gives_the_node_back(pool):
     # Back in the pool: available, no allocation, no instance, no maintenance, no failure counted.
     assert _state(conn, pool["nodes"][0]) == ("available", None, None, False, None)
     assert prov.get_allocation(select.allocation_name(pool["scope"], pool["rc"])) is None
-    assert run.property_value(result).startswith("passed ") and run.property_name("Baremetal-Canary.1") == \
-        "nodeforge_canary_baremetal_canary_1"
+    assert run.property_value(result).startswith("passed ")
+    assert glance.canary_property("Baremetal-Canary.1") == "nodeforge_canary_baremetal_canary_1"
 
 
 def test_a_wrong_report_fails_naming_the_check(pool):
@@ -214,3 +219,53 @@ def test_a_killed_run_is_resumed_from_its_allocation(pool):
         result = run.run_class(prov, _request(pool, policy), cp, listener)
     assert result.passed and result.resumed and result.node == target.name, result.reason
     assert _state(conn, target.id)[:3] == ("available", None, None)
+
+
+def test_the_stage_records_the_verdict_beside_the_image_and_promote_reads_it(pool, tmp_path, capsys, monkeypatch):
+    """``image canary``'s plan and apply over a published (synthetic) build: the dry run names the
+    node, the run writes canary.json into the build and beside the image with the verdict
+    property, and promote's check accepts it; a failed canary is recorded too, and refused."""
+    conn, admin = pool["conn"], pool["admin"]
+    build = make_build_dir(tmp_path, variants=("baremetal",))
+    published = glance.Publisher(admin, RetentionPolicy(), scope=pool["scope"]).publish(builddir.load(build))
+    try:
+        [image] = [glance.get_image(admin, r.image_id) for r in published if r.variant == "baremetal"]
+        policy_file = tmp_path / "canary-policy.yaml"
+        policy_file.write_text(f"version: 1\nresource_classes:\n  - resource_class: {pool['rc']}\n"
+                               "timeouts: {allocation: 60, deploy: 120, first_boot: 60, clean: 120}\n")
+        monkeypatch.setenv("OS_CLOUD", "nodeforge-dev")
+        capsys.readouterr()
+        code = cli.main(["image", "canary", str(build), "--canary-policy", str(policy_file), "--baremetal-cloud",
+                         "nodeforge-dev-system", "--dry-run", "-o", "json"])
+        out, err = capsys.readouterr()
+        assert code == 0, err
+        doc = json.loads(out)
+        assert doc["image"] == image["id"] and doc["problems"] == []
+        assert [(c["resource_class"], c["action"]) for c in doc["classes"]] == [(pool["rc"], "deploy")]
+        assert not (build / stage.REPORT).exists()                     # a dry run writes nothing
+
+        prov = RecordingProvisioner(conn)
+        plan = stage.plan(admin, prov, build, _policy(pool["rc"]), scope=pool["scope"])
+        publisher = glance.Publisher(admin, RetentionPolicy(), scope=pool["scope"])
+        with_node = plan.classes[0].candidates[0]
+        _act_as_node(prov, conn, conn.baremetal.get_node(with_node).id)
+        report = stage.apply(prov, plan, publisher, poll=1.0, expected=(None, None))
+        assert [(r["resource_class"], r["passed"]) for r in report["results"]] == [(pool["rc"], True)]
+        assert json.loads((build / stage.REPORT).read_text())["image_id"] == image["id"]
+        after = glance.get_image(admin, image["id"])
+        assert after[glance.canary_property(pool["rc"])].startswith("passed ")
+        catalog.check_canary(admin, after, [pool["rc"]])               # promote's check passes
+
+        # Silence: the canary fails, the failure is recorded beside the image, and promote refuses it.
+        plan = stage.plan(admin, prov, build, _policy(pool["rc"], first_boot=2), scope=pool["scope"])
+        with pytest.raises(stage.CanaryFailed, match="no report"):
+            stage.apply(prov, plan, publisher, poll=1.0, expected=(None, None))
+        after = glance.get_image(admin, image["id"])
+        assert after[glance.canary_property(pool["rc"])].startswith("failed ")
+        with pytest.raises(catalog.PromoteRefused, match="no passing canary"):
+            catalog.check_canary(admin, after, [pool["rc"]])
+    finally:
+        for img in glance.list_images(admin, **{f"{glance.P}build_id": build.name}):
+            glance.delete_image(admin, img["id"])
+        for n in pool["nodes"]:
+            conn.baremetal.update_node(n, extra={})
