@@ -209,4 +209,5 @@ class DevCloud:
         return fs.atomic_write(self.paths.clouds_yaml, yaml.safe_dump(data, sort_keys=False), 0o600)
 
     def env(self) -> dict[str, str]:
-        return {"OS_CLIENT_CONFIG_FILE": str(self.paths.clouds_yaml), "OS_CLOUD": ADMIN_CLOUD}
+        return {"OS_CLIENT_CONFIG_FILE": str(self.paths.clouds_yaml), "OS_CLOUD": ADMIN_CLOUD,
+                **openstack.canary_settings()}

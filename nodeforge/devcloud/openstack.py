@@ -32,6 +32,7 @@ from nodeforge.redact import Secret
 HOST = "127.0.0.1"
 GUEST_HOST = machine.GUEST_HOST   # where a machine's guest reaches Ironic and its http_root (guestfwd)
 IRONIC_HTTP = "ironic-http"
+CANARY_PHONEHOME = "canary-phonehome"
 REGION = "RegionOne"
 VENV = "openstack"
 
@@ -44,6 +45,7 @@ PORTS = {
     "barbican": 9311,
     "ironic": 6385,
     "ironic-http": 8089,          # Ironic's [deploy] http_root (virtual media ISOs, agent images)
+    CANARY_PHONEHOME: 8901,       # not a service: where 'image canary' listens for a machine's report
     "neutron": 9696,
     "magnum-api": 9511,
     "rabbitmq": rabbitmq.AMQP_PORT,
@@ -83,6 +85,14 @@ class PrepareError(NodeforgeError):
 
 def port(service: str) -> int:
     return PORTS[service] + port_offset()
+
+
+def canary_settings() -> dict[str, str]:
+    """Where ``image canary`` listens for a machine's report on this cloud, and the URL the
+    machine reaches it by (its guestfwd on :data:`GUEST_HOST`): ``NODEFORGE_CANARY_LISTEN`` and
+    ``NODEFORGE_CANARY_ADVERTISE`` for ``devcloud env``."""
+    p = port(CANARY_PHONEHOME)
+    return {"NODEFORGE_CANARY_LISTEN": f"{HOST}:{p}", "NODEFORGE_CANARY_ADVERTISE": f"http://{GUEST_HOST}:{p}"}
 
 
 def url(service: str) -> str:

@@ -92,7 +92,7 @@ def test_seeding_connection_ignores_an_exported_cloud(monkeypatch, tmp_path):
 @pytest.mark.slow   # a nested session: its own cloud (Keystone, Barbican, Glance) up and down, two tests: 23-32 s
 def test_suite_ignores_an_exported_devcloud_env(devcloud, tmp_path):
     other = DevCloud(devcloud.paths).env()          # what `nodeforge devcloud env` exports
-    assert set(other) == {"OS_CLIENT_CONFIG_FILE", "OS_CLOUD"}
+    assert set(other) == {"OS_CLIENT_CONFIG_FILE", "OS_CLOUD", "NODEFORGE_CANARY_LISTEN", "NODEFORGE_CANARY_ADVERTISE"}
     before = _snapshot(devcloud)
 
     # The nested session's cloud: its own (next free port offset), only what the two tests use.
@@ -116,7 +116,7 @@ def test_suite_ignores_an_exported_devcloud_env(devcloud, tmp_path):
     # Said once which settings it cleared, names only.
     notes = [line for line in proc.stderr.splitlines() if "cleared from the environment" in line]
     assert len(notes) == 1, report
-    assert "OS_CLIENT_CONFIG_FILE" in notes[0] and "OS_CLOUD" in notes[0], notes
+    assert all(name in notes[0] for name in other), notes
     assert not any(value in notes[0] for value in other.values()), notes
     assert other["OS_CLIENT_CONFIG_FILE"] not in proc.stdout + proc.stderr, report
 

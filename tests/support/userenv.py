@@ -20,6 +20,9 @@ NODEFORGE_CLOUD_SETTINGS = frozenset({
     "NODEFORGE_DEVCLOUD_PORT_OFFSET",    # the local cloud's ports
     "NODEFORGE_BAREMETAL_CLOUD",         # the cloud of the bare-metal commands (--baremetal-cloud)
     "NODEFORGE_CLOUDS_YAML",             # the CI jobs' clouds.yaml (ci/)
+    "NODEFORGE_CANARY_LISTEN",           # the canary's phone-home listener and its URL (devcloud env)
+    "NODEFORGE_CANARY_ADVERTISE",
+    "NODEFORGE_CANARY_POLICY",           # which classes need a canary (image canary, image promote)
 })
 
 

@@ -157,11 +157,11 @@ def machine_tools() -> dict:
 
 def guest_forwards() -> list[int]:
     """The loopback ports a machine's guest reaches at ``machine.GUEST_HOST`` (same port number): Ironic's API
-    (the agent's heartbeat and inspection callback) and Ironic's http_root server (images), both
-    shifted by the local cloud's port offset."""
+    (the agent's heartbeat and inspection callback), Ironic's http_root server (images) and the
+    canary's phone-home listener (a deployed image's report), shifted by the local cloud's port offset."""
     from nodeforge.devcloud import openstack
 
-    return [openstack.port("ironic"), openstack.port(openstack.IRONIC_HTTP)]
+    return [openstack.port("ironic"), openstack.port(openstack.IRONIC_HTTP), openstack.port(openstack.CANARY_PHONEHOME)]
 
 
 def redfish_service(paths: Paths, port: int | None = None,
