@@ -15,7 +15,7 @@ ram, disk, ephemeral, swap, public) needs a re-create, done only with
 
 Ownership scopes: every flavor nodeforge writes is marked with the extra
 specs ``nodeforge:managed=true`` and ``nodeforge:scope=<scope>``, the scope of
-the file (its ``scope:`` key, else :func:`constants.derive_scope` of the
+the file (its ``scope:`` key, else :func:`nodeforge.scope.derive_scope` of the
 file). A file sees only its own scope's flavors as ``unlisted`` and prunes
 only those (``prune=True``); flavors of other scopes are left out of the plan
 (counted in ``other_scopes``). A listed name that exists under another scope
@@ -44,7 +44,8 @@ from pydantic import AfterValidator, Field, ValidationError, WrapValidator
 from nodeforge import plan as PL, schema, transport
 from nodeforge.errors import ConfigError, ExitCode, NodeforgeError
 from nodeforge.schema import Declared, Rule, register, vocab
-from nodeforge.ironic import constants as IC
+from nodeforge.ironic import constants as C
+from nodeforge.scope import derive_scope, scope_problem
 from nodeforge.ironic import profiles as hw
 
 log = logging.getLogger(__name__)
@@ -230,7 +231,7 @@ def load(path: Path | str = DEFAULT_PATH, profiles_path: Path | str | None = Non
     ``file:line: key.path: detail`` (:class:`~nodeforge.schema.SchemaError`).
     ``profiles:`` in the file (relative to it) or ``profiles_path`` names the
     profiles file. ``scope:`` names the file's ownership scope; without it the
-    scope is derived from the file's path (:func:`constants.derive_scope`)."""
+    scope is derived from the file's path (:func:`nodeforge.scope.derive_scope`)."""
     path = Path(path)
     document = schema.load(path, limits=KIND.limits)
     data = document.data
@@ -245,10 +246,10 @@ def load(path: Path | str = DEFAULT_PATH, profiles_path: Path | str | None = Non
         problems += schema.problems_of(exc, document, FlavorsFile)
     raw_scope = data.get("scope")
     if "scope" in data:
-        scope, scope_source = (raw_scope if isinstance(raw_scope, str) and IC.scope_problem(raw_scope) is None
+        scope, scope_source = (raw_scope if isinstance(raw_scope, str) and scope_problem(raw_scope) is None
                                else None), "file"
     else:
-        scope, scope_source = IC.derive_scope(path), "derived"
+        scope, scope_source = derive_scope(path), "derived"
     profiles = None
     ppath = profiles_path
     if ppath is None and isinstance(data.get("profiles"), str) and data["profiles"]:
@@ -675,7 +676,7 @@ class Shape:
 
 
 def node_available(node: dict) -> bool:
-    return node.get("provision_state") == IC.ProvisionState.AVAILABLE.value and not node.get("maintenance")
+    return node.get("provision_state") == C.ProvisionState.AVAILABLE.value and not node.get("maintenance")
 
 
 def capacity(flavors: list[dict], nodes: list[dict]) -> list[dict]:

@@ -41,7 +41,7 @@ from typing import Annotated, Any, Callable, Iterable
 
 from pydantic import AfterValidator, ConfigDict, Field
 
-from nodeforge import scope as IC
+from nodeforge.scope import SCOPE_RULE, scope_problem
 from nodeforge.base import runner
 from nodeforge.errors import NodeforgeError
 from nodeforge.pins.cache import sha256_file
@@ -239,7 +239,7 @@ def _schema(value: str) -> str:
 
 
 def _scope(value: str) -> str:
-    why = IC.scope_problem(value)
+    why = scope_problem(value)
     if why is not None:
         raise ValueError(why)
     return value
@@ -363,7 +363,7 @@ class ManifestDecl(Declared):
     diskimage_builder: DibDecl
     source: dict[str, Any]
     package_base: dict[str, Any] | None = None
-    scope: Annotated[str, AfterValidator(_scope), Rule(IC.SCOPE_RULE)] | None = None
+    scope: Annotated[str, AfterValidator(_scope), Rule(SCOPE_RULE)] | None = None
     os_package_lock: dict[str, Any] | None = None
     files: FilesDecl | None = None
     reproducible: ReproducibleDecl | None = None

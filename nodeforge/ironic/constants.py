@@ -102,7 +102,7 @@ EXTRA_FINGERPRINT = "nodeforge_credential_fp"
 EXTRA_CHECKPOINT = "nodeforge_stage"
 EXTRA_RETRIES = "nodeforge_retries"
 # The ownership scope of the declaration (inventory) that enrolled the node;
-# see :func:`derive_scope` and docs/inventory.md, "Scopes".
+# see :func:`nodeforge.scope.derive_scope` and docs/inventory.md, "Scopes".
 EXTRA_SCOPE = "nodeforge_scope"
 
 
@@ -110,7 +110,7 @@ EXTRA_SCOPE = "nodeforge_scope"
 #
 # Whatever nodeforge marks as its own (Ironic nodes, Nova flavors) carries the
 # scope of the declaration that made it: the file's ``scope:`` key, else a
-# default derived from the file (:func:`derive_scope`). Reconciles act on, and
+# default derived from the file (:func:`nodeforge.scope.derive_scope`). Reconciles act on, and
 # report as unlisted, only objects of their own scope; an object of another
 # scope is never modified. Kept here (not Ironic-specific) because the flavor
 # code already reads this module.

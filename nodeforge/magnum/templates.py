@@ -50,7 +50,7 @@ from nodeforge.publish import glance_api as g
 from nodeforge.schema import Declared, Rule, register, vocab
 from nodeforge.schema.loader import plain
 from nodeforge.magnum import drivers as D
-from nodeforge import scope as IC
+from nodeforge.scope import derive_scope
 
 DEFAULT_DIR = Path("manifests/templates")
 _VERSION = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?")
@@ -114,7 +114,7 @@ class Template:
     @property
     def ownership_scope(self) -> str:
         """The scope of the templates this file writes to Magnum: ``scope:``, else derived from the path."""
-        return self.scope if self.scope is not None else IC.derive_scope(self.path)
+        return self.scope if self.scope is not None else derive_scope(self.path)
 
     @property
     def kube_tag(self) -> str | None:

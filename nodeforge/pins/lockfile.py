@@ -32,7 +32,7 @@ from pydantic import AfterValidator, ValidationInfo, field_validator
 from ruamel.yaml.comments import CommentedMap
 from ruamel.yaml.scalarstring import DoubleQuotedScalarString
 
-from nodeforge import scope as IC
+from nodeforge.scope import SCOPE_RULE, derive_scope, scope_problem
 from nodeforge.base import fs
 from nodeforge.errors import ConfigError
 from nodeforge.schema import loader
@@ -321,7 +321,7 @@ def _pause_image(value: str) -> str:
 
 
 def _scope(value):
-    problem = IC.scope_problem(value)
+    problem = scope_problem(value)
     if problem is not None:
         raise ValueError(problem)
     return value
@@ -406,7 +406,7 @@ class LockfileDecl(Declared):
     """The version lockfile (``docs/lockfile.md`` explains each part)."""
 
     schema_version: Annotated[int, AfterValidator(_schema_version), Rule(f"{SCHEMA_VERSION}")]
-    scope: Annotated[Any, AfterValidator(_scope), Rule(IC.SCOPE_RULE + "; default: derived from the path")] = None
+    scope: Annotated[Any, AfterValidator(_scope), Rule(SCOPE_RULE + "; default: derived from the path")] = None
     architectures: Annotated[list[ArchName], AfterValidator(_architectures), Rule("non-empty, no duplicates")]
     base_os: BaseOSDecl
     hardening: HardeningDecl
@@ -457,7 +457,7 @@ def _from_document(path: Path, document) -> Lockfile:
     if "scope" in raw:
         scope, scope_source = str(decl.scope), "file"
     else:
-        scope, scope_source = IC.derive_scope(path), "derived"
+        scope, scope_source = derive_scope(path), "derived"
     return Lockfile(path, arch_t, base_os, Hardening(decl.hardening.profile, decl.hardening.version), minors,
                     document.doc, scope, scope_source)
 

@@ -67,9 +67,9 @@ class PipelineConfig:
 
     def check(self) -> None:
         if self.scope is not None:
-            from nodeforge import scope as IC
+            from nodeforge.scope import scope_problem
 
-            if (problem := IC.scope_problem(self.scope)) is not None:
+            if (problem := scope_problem(self.scope)) is not None:
                 raise UsageError(detail=f"scope {problem}")
         if self.fixture and Path(self.lockfile).resolve() == PRODUCTION_LOCKFILE:
             raise UsageError(detail=f"fixture artifacts never go into the production lockfile {PRODUCTION_LOCKFILE}; "

@@ -80,7 +80,7 @@ from nodeforge.publish.glance_api import (  # noqa: F401 - re-exported
     download_verify_report, find_image,
     get_image, list_images, patch_image, put_data, scope_of, set_ops, tag_k8s, tag_variant)
 from nodeforge.publish.retention import RetentionPolicy
-from nodeforge import scope as IC
+from nodeforge.scope import scope_problem
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +100,7 @@ def check_scope(value: str | None, what: str = "scope") -> str | None:
     """``value`` if it is a valid scope (or None); :class:`UsageError` (exit 2) otherwise."""
     if value is None:
         return None
-    problem = IC.scope_problem(value)
+    problem = scope_problem(value)
     if problem is not None:
         raise UsageError(detail=f"{what} {problem}")
     return value
@@ -226,7 +226,7 @@ def manifest_scope(build: BuildDir) -> str | None:
         return None
     if value is None:
         return None
-    problem = IC.scope_problem(value)
+    problem = scope_problem(value)
     if problem is not None:
         raise PublishError(detail=f"{build.manifest_path}: scope {problem}")
     return value
