@@ -131,3 +131,12 @@ def test_the_rules_catch_what_they_forbid():
     assert len(status_comparisons(code)) == 2 and len(retry_loops(code)) == 1
     assert [n for _, n in _imports(ast.parse("from nodeforge import ironic"))] == ["nodeforge", "nodeforge.ironic"]
     assert status_comparisons(ast.parse("if len(x) == 200: pass\nif status == 'ok': pass")) == []
+
+
+def test_one_class_per_name_for_the_shared_concepts():
+    """A concept the whole tree shares has one class of its name: a second ``RetryPolicy``
+    (a settings wrapper once had the name) would make two things of one word."""
+    names = ("RetryPolicy", "Failure", "Provisioner", "Publisher")
+    found = {n: [rel for rel, tree in _sources() for node in ast.walk(tree)
+                 if isinstance(node, ast.ClassDef) and node.name == n] for n in names}
+    assert {n: len(v) for n, v in found.items()} == dict.fromkeys(names, 1), found

@@ -10,7 +10,7 @@ from nodeforge import output
 from nodeforge.commands import options
 from nodeforge.errors import ExitCode
 from nodeforge.pins import lockfile, release as release_mod
-from nodeforge.pins.cache import Cache, Downloader, RetryPolicy
+from nodeforge.pins.cache import Cache, Downloader, DownloadSettings
 from nodeforge.pins.sources import Sources
 
 
@@ -60,7 +60,7 @@ def _minors(ctx, param, value):
 def _setup(lockfile_path: Path, sources_file: Path | None, cache_dir: Path | None):
     lock = lockfile.load(lockfile_path)
     sources = Sources.load(sources_file or lockfile_path.parent / "sources.yaml")
-    return lock, sources, Downloader(Cache(cache_dir), RetryPolicy.from_env())
+    return lock, sources, Downloader(Cache(cache_dir), DownloadSettings.from_env())
 
 
 @click.group()

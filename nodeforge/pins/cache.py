@@ -77,7 +77,10 @@ class _Transient(transport.Refused):
 
 
 @dataclasses.dataclass(frozen=True)
-class RetryPolicy:
+class DownloadSettings:
+    """How downloads are retried and timed out: settings that configure the one retry policy
+    (:meth:`policy`), not a policy of their own."""
+
     attempts: int = 5
     initial: float = 0.5     # seconds before the 2nd attempt, doubled each time (with jitter)
     maximum: float = 10.0
@@ -89,7 +92,7 @@ class RetryPolicy:
         return transport.DOWNLOAD.replace(attempts=self.attempts, base=self.initial, cap=self.maximum)
 
     @classmethod
-    def from_env(cls, env=None) -> "RetryPolicy":
+    def from_env(cls, env=None) -> "DownloadSettings":
         """Defaults, overridden by NODEFORGE_DOWNLOAD_RETRIES / NODEFORGE_DOWNLOAD_BACKOFF."""
         env = os.environ if env is None else env
         policy = cls()
@@ -171,7 +174,7 @@ class Cache:
 class Downloader:
     """HTTP GETs with retries; artifacts stream into a :class:`Cache`."""
 
-    def __init__(self, cache: Cache | None = None, retry: RetryPolicy = RetryPolicy()):
+    def __init__(self, cache: Cache | None = None, retry: DownloadSettings = DownloadSettings()):
         self.cache = cache or Cache()
         self.retry = retry
         self._local = threading.local()

@@ -21,7 +21,7 @@ import requests
 from nodeforge.errors import NodeforgeError, UsageError
 from nodeforge.pins import lockfile as lf
 from nodeforge.pins import release as release_mod
-from nodeforge.pins.cache import Cache, Downloader, RetryPolicy, sha256_file
+from nodeforge.pins.cache import Cache, Downloader, DownloadSettings, sha256_file
 from nodeforge.pins.lockfile import Arch
 from nodeforge.pins.sources import Sources
 from nodeforge.pipeline import runrecord as rr
@@ -111,7 +111,7 @@ class PipelineConfig:
         return Sources.load(self.sources_file or Path(self.lockfile).parent / "sources.yaml")
 
     def downloader(self) -> Downloader:
-        return Downloader(Cache(self.cache_dir), RetryPolicy.from_env())
+        return Downloader(Cache(self.cache_dir), DownloadSettings.from_env())
 
     def connect(self):
         from nodeforge.cloud import connect

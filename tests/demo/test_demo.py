@@ -11,7 +11,7 @@ from nodeforge.demo import __main__ as demo
 from nodeforge.devcloud.upstream_mirror import MirrorServer
 from nodeforge.demo.fixtures import write_sources
 from nodeforge.pins import lockfile as lf, release
-from nodeforge.pins.cache import Cache, Downloader, RetryPolicy
+from nodeforge.pins.cache import Cache, Downloader, DownloadSettings
 from nodeforge.pins.sources import Sources
 from nodeforge.pipeline.stages import PRODUCTION_LOCKFILE
 
@@ -25,7 +25,7 @@ def test_fixture_setup_new_patch_own_lockfile(tmp_path):
     with MirrorServer(up.root) as server:
         write_sources(lock, server)
         report = release.check(lf.load(lock), Sources.load(lock.parent / "sources.yaml"),
-                               Downloader(Cache(tmp_path / "cache"), RetryPolicy(attempts=1)))
+                               Downloader(Cache(tmp_path / "cache"), DownloadSettings(attempts=1)))
     moving = {m.minor: m.upstream for m in report.minors if m.status is release.Status.NEW_PATCH}
     assert moving == {demo.MINOR: "1.36.1"}         # exactly one minor for the demo pipeline
     # A bumped fixture lockfile survives a second set-up; the upstream is regenerated.

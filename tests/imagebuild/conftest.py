@@ -15,10 +15,10 @@ from nodeforge import cli
 # What the fixture upstream publishes and the fixture lockfile pins at first: the demo's releases.
 from nodeforge.demo.fixtures import COMPANIONS, KUBERNETES, add_releases
 from nodeforge.devcloud.upstream_mirror import FixtureUpstream, MirrorServer
-from nodeforge.pins.cache import Cache, Downloader, RetryPolicy
+from nodeforge.pins.cache import Cache, Downloader, DownloadSettings
 from nodeforge.pins.sources import Sources, SourceName
 
-FAST_RETRY = RetryPolicy(attempts=3, initial=0.01, maximum=0.05, connect_timeout=2, read_timeout=5)
+FAST_RETRY = DownloadSettings(attempts=3, initial=0.01, maximum=0.05, connect_timeout=2, read_timeout=5)
 
 
 @pytest.fixture

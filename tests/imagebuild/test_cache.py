@@ -181,9 +181,9 @@ def test_local_write_error_is_not_retried_and_leaves_nothing(mirror, upstream, s
         import resource, signal
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
-        from nodeforge.pins.cache import Cache, Downloader, RetryPolicy
+        from nodeforge.pins.cache import Cache, Downloader, DownloadSettings
         try:
-            Downloader(Cache({str(cache.root)!r}), RetryPolicy(attempts=3, initial=0.01)).fetch(
+            Downloader(Cache({str(cache.root)!r}), DownloadSettings(attempts=3, initial=0.01)).fetch(
                 {url!r}, {digest!r}, artifact="kubelet")
         except OSError as exc:
             print("OSError", exc.errno)

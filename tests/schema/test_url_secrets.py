@@ -23,7 +23,7 @@ import pytest
 
 from nodeforge.errors import ConfigError
 from nodeforge.pins import sources as S
-from nodeforge.pins.cache import Cache, Downloader, DownloadError, NotFoundError, RetryPolicy
+from nodeforge.pins.cache import Cache, Downloader, DownloadError, NotFoundError, DownloadSettings
 
 REPO = Path(__file__).resolve().parents[2]
 LOCKFILE = REPO / "manifests" / "versions.yaml"
@@ -154,7 +154,7 @@ def test_sources_load_refuses_credentials_by_field_and_keeps_plain_urls():
 
 def test_downloader_logs_and_raises_only_redacted_urls(tmp_path, mirror503, mirror404, caplog):
     """Whatever URL the downloader is handed, its retry log lines and errors never show credentials."""
-    dl = Downloader(Cache(tmp_path / "c"), RetryPolicy(attempts=3, initial=0.01, maximum=0.02))
+    dl = Downloader(Cache(tmp_path / "c"), DownloadSettings(attempts=3, initial=0.01, maximum=0.02))
     caplog.set_level(logging.INFO, logger="nodeforge.pins.cache")
     for host, expected in ((mirror503[0], DownloadError), (mirror404[0], NotFoundError)):
         url = f"http://{USER}:{PASSWORD}@{host}/k8s/release/stable.txt?token={TOKEN}"
@@ -176,6 +176,6 @@ def test_a_mirror_login_comes_from_netrc(tmp_path, mirror503, monkeypatch):
     netrc.chmod(0o600)
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.delenv("NETRC", raising=False)
-    dl = Downloader(Cache(tmp_path / "c"), RetryPolicy(attempts=1))
+    dl = Downloader(Cache(tmp_path / "c"), DownloadSettings(attempts=1))
     assert dl.get_text(f"http://{host}/auth/stable.txt") == "ok\n"
     assert handler.seen_auth[-1] is not None
