@@ -311,6 +311,8 @@ ONE_HOME = [
             modules=("subprocess",), defines=("require", "which", "log_tail")),
     Concept("atomic replacement", "nodeforge/base/fs.py", calls=("os.replace", "os.rename", "os.renames"),
             methods=("rename",), defines=("atomic_write", "move_into_place")),
+    Concept("file hashing", "nodeforge/base/fs.py", defines=("sha256_file", "digest_file", "_sha256_file",
+                                                              "hash_file", "file_digest")),
     Concept("SHA*SUMS lines", "nodeforge/base/sums.py",
             strings=(r"\[ \*\]", r"\\s\+\\\*\?", r"[0-9]a-fA-F\]\+\) ?[ \\]"),
             defines=("read_sums", "write_sums", "parse_sums", "format_sums")),

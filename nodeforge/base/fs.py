@@ -4,16 +4,23 @@ mix, and never with looser permissions than intended; plus an advisory lock.
 The one home of atomic replacement: :func:`atomic_write` for content in
 memory, :func:`move_into_place` for a file or directory produced beside its
 target (a download's ``.part``, a build directory staged as ``.partial``).
-``tests/test_import_graph.py`` fails on an ``os.replace``/``rename`` elsewhere."""
+``tests/test_import_graph.py`` fails on an ``os.replace``/``rename`` elsewhere.
+
+Also the one file hasher: :func:`digest_file` makes every digest a caller asks
+for in one read pass (:func:`sha256_file` is its one-digest form)."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import fcntl
+import hashlib
 import os
 import tempfile
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator
+
+CHUNK = 8 << 20
 
 
 def cache_home() -> Path:
@@ -82,3 +89,37 @@ def locked(lockfile: Path, on_wait: Callable[[], None] | None = None) -> Iterato
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
+
+
+def digest_file(path: Path | str, algorithms: Iterable[str] = ("sha256", "sha512"), *,
+                chunk: int = CHUNK) -> dict[str, str]:
+    """Hex digests of ``path`` for each of ``algorithms`` (hashlib names), from one read pass.
+
+    The file is read in large blocks; with several algorithms each block feeds every hash on its
+    own thread (hashlib releases the GIL for updates over 2 KiB), overlapped with the next read,
+    so the wall time is near the slowest hash alone (``bench/bench_checksums.py``)."""
+    hashers = {name: hashlib.new(name) for name in algorithms}
+    if len(hashers) == 1:
+        [h] = hashers.values()
+        with open(path, "rb", buffering=0) as fh:
+            while block := fh.read(chunk):
+                h.update(block)
+        return {name: h.hexdigest() for name, h in hashers.items()}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(hashers)) as pool, \
+            open(path, "rb", buffering=0) as fh:
+        pending: list[concurrent.futures.Future] = []
+        while True:
+            block = fh.read(chunk)
+            # Wait for the previous block's updates (keeps order and bounds memory to two
+            # blocks) while this one is already in memory.
+            for fut in pending:
+                fut.result()
+            if not block:
+                break
+            pending = [pool.submit(h.update, block) for h in hashers.values()]
+    return {name: h.hexdigest() for name, h in hashers.items()}
+
+
+def sha256_file(path: Path | str) -> str:
+    """The hex sha256 of ``path`` (:func:`digest_file`)."""
+    return digest_file(path, ("sha256",))["sha256"]

@@ -1,44 +1,22 @@
 """SHA256SUMS and SHA512SUMS for a build directory, each file read once.
 
-Every file is read in large blocks once; each block feeds both hashes. On
-CPython, hashlib releases the GIL for updates over 2 KiB, so the two digests
-run on two threads overlapped with the next read: the wall time is close to
-the slower hash alone, not the sum of both (``bench/bench_checksums.py``).
+Every file is read once by :func:`nodeforge.base.fs.digest_file`, which feeds
+both hashes from each block on two threads: the wall time is close to the
+slower hash alone, not the sum of both (``bench/bench_checksums.py``).
 The files are in ``sha256sum``/``sha512sum -c`` format (``<hex>  <name>``),
 read and written by :mod:`nodeforge.base.sums`.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
-import hashlib
 from pathlib import Path
 from typing import Iterable
 
 from nodeforge.base import sums
+from nodeforge.base.fs import digest_file  # noqa: F401 - re-exported (the build's callers, the benchmark)
 from nodeforge.base.sums import SUMS_FILES  # noqa: F401 - re-exported (boottest)
 
-CHUNK = 8 << 20
 ALGORITHMS = ("sha256", "sha512")
-
-
-def digest_file(path: Path | str, algorithms: Iterable[str] = ALGORITHMS, *,
-                chunk: int = CHUNK) -> dict[str, str]:
-    """Hex digests of ``path`` for each algorithm, from one read pass."""
-    hashers = {name: hashlib.new(name) for name in algorithms}
-    with concurrent.futures.ThreadPoolExecutor(max_workers=len(hashers)) as pool, \
-            open(path, "rb", buffering=0) as fh:
-        pending: list[concurrent.futures.Future] = []
-        while True:
-            block = fh.read(chunk)
-            # Wait for the previous block's updates (keeps order and bounds memory
-            # to two blocks) while this one is already in memory.
-            for fut in pending:
-                fut.result()
-            if not block:
-                break
-            pending = [pool.submit(h.update, block) for h in hashers.values()]
-    return {name: h.hexdigest() for name, h in hashers.items()}
 
 
 def sum_files(directory: Path, names: Iterable[str]) -> dict[str, dict[str, str]]:

@@ -44,7 +44,7 @@ from pydantic import AfterValidator, ConfigDict, Field
 from nodeforge.scope import SCOPE_RULE, scope_problem
 from nodeforge.base import runner
 from nodeforge.errors import NodeforgeError
-from nodeforge.pins.cache import sha256_file
+from nodeforge.base.fs import sha256_file
 from nodeforge.pins.lockfile import Component
 from nodeforge.schema import Declared, Problem, Rule, SchemaError, register, validate_data, vocab
 

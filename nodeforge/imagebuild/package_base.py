@@ -52,7 +52,7 @@ import yaml
 from nodeforge.base import fs, runner
 from nodeforge.errors import ConfigError, NodeforgeError
 from nodeforge.imagebuild import render as rd
-from nodeforge.pins.cache import sha256_file
+from nodeforge.base.fs import sha256_file
 from nodeforge.schema import loader
 
 RECIPE = "nodeforge-package-base/1"

@@ -45,6 +45,7 @@ from pathlib import Path
 import jinja2
 
 from nodeforge.base import fs
+from nodeforge.base.fs import sha256_file
 from nodeforge.errors import ConfigError, ExitCode, NodeforgeError
 from nodeforge.pins.lockfile import Arch, BaseOS, Component, Lockfile
 from nodeforge.pins.sources import relpath
@@ -423,12 +424,8 @@ def render(lock: Lockfile, minor: str, out: Path, *, arch: Arch = Arch.AMD64,
 
 def _record(lock: Lockfile, minor: str, arch: Arch, digest: str, src: Path) -> dict:
     return {"schema": RECORD_SCHEMA, "minor": minor, "arch": arch.value,
-            "lockfile": {"path": lock.path.name, "sha256": _sha256_file(lock.path)},
+            "lockfile": {"path": lock.path.name, "sha256": sha256_file(lock.path)},
             "element_tree_sha256": digest, "elements_source_sha256": tree_digest(src, skip=SKIP_DIRS)}
-
-
-def _sha256_file(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 class StaleRenderError(RenderError):
@@ -459,7 +456,7 @@ def load(root: Path, lock: Lockfile, minor: str, *, arch: Arch = Arch.AMD64, src
         stale(f"{RECORD} is not JSON ({exc})")
     if not isinstance(record, dict) or record.get("schema") != RECORD_SCHEMA:
         stale(f"{RECORD}: schema is not {RECORD_SCHEMA}")
-    lock_sha = _sha256_file(lock.path)
+    lock_sha = sha256_file(lock.path)
     if (record.get("lockfile") or {}).get("sha256") != lock_sha:
         stale(f"stale: rendered from a lockfile with sha256 {str((record.get('lockfile') or {}).get('sha256'))[:16]}, "
               f"{lock.path} now has {lock_sha[:16]}")

@@ -8,13 +8,13 @@ prints.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from pathlib import Path
 from typing import Iterable
 
 from debian.debian_support import Version
 
 from nodeforge.base import fs
+from nodeforge.base.fs import sha256_file  # noqa: F401 - re-exported (tests)
 from nodeforge.errors import NodeforgeError
 from nodeforge.oslock import archive, resolve as rs
 from nodeforge.oslock.archive import ArchiveConfig, Indexes, Record
@@ -189,14 +189,6 @@ def markdown(report: PackageBump) -> str:
 
 
 # --- .deb files -----------------------------------------------------------------------
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
 
 def verify_debs(lock: PackageLock, paths: Iterable[Path], *, require_all: bool = False) -> int:
     """Check each ``.deb`` against the lock by its file name: size and sha256 must be the locked ones.

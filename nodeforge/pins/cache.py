@@ -29,6 +29,7 @@ import urllib3.exceptions
 
 from nodeforge import transport
 from nodeforge.base import fs
+from nodeforge.base.fs import sha256_file  # noqa: F401 - re-exported
 from nodeforge.errors import ConfigError, NodeforgeError
 from nodeforge.redact import redact_url, redact_urls
 
@@ -115,14 +116,6 @@ class Fetched:
 
     def to_dict(self) -> dict:
         return {"sha256": self.sha256, "path": str(self.path), "size": self.size, "downloaded": self.downloaded}
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 class Cache:

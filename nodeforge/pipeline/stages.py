@@ -21,7 +21,8 @@ import requests
 from nodeforge.errors import NodeforgeError, UsageError
 from nodeforge.pins import lockfile as lf
 from nodeforge.pins import release as release_mod
-from nodeforge.pins.cache import Cache, Downloader, DownloadSettings, sha256_file
+from nodeforge.base.fs import sha256_file
+from nodeforge.pins.cache import Cache, Downloader, DownloadSettings
 from nodeforge.pins.lockfile import Arch
 from nodeforge.pins.sources import Sources
 from nodeforge.pipeline import runrecord as rr
