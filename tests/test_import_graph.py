@@ -37,7 +37,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("nodeforge.log", "nodeforge.output", "nodeforge.scope", "nodeforge.cloud"),
     # the base layer proper: one implementation each (runner, fs, sums, qemuimg, ipmitool, secrets)
     ("nodeforge.base.fs", "nodeforge.base.runner", "nodeforge.base.secrets", "nodeforge.base"),
-    ("nodeforge.base.sums", "nodeforge.base.qemuimg", "nodeforge.base.ipmitool"),
+    ("nodeforge.base.sums", "nodeforge.base.qemuimg", "nodeforge.base.ipmitool", "nodeforge.base.dsse"),
     ("nodeforge.schema", "nodeforge.transport"),
     ("nodeforge.plan",),
     # service clients and data every feature above may read: Magnum's REST calls and driver table
@@ -313,6 +313,7 @@ ONE_HOME = [
             methods=("rename",), defines=("atomic_write", "move_into_place")),
     Concept("file hashing", "nodeforge/base/fs.py", defines=("sha256_file", "digest_file", "_sha256_file",
                                                               "hash_file", "file_digest")),
+    Concept("DSSE envelopes", "nodeforge/base/dsse.py", defines=("pae", "keyid", "scheme_for")),
     Concept("SHA*SUMS lines", "nodeforge/base/sums.py",
             strings=(r"\[ \*\]", r"\\s\+\\\*\?", r"[0-9]a-fA-F\]\+\) ?[ \\]"),
             defines=("read_sums", "write_sums", "parse_sums", "format_sums")),

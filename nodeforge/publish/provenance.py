@@ -44,8 +44,6 @@ checked against its ``nodeforge_provenance_sha256``.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import dataclasses
 import datetime
 import hashlib
@@ -54,19 +52,18 @@ import logging
 import time
 from pathlib import Path
 
-from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 
 import nodeforge
 from nodeforge import transport
+from nodeforge.base import dsse
 from nodeforge.errors import NodeforgeError
 from nodeforge.imageverify.builddir import BuildDir
 from nodeforge.publish import glance_api as g, signing
 
 log = logging.getLogger(__name__)
 
-PAYLOAD_TYPE = "application/vnd.in-toto+json"
+PAYLOAD_TYPE = dsse.IN_TOTO
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
 BUILD_TYPE = "urn:nodeforge:image-build:v1"
@@ -79,12 +76,6 @@ ROLE = "provenance"
 P = "nodeforge_"
 PROP_IMAGE = f"{P}provenance"               # the node image's link to its provenance image
 PROP_SHA256 = f"{P}provenance_sha256"       # sha256 of the envelope bytes stored there
-
-# DSSE signature scheme by key: (securesystemslib scheme name, signing hash).
-_RSA_SCHEME = ("rsassa-pss-sha256", "SHA-256")
-_EC_SCHEMES = {"secp384r1": ("ecdsa-sha2-nistp384", "SHA-384"), "secp521r1": ("ecdsa-sha2-nistp521", "SHA-512")}
-_HASHES = {"SHA-256": hashes.SHA256, "SHA-384": hashes.SHA384, "SHA-512": hashes.SHA512}
-
 
 class ProvenanceError(NodeforgeError):
     """Provenance cannot be made (publish stops before the node image is created)."""
@@ -108,78 +99,37 @@ class ProvenanceInvalid(NodeforgeError):
 # --------------------------------------------------------------------------
 # DSSE
 
-def pae(payload_type: str, payload: bytes) -> bytes:
-    """DSSE v1 pre-authentication encoding (what the signature covers)."""
-    t = payload_type.encode()
-    return b"DSSEv1 %d %b %d %b" % (len(t), t, len(payload), payload)
-
-
-def keyid(public_key) -> str:
-    """sha256 hex of the DER SubjectPublicKeyInfo (the DSSE ``keyid`` nodeforge writes)."""
-    der = public_key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
-    return hashlib.sha256(der).hexdigest()
-
-
-def scheme_for(public_key) -> tuple[str, str]:
-    """(scheme name, hash method) nodeforge signs DSSE with for this key."""
-    if isinstance(public_key, rsa.RSAPublicKey):
-        return _RSA_SCHEME
-    if isinstance(public_key, ec.EllipticCurvePublicKey) and public_key.curve.name in _EC_SCHEMES:
-        return _EC_SCHEMES[public_key.curve.name]
-    raise ProvenanceError(detail=f"no DSSE scheme for a {type(public_key).__name__} key "
-                                 "(RSA, EC P-384 and P-521 are supported)")
+pae, keyid, scheme_for = dsse.pae, dsse.keyid, dsse.scheme_for   # the one DSSE home (nodeforge/base/dsse.py)
 
 
 def envelope(statement: dict, signer=None) -> dict:
     """The DSSE envelope of ``statement`` (JSON, sorted keys, compact), signed with ``signer``
     (a :class:`nodeforge.publish.signing.Signer`) or unsigned (``signatures: []``)."""
-    payload = json.dumps(statement, sort_keys=True, separators=(",", ":")).encode()
+    payload = dsse.payload_bytes(statement)
     signatures = []
     if signer is not None:
         public = serialization.load_der_public_key(signer.public_key_der())
-        _, hash_method = scheme_for(public)
+        try:
+            _, hash_method = scheme_for(public)
+        except dsse.SchemeError as exc:
+            raise ProvenanceError(detail=str(exc)) from None
         dsse_signer = dataclasses.replace(signer, hash_method=hash_method)
         digest = dsse_signer.hasher()
         digest.update(pae(PAYLOAD_TYPE, payload))
         signatures.append({"keyid": keyid(public), "sig": dsse_signer.sign(digest.digest())})
-    return {"payloadType": PAYLOAD_TYPE, "payload": base64.b64encode(payload).decode(), "signatures": signatures}
+    return dsse.envelope(payload, signatures, PAYLOAD_TYPE)
 
 
-def dumps(env: dict) -> bytes:
-    """The bytes stored in Glance (their sha256 is ``nodeforge_provenance_sha256``)."""
-    return (json.dumps(env, indent=2, sort_keys=True) + "\n").encode()
-
-
-@dataclasses.dataclass(frozen=True)
-class Envelope:
-    payload_type: str
-    payload: bytes
-    signatures: tuple[dict, ...]
+dumps = dsse.dumps     # the bytes stored in Glance (their sha256 is ``nodeforge_provenance_sha256``)
+Envelope = dsse.Envelope
 
 
 def parse_envelope(data: bytes, image: str) -> Envelope:
     """A DSSE envelope from bytes; :class:`ProvenanceInvalid` (check ``envelope``) naming the field."""
-    def bad(detail):
-        return ProvenanceInvalid(image=image, check="envelope", detail=detail)
-
     try:
-        doc = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise bad(f"not JSON ({exc})") from None
-    if not isinstance(doc, dict):
-        raise bad("not a JSON object")
-    if doc.get("payloadType") != PAYLOAD_TYPE:
-        raise bad(f"payloadType is {doc.get('payloadType')!r}, expected {PAYLOAD_TYPE!r}")
-    if not isinstance(doc.get("payload"), str):
-        raise bad("payload: missing or not a string")
-    try:
-        payload = base64.b64decode(doc["payload"], validate=True)
-    except (binascii.Error, ValueError):
-        raise bad("payload is not base64") from None
-    sigs = doc.get("signatures")
-    if not isinstance(sigs, list) or not all(isinstance(s, dict) and isinstance(s.get("sig"), str) for s in sigs):
-        raise bad("signatures: expected a list of {keyid, sig}")
-    return Envelope(PAYLOAD_TYPE, payload, tuple(sigs))
+        return dsse.parse(data, image, PAYLOAD_TYPE)
+    except dsse.EnvelopeError as exc:
+        raise ProvenanceInvalid(image=image, check="envelope", detail=exc.detail) from None
 
 
 def verify_signature(env: Envelope, public_key, image: str, cert_label: str) -> str:
@@ -188,28 +138,13 @@ def verify_signature(env: Envelope, public_key, image: str, cert_label: str) -> 
     if not env.signatures:
         raise ProvenanceInvalid(image=image, check="signature",
                                 detail="the envelope carries no signature (published without --sign-key)")
-    want = keyid(public_key)
-    scheme, hash_method = scheme_for(public_key)
-    algo = _HASHES[hash_method]()
-    message = pae(env.payload_type, env.payload)
-    for sig in env.signatures:
-        try:
-            raw = base64.b64decode(sig["sig"], validate=True)
-        except (binascii.Error, ValueError):
-            continue
-        try:
-            if isinstance(public_key, rsa.RSAPublicKey):
-                public_key.verify(raw, message, padding.PSS(mgf=padding.MGF1(_HASHES[hash_method]()),
-                                                            salt_length=padding.PSS.AUTO), algo)
-            else:
-                public_key.verify(raw, message, ec.ECDSA(algo))
-        except InvalidSignature:
-            continue
-        return sig.get("keyid") or want
-    ids = ", ".join(str(s.get("keyid")) for s in env.signatures)
-    raise ProvenanceInvalid(image=image, check="signature",
-                            detail=f"no signature verifies with {cert_label} ({scheme}, keyid {want}); "
-                                   f"signatures by keyid {ids}")
+    try:
+        dsse.verify(env, {keyid(public_key): public_key}, image, cert_label)
+    except dsse.EnvelopeError as exc:
+        raise ProvenanceInvalid(image=image, check="signature", detail=exc.detail) from None
+    except dsse.SchemeError as exc:
+        raise ProvenanceInvalid(image=image, check="signature", detail=str(exc)) from None
+    return keyid(public_key)
 
 
 # --------------------------------------------------------------------------
