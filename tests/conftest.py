@@ -47,6 +47,9 @@ from tests.support import userenv
 # inherit this environment and load this module too). The session's own cloud settings are set by
 # the `devcloud` fixture; test-session knobs (NODEFORGE_TEST_CLOUD, ...) are kept.
 CLEARED_SETTINGS = userenv.clear()
+# The verifier key the session's verify reports are signed with, and the trust set: the session's
+# own (in the checkout's .cache, shared by the xdist workers), never the user's key or trust set.
+userenv.use_test_verifier(Path(__file__).resolve().parents[1] / ".cache" / "test-verifier" / "verifier.key")
 
 # CLI fixtures (run, no_cloud) for the tests that drive the CLI in-process.
 pytest_plugins = ["tests.support.cli"]

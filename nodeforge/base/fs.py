@@ -23,6 +23,12 @@ from typing import Callable, Iterable, Iterator
 CHUNK = 8 << 20
 
 
+def config_home() -> Path:
+    """nodeforge's per-user configuration directory: ``$XDG_CONFIG_HOME/nodeforge`` (default
+    ``~/.config/nodeforge``); keys nodeforge makes for the user live here (the verifier's)."""
+    return Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "nodeforge"
+
+
 def cache_home() -> Path:
     """nodeforge's per-user cache directory: ``$XDG_CACHE_HOME/nodeforge`` (default ``~/.cache/nodeforge``)."""
     return Path(os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")) / "nodeforge"

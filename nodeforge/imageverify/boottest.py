@@ -54,18 +54,18 @@ from typing import Callable
 
 from nodeforge.base import qemuimg, runner
 from nodeforge.base.fs import atomic_write
-from nodeforge.errors import ConfigError, MissingToolError, NodeforgeError
+from nodeforge.errors import MissingToolError, NodeforgeError
 from nodeforge.imagebuild import checksums, manifest as manifest_mod
-from nodeforge.imageverify import builddir
+from nodeforge.imageverify import attest, builddir
 from nodeforge.imageverify import accel as accel_mod, verify_guest, verifychecks as vc, verifyreport
 from nodeforge.imageverify.bootwatch import ConsoleWatch, Limits
 from nodeforge.pins.cache import Cache
-from nodeforge.schema import loader
 
 log = logging.getLogger(__name__)
 
 REPO = Path(__file__).resolve().parents[2]
-PROFILE = REPO / "elements" / "k8s-hardening" / "profile.yaml"
+PROFILE = vc.PROFILE
+repository_controls = vc.repository_controls
 VERIFY_SCHEMA = verifyreport.SCHEMA
 QEMU = "qemu-system-x86_64"
 TOOLS = (QEMU, "qemu-img", "genisoimage", "debugfs")
@@ -300,21 +300,6 @@ def artifact_expectations(manifest: dict, cache: Cache) -> dict[str, dict]:
                 entry.update(sha256=digest, note=note, source="cache")
         out[probe.component] = entry
     return out
-
-
-def repository_controls(manifest: dict, profile_path: Path = PROFILE) -> tuple[list, str] | None:
-    """(controls, where from) of the repository's profile when it is the build's profile and
-    version (``manifest.json`` ``hardening``), else None."""
-    want = manifest.get("hardening") or {}
-    try:
-        repo = loader.load(profile_path).data
-    except (OSError, ValueError, ConfigError):
-        repo = None
-    if isinstance(repo, dict) and (repo.get("profile"), str(repo.get("version"))) == \
-            (want.get("profile"), str(want.get("version"))):
-        shown = profile_path.relative_to(REPO) if profile_path.is_relative_to(REPO) else profile_path
-        return repo["controls"], str(shown)
-    return None
 
 
 def hardening_controls(manifest: dict, image_doc: dict | None, profile_path: Path = PROFILE) -> tuple[list, str]:
@@ -891,7 +876,10 @@ def write_report(root: Path, build: builddir.BuildDir, results: list[VariantResu
     top-level verdict: each variant passes or fails on its own section.
 
     The document is checked with :func:`verifyreport.parse`, the readers' check, before it is
-    written: the writer never leaves a report the readers would refuse."""
+    written: the writer never leaves a report the readers would refuse. It is then signed with
+    the verifier key (``verify.intoto.json``, :mod:`.attest`), loaded (or made) before anything
+    is written."""
+    key = attest.load_key()
     path = root / builddir.VERIFY
     variants: dict = {}
     if path.is_file():
@@ -909,6 +897,7 @@ def write_report(root: Path, build: builddir.BuildDir, results: list[VariantResu
     text = json.dumps(doc, indent=2) + "\n"
     doc = verifyreport.parse(text, f"{path} (about to be written)")
     atomic_write(path, text)
+    attest.sign_report(root, text.encode(), doc, key)
     return doc
 
 

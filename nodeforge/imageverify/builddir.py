@@ -10,6 +10,7 @@ A build directory (written by `nodeforge image build`, checked by
     sbom.cdx.json        CycloneDX SBOM (optional here)
     build.log            (optional here)
     verify.json          boot verification report (absent until verified; strict, see verifyreport)
+    verify.intoto.json   the same report signed by the verifier (imageverify/attest.py)
 
 ``manifest.json`` is read by the one manifest reader
 (:func:`nodeforge.imagebuild.manifest.read`, the declared ``Manifest``; an
@@ -22,7 +23,10 @@ digests: publishing compares Glance's digest with ``SHA512SUMS`` (or
 ``verify.json`` is *not* read tolerantly: each variant's status comes from
 :func:`verifyreport.judge` (schema ``nodeforge-image-verify/2``, bound to this
 build id, this ``manifest.json`` and this image's SUMS entries), with the
-reason when it is not ``passed``.
+reason when it is not ``passed``. A pass also needs the report signed by a
+trusted verifier key (``verify.intoto.json``, :func:`attest.open_report`,
+carrying exactly these bytes) and every check the build's hardening profile
+lists (the repository's profile when it is the build's profile and version).
 """
 
 from __future__ import annotations
@@ -35,8 +39,8 @@ from pathlib import Path
 
 from nodeforge.base import sums as sums_mod
 from nodeforge.errors import ExitCode, NodeforgeError
-from nodeforge.imageverify import verifyreport
-from nodeforge.imageverify.verifyreport import VerifyStatus  # noqa: F401 - re-exported (publish, pipeline)
+from nodeforge.imageverify import attest, verifychecks, verifyreport
+from nodeforge.imageverify.verifyreport import Verdict, VerifyStatus  # noqa: F401 - re-exported (publish, pipeline)
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +101,9 @@ class BuildDir:
     verify_present: bool
     image_source: str | None = None
     original_user: str | None = None
-    verify_raw: bytes | None = None   # verify.json exactly as judged (publish stores these bytes)
+    verify_raw: bytes | None = None   # verify.json exactly as judged
+    verify_attestation: bytes | None = None   # verify.intoto.json (publish stores these bytes)
+    required_checks: tuple[str, ...] = ()     # the hardening profile's controls a pass must include
     # The typed manifest read (nodeforge.imagebuild.manifest.Manifest); the fields above come from it.
     manifest: object | None = dataclasses.field(default=None, compare=False, repr=False)
 
@@ -120,8 +126,41 @@ class BuildDir:
 
     def verify_verdict(self, variant: str) -> verifyreport.Verdict:
         """``variant``'s verdict judged again from :attr:`verify_raw` (what publish relies on)."""
-        return verifyreport.judge(self.verify_raw, [self.binding(variant)],
-                                  str(self.path / VERIFY))[variant]
+        return self.verdicts([variant])[variant]
+
+    def verdicts(self, variants) -> dict[str, verifyreport.Verdict]:
+        """Each variant's verdict: :func:`verifyreport.judge` of :attr:`verify_raw`, then a pass
+        only if the verifier's attestation holds exactly these bytes and every required check is
+        in the report."""
+        verdicts = verifyreport.judge(self.verify_raw, [self.binding(v) for v in variants], str(self.path / VERIFY))
+        if self.verify_raw is None or not any(v.passed for v in verdicts.values()):
+            return verdicts
+        why = self._unattested()
+        doc = verifyreport.parse(self.verify_raw, str(self.path / VERIFY)) if why is None else None
+        out = {}
+        for variant, verdict in verdicts.items():
+            reason = why
+            if verdict.passed and reason is None:
+                have = {c["id"] for c in doc["variants"][variant]["checks"]}
+                missing = [c for c in self.required_checks if c not in have]
+                if missing:
+                    reason = (f"{self.path / VERIFY}: variants.{variant}.checks has no {', '.join(missing)}: the "
+                              "build's hardening profile lists them; verify the build again")
+            out[variant] = verdict if not verdict.passed or reason is None else Verdict(VerifyStatus.FAILED, reason)
+        return out
+
+    def _unattested(self) -> str | None:
+        where = self.path / attest.ENVELOPE
+        if self.verify_attestation is None:
+            return (f"{self.path / VERIFY} is not signed ({attest.ENVELOPE} is missing): an unsigned report "
+                    "proves nothing; run 'nodeforge image verify' again")
+        try:
+            opened = attest.open_report(self.verify_attestation, str(where))
+        except attest.AttestationError as exc:
+            return str(exc)
+        if opened.report != self.verify_raw:
+            return f"{self.path / VERIFY} is not the report signed in {where}"
+        return None
 
     def to_dict(self) -> dict:
         return {
@@ -162,6 +201,7 @@ def load(path: Path | str) -> BuildDir:
     build_time = _parse_time(manifest.build_time, manifest_path)
 
     verify_raw = (root / VERIFY).read_bytes() if (root / VERIFY).is_file() else None
+    attestation = (root / attest.ENVELOPE).read_bytes() if (root / attest.ENVELOPE).is_file() else None
     sums = {algo: _read_sums(root / fname) for algo, fname in SUMS.items()}
     variants: dict[str, VariantImage] = {}
     for variant, fname in manifest.images.items():
@@ -183,14 +223,22 @@ def load(path: Path | str) -> BuildDir:
         os_version=manifest.base_os.release, architecture=arch, build_time=build_time,
         lockfile_sha256=manifest.lockfile.sha256, manifest_path=manifest_path,
         manifest_sha256=hashlib.sha256(raw).hexdigest(), variants=variants, verify_present=verify_raw is not None,
-        verify_raw=verify_raw, manifest=manifest,
+        verify_raw=verify_raw, verify_attestation=attestation, manifest=manifest,
+        required_checks=_required_checks(manifest),
     )
     # Each variant's status, strictly (verifyreport), bound to this build; ``variants`` is the BuildDir's dict.
-    verdicts = verifyreport.judge(verify_raw, [build.binding(v) for v in variants], str(root / VERIFY))
+    verdicts = build.verdicts(list(variants))
     for v, verdict in verdicts.items():
         log.debug("%s verify %s: %s", v, verdict.status.value, verdict.reason)
         variants[v] = dataclasses.replace(variants[v], verify=verdict.status, verify_reason=verdict.reason)
     return build
+
+
+def _required_checks(manifest) -> tuple[str, ...]:
+    """The hardening controls a pass must include: the repository profile's, when it is the
+    build's profile and version (else the image's own, which only a boot reads)."""
+    repo = verifychecks.repository_controls({"hardening": manifest.hardening or {}})
+    return tuple(c["id"] for c in repo[0] if isinstance(c, dict) and "id" in c) if repo else ()
 
 
 def _parse_time(value: str, path: Path) -> datetime.datetime:

@@ -34,10 +34,16 @@ import dataclasses
 import fnmatch
 import json
 import re
+from pathlib import Path
 from typing import Any
 
+from nodeforge.errors import NodeforgeError
 from nodeforge.imagebuild.manifest import INSTALLED_FILES
+from nodeforge.schema import loader
 
+REPO = Path(__file__).resolve().parents[2]
+# The repository's hardening profile (the one the image build renders, when it is the build's).
+PROFILE = REPO / "elements" / "k8s-hardening" / "profile.yaml"
 MANIFEST_IN_IMAGE = "/etc/nodeforge/manifest.json"
 HARDENING_IN_IMAGE = "/etc/nodeforge/hardening.json"
 
@@ -391,3 +397,18 @@ def glob_in_listing(pattern: str, listing: list[str] | None) -> list[str] | None
 def summary(checks: list[dict]) -> dict:
     failed = [c["id"] for c in checks if not c["passed"]]
     return {"checks": len(checks), "passed": len(checks) - len(failed), "failed": failed}
+
+
+def repository_controls(manifest: dict, profile_path: Path = PROFILE) -> tuple[list, str] | None:
+    """(controls, where from) of the repository's profile when it is the build's profile and
+    version (``manifest.json`` ``hardening``), else None."""
+    want = manifest.get("hardening") or {}
+    try:
+        repo = loader.load(profile_path).data
+    except (OSError, ValueError, NodeforgeError):
+        repo = None
+    if isinstance(repo, dict) and (repo.get("profile"), str(repo.get("version"))) == \
+            (want.get("profile"), str(want.get("version"))):
+        shown = profile_path.relative_to(REPO) if profile_path.is_relative_to(REPO) else profile_path
+        return repo["controls"], str(shown)
+    return None

@@ -359,10 +359,12 @@ def verify(ctx: StageContext) -> dict:
     cfg = ctx.config
     build_dir = Path(ctx.previous["build"]["build_dir"])
     # Skipping the boot, and the verdict after it, go through builddir.load's strict check of
-    # verify.json (verifyreport: schema, build id, manifest digest, image bytes), never the raw file.
+    # verify.json (verifyreport: schema, build id, manifest digest, image bytes; signed by a trusted
+    # verifier key, verify.intoto.json), never the raw file.
     b = builddir.load(build_dir)
     if all(i.verify is builddir.VerifyStatus.PASSED for i in b.variants.values()):
-        ctx.say(f"verify {ctx.minor}: verify.json passes for this build and these image bytes; not booting again")
+        ctx.say(f"verify {ctx.minor}: the signed verify.json passes for this build and these image bytes; "
+                "not booting again")
         results = {v: "passed" for v in b.variants}
     else:
         for v, i in sorted(b.variants.items()):

@@ -29,7 +29,7 @@ import logging
 
 from nodeforge import plan as PL
 from nodeforge.errors import NodeforgeError
-from nodeforge.imageverify import verifyreport
+from nodeforge.imageverify import attest, verifyreport
 from nodeforge.publish import glance as g
 from nodeforge.magnum import client as magnum_client
 from nodeforge.publish.retention import Expire, RetentionPolicy, magnum_hold
@@ -97,15 +97,18 @@ def check_promotable(image: dict) -> None:
 
 
 def check_verify_report(conn, image: dict) -> verifyreport.Verdict:
-    """Refuse ``image`` unless the verify report stored beside it in Glance is intact and, judged
-    strictly again, passes for this very image (its build id, manifest digest and bytes)."""
+    """Refuse ``image`` unless the verify report stored beside it in Glance is intact, signed by a
+    trusted verifier key, and, judged strictly again, passes for this very image (its build id,
+    manifest digest and bytes)."""
     name = image.get("name") or image["id"]
+    source = f"verify report {image[f'{P}verify_report']}"
     try:
         data = g.download_verify_report(conn, image)
         binding = g.verify_binding(image)
-    except g.PublishError as exc:
+        report = attest.open_report(data, source).report
+    except (g.PublishError, attest.AttestationError) as exc:
         raise PromoteRefused(image=name, detail=str(exc)) from None
-    verdict = verifyreport.judge(data, [binding], f"verify report {image[f'{P}verify_report']}")[binding.variant]
+    verdict = verifyreport.judge(report, [binding], source)[binding.variant]
     if not verdict.passed:
         raise PromoteRefused(image=name, detail=verdict.reason)
     return verdict

@@ -3,8 +3,10 @@ upload, digest check, the manifest and the verify report beside the image,
 idempotency and clean-up.
 
 Only a variant whose ``verify.json`` passes the strict check
-(:mod:`.verifyreport`, bound to this build, manifest and image bytes) is
-published; anything else is refused before anything is uploaded.
+(:mod:`.verifyreport`, bound to this build, manifest and image bytes), signed
+by a trusted verifier key (``verify.intoto.json``, :mod:`.attest`) and
+verified within the maximum age is published; anything else is refused
+before anything is uploaded.
 
 One variant is published as four Glance images (see docs/publishing.md):
 
@@ -16,12 +18,14 @@ One variant is published as four Glance images (see docs/publishing.md):
   ``nodeforge_manifest_sha256``. Image properties stay small (Nova copies
   each one onto every instance, truncated to 255 characters; listings return
   all of them; MySQL caps a value at 64 KiB);
-* the **verify report image**: the build's ``verify.json`` byte for byte, the
-  same way (tag ``nodeforge-verify-report``), named by the node image's
-  ``nodeforge_verify_report`` and checked against its
-  ``nodeforge_verify_sha256``. ``image promote`` downloads it and judges it
-  again against the Glance image (:func:`verify_binding`), so it never trusts
-  the ``nodeforge_verify`` string alone;
+* the **verify report image**: the build's signed verify report
+  (``verify.intoto.json``, the verifier's DSSE envelope carrying ``verify.json``)
+  byte for byte, the same way (tag ``nodeforge-verify-report``), named by the
+  node image's ``nodeforge_verify_report`` and checked against its
+  ``nodeforge_verify_sha256``. ``image promote`` downloads it, checks the
+  signature against the trusted verifier keys and judges the report again
+  against the Glance image (:func:`verify_binding`), so it never trusts the
+  ``nodeforge_verify`` string alone;
 * the **provenance image**: the build's signed SLSA provenance (a DSSE
   envelope, :mod:`.provenance`), tag ``nodeforge-provenance``, named by the
   node image's ``nodeforge_provenance`` and checked against its
@@ -68,7 +72,7 @@ from nodeforge import plan as PL, transport
 from nodeforge.base import qemuimg, runner
 from nodeforge.errors import NodeforgeError, UsageError
 from nodeforge.imagebuild import contents
-from nodeforge.imageverify import verifyreport
+from nodeforge.imageverify import attest, verifyreport
 from nodeforge.imageverify.builddir import BuildDir, VariantImage, VerifyStatus
 from nodeforge.publish import diff as imgdiff, glance_api as api, provenance
 # The REST helpers and the image vocabulary (tags, scope mark), for this module's callers (their
@@ -354,7 +358,7 @@ class SideImage:
 
 MANIFEST = SideImage("manifest", TAG_MANIFEST, "manifest.json", f"{P}manifest_image", f"{P}manifest_sha256",
                      "manifest", same_bytes=True)
-VERIFY_REPORT = SideImage("verify-report", TAG_VERIFY_REPORT, "verify.json", f"{P}verify_report",
+VERIFY_REPORT = SideImage("verify-report", TAG_VERIFY_REPORT, "verify.intoto.json", f"{P}verify_report",
                           f"{P}verify_sha256", "verify report", same_bytes=True,
                           marks=((f"{P}verify", VerifyStatus.PASSED.value),))
 PROVENANCE = SideImage(provenance.ROLE, provenance.TAG, "provenance.dsse.json", provenance.PROP_IMAGE,
@@ -423,7 +427,7 @@ class VariantPlan:
     name: str
     scope: str
     kind: PL.Kind
-    report: bytes                          # the verify.json bytes that passed the gate
+    report: bytes                          # the signed verify report (verify.intoto.json) that passed the gate
     image: dict | None                     # the node image already in Glance
     existing: dict[str, list[dict]]        # side role -> this build's and variant's images of it (after clean-up)
     cleanup: list[str]
@@ -517,12 +521,21 @@ class Publisher:
 
     @staticmethod
     def gate(build: BuildDir, variant: str) -> bytes:
-        """The verify.json bytes that pass for ``variant`` (judged again, strictly, from the bytes
-        :func:`builddir.load` read); :class:`NotVerified` with the reason for anything else."""
+        """The signed verify report (``verify.intoto.json``) that passes for ``variant``: judged
+        again, strictly, from the bytes :func:`builddir.load` read, signed by a trusted verifier,
+        with ``verified_at`` neither in the future nor older than the maximum age;
+        :class:`NotVerified` with the reason for anything else."""
         verdict = build.verify_verdict(variant)
-        if not verdict.passed or build.verify_raw is None:
+        if not verdict.passed or build.verify_raw is None or build.verify_attestation is None:
             raise NotVerified(image=image_name(build, variant), status=verdict.status.value, reason=verdict.reason)
-        return build.verify_raw
+        at = json.loads(build.verify_raw)["variants"][variant]["verified_at"]
+        try:
+            why = attest.stale(at)
+        except attest.AttestationError as exc:
+            why = str(exc)
+        if why:
+            raise NotVerified(image=image_name(build, variant), status="stale", reason=why)
+        return build.verify_attestation
 
     # -- lookup
 

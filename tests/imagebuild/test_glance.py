@@ -139,8 +139,8 @@ def test_publish_end_to_end(tmp_path, admin, tracker, policy):
         report = g.get_image(admin, img["nodeforge_verify_report"])
         assert report["os_hidden"] is True and report["tags"] == ["nodeforge-verify-report"]
         assert img["nodeforge_verify_report"] == r.verify_report_id and img["nodeforge_verify"] == "passed"
-        assert g.download_verify_report(admin, img) == (d / "verify.json").read_bytes()
-        assert img["nodeforge_verify_sha256"] == hashlib.sha256((d / "verify.json").read_bytes()).hexdigest()
+        assert g.download_verify_report(admin, img) == (d / "verify.intoto.json").read_bytes()
+        assert img["nodeforge_verify_sha256"] == hashlib.sha256((d / "verify.intoto.json").read_bytes()).hexdigest()
     # Template authors' listings show node images only, not manifests or reports.
     listed = {i["id"] for i in g.list_images(admin, tag="nodeforge")}
     assert {r.image_id for r in results.values()} <= listed

@@ -98,8 +98,8 @@ def test_real_build_publishes_signed_promotes_and_lists(verified_build, tmp_path
             <= set(img["tags"]), img["tags"]
         # The real manifest, back from Glance by the image ID alone, verified by digest.
         assert json.loads(g.download_manifest(admin, img)) == manifest
-        # And the real boot's verify.json, which promote judges again against this Glance image.
-        assert g.download_verify_report(admin, img) == (d / "verify.json").read_bytes()
+        # And the real boot's signed verify report, which promote checks and judges again against this Glance image.
+        assert g.download_verify_report(admin, img) == (d / "verify.intoto.json").read_bytes()
         assert g.verify_binding(img).image_sha512 == img["os_hash_value"]
 
     # A second publish of the same build uploads nothing.

@@ -108,5 +108,5 @@ def test_what_an_image_in_glance_lacks_is_planned_then_attached_by_the_one_write
     for link in (g.VERIFY_REPORT.link, pv.PROP_IMAGE, imgdiff.FILES_IMAGE):
         side = g.get_image(conn, img[link])
         assert side["os_hidden"] is True and "nodeforge_uploader" not in side
-    assert g.download_verify_report(conn, img) == b.verify_raw
+    assert g.download_verify_report(conn, img) == b.verify_attestation
     assert pub.plan(b).entries[0].kind is PL.Kind.NOOP

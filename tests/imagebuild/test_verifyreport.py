@@ -19,13 +19,13 @@ import pytest
 
 from nodeforge import cli
 from nodeforge.imageverify import builddir
-from nodeforge.imageverify import boottest, verifyreport
+from nodeforge.imageverify import attest, boottest, verifyreport
 from nodeforge.publish import catalog, glance as g
 from nodeforge.publish.retention import RetentionPolicy
 from tests.imagebuild.builddir_factory import make_build_dir
 from tests.imagebuild.fake_glance import FakeConn
 from tests.imagebuild.glance_fixtures import admin, member, policy, tracker  # noqa: F401 - fixtures
-from tests.imagebuild.verify_fixture import variant_result, write_verify
+from tests.imagebuild.verify_fixture import signed_envelope, variant_result, write_signed, write_verify
 
 P = g.P
 
@@ -187,7 +187,9 @@ def good(tmp_path) -> builddir.BuildDir:
 
 
 def _write(b: builddir.BuildDir, data: bytes) -> builddir.BuildDir:
-    (b.path / builddir.VERIFY).write_bytes(data)
+    """``data`` as the build's report, signed with the trusted verifier key: what the judge says
+    about a bad report a key holder signed (an unsigned edit fails earlier, on its signature)."""
+    write_signed(b.path, data)
     return builddir.load(b.path)
 
 
@@ -293,10 +295,11 @@ def test_publish_stores_the_judged_report_beside_the_image(good):
         img = conn.image.images[r.image_id]
         report = conn.image.images[r.verify_report_id]
         assert img[f"{P}verify_report"] == r.verify_report_id and img[f"{P}verify"] == "passed"
-        assert img[f"{P}verify_sha256"] == hashlib.sha256(good.verify_raw).hexdigest()
+        assert img[f"{P}verify_sha256"] == hashlib.sha256(good.verify_attestation).hexdigest()
         assert report[f"{P}role"] == "verify-report" and report["os_hidden"] is True
         assert report["tags"] == [g.TAG_VERIFY_REPORT] and f"{P}uploader" not in report
-        assert g.download_verify_report(conn, img) == good.verify_raw
+        assert g.download_verify_report(conn, img) == good.verify_attestation
+        assert attest.open_report(good.verify_attestation, "t").report == good.verify_raw
         assert g.verify_binding(img) == verifyreport.Binding(
             variant=v, build_id=good.build_id, manifest_sha256=good.manifest_sha256,
             image_sha256=good.variant(v).sha256, image_sha512=good.variant(v).sha512, origin="the Glance image")
@@ -315,7 +318,7 @@ def test_publish_again_after_a_new_verify_attaches_the_new_report(good):
     assert second.verify_report_id != first.verify_report_id
     assert first.verify_report_id not in conn.image.images          # the replaced report is gone
     img = conn.image.images[first.image_id]
-    assert g.download_verify_report(conn, img) == again.verify_raw
+    assert g.download_verify_report(conn, img) == again.verify_attestation
     catalog.promote(conn, first.image_id, RetentionPolicy())
     [third] = pub.publish(again, ["vm"])
     assert third.verify_report_id == second.verify_report_id         # nothing to attach
@@ -329,8 +332,10 @@ def _published(b: builddir.BuildDir) -> tuple[FakeConn, dict[str, str]]:
     return conn, {r.variant: r.image_id for r in g.Publisher(conn, RetentionPolicy()).publish(b)}
 
 
-def _swap_report(conn: FakeConn, image_id: str, data: bytes) -> None:
-    """Replace the image's verify report consistently (new report image, its digest on the node image)."""
+def _swap_report(conn: FakeConn, image_id: str, data: bytes, *, sign: bool = True) -> None:
+    """Replace the image's verify report consistently (new report image, its digest on the node
+    image): ``data`` signed with the trusted verifier key (``sign``), else as it is."""
+    data = signed_envelope(data) if sign else data
     img = conn.image.images[image_id]
     rep = g.create_image(conn, {"name": "forged.verify.json", "disk_format": "raw", "container_format": "bare",
                                 "os_hidden": True, "tags": [g.TAG_VERIFY_REPORT], f"{P}role": "verify-report"})
@@ -369,7 +374,7 @@ def test_promote_refuses(good, name):
 def test_promote_refuses_a_report_changed_in_glance(good):
     conn, ids = _published(good)
     img = conn.image.images[ids["vm"]]
-    conn.image.data[img[f"{P}verify_report"]] = good.verify_raw.replace(b'"passed": false', b'"passed": true ')
+    conn.image.data[img[f"{P}verify_report"]] = good.verify_attestation
     conn.image.data[img[f"{P}verify_report"]] += b" "
     with pytest.raises(catalog.PromoteRefused, match="does not match the image's nodeforge_verify_sha256"):
         catalog.promote(conn, ids["vm"], RetentionPolicy())
@@ -434,7 +439,7 @@ def test_promote_binds_the_report_to_glances_own_hash(good):
 def test_promote_refuses_a_report_of_another_build_moved_over(tmp_path, good):
     conn, ids = _published(good)
     other = builddir.load(make_build_dir(tmp_path / "other", verify="passed"))
-    _swap_report(conn, ids["vm"], other.verify_raw)
+    _swap_report(conn, ids["vm"], other.verify_attestation, sign=False)
     with pytest.raises(catalog.PromoteRefused, match=f"build_id \"{other.build_id}\" is another build's"):
         catalog.plan(conn, ids["vm"], RetentionPolicy()).steps
 
@@ -513,11 +518,12 @@ def test_devcloud_promote_judges_the_report_stored_in_glance(tmp_path, admin, tr
     b = builddir.load(tracker.build(make_build_dir(tmp_path, k8s="1.9131.0", variants=("vm",))))
     [r] = g.Publisher(admin, policy).publish(b)
     img = g.get_image(admin, r.image_id)
-    assert g.download_verify_report(admin, img) == b.verify_raw
+    assert g.download_verify_report(admin, img) == b.verify_attestation
     report = g.get_image(admin, r.verify_report_id)
-    assert report["os_hidden"] is True and report["os_hash_value"] == hashlib.sha512(b.verify_raw).hexdigest()
+    assert report["os_hidden"] is True and report["os_hash_value"] == hashlib.sha512(b.verify_attestation).hexdigest()
 
-    def swap(data: bytes) -> str:
+    def swap(data: bytes, sign: bool = True) -> str:
+        data = signed_envelope(data) if sign else data
         forged = g.create_image(admin, {"name": f"{img['name']}.forged.verify.json", "disk_format": "raw",
                                         "container_format": "bare", "os_hidden": True,
                                         "tags": [g.TAG_VERIFY_REPORT], f"{P}role": "verify-report",
@@ -538,8 +544,11 @@ def test_devcloud_promote_judges_the_report_stored_in_glance(tmp_path, admin, tr
             catalog.promote(admin, r.image_id, policy)
         assert _search(problem, str(err.value)), name
     other = builddir.load(tracker.build(make_build_dir(tmp_path / "other", variants=("vm",))))
-    swap(other.verify_raw)
+    swap(other.verify_attestation, sign=False)             # another build's report, signed as it is
     with pytest.raises(catalog.PromoteRefused, match="is another build's"):
+        catalog.promote(admin, r.image_id, policy)
+    swap(b.verify_raw, sign=False)                          # this build's report, but not signed
+    with pytest.raises(catalog.PromoteRefused, match="envelope"):
         catalog.promote(admin, r.image_id, policy)
     # Content changed behind the recorded digest.
     current = g.get_image(admin, r.image_id)

@@ -9,6 +9,7 @@ strict reader (``verifyreport``) requires; nothing here writes JSON by hand.
 
 from __future__ import annotations
 
+import base64
 import copy
 import hashlib
 import json
@@ -17,7 +18,7 @@ from pathlib import Path
 import yaml
 
 from nodeforge.imageverify import builddir
-from nodeforge.imageverify import boottest, verifychecks as vc
+from nodeforge.imageverify import attest, boottest, verifychecks as vc, verifyreport
 
 REPO = Path(__file__).resolve().parents[2]
 PROFILE = yaml.safe_load((REPO / "elements/k8s-hardening/profile.yaml").read_text())
@@ -123,3 +124,27 @@ def write_verify(build_dir: Path, verify: str, variants=None) -> dict:
     names = variants or sorted(build.variants)
     return boottest.write_report(build_dir, build, [variant_result(build, v, passed=verify == "passed")
                                                    for v in names])
+
+
+def signed_envelope(data: bytes, key=None) -> bytes:
+    """``data`` as a verify report attested by ``key`` (default: the session's verifier key), the
+    way a verifier holding the key would sign it, whatever it holds: the statement nodeforge
+    makes when ``data`` is a report it can parse, else one that merely carries the bytes (a
+    careless or hostile key holder). For tests of what readers do with a *signed* bad report."""
+    from nodeforge.base import dsse
+
+    try:
+        stmt = attest.statement(data, verifyreport.parse(data))
+    except verifyreport.VerifyReportError:
+        stmt = {"_type": attest.STATEMENT_TYPE, "subject": [], "predicateType": attest.PREDICATE_TYPE,
+                "predicate": {"configuration": [{"name": verifyreport.SOURCE,
+                                                 "content": base64.b64encode(data).decode()}]}}
+    payload = dsse.payload_bytes(stmt)
+    key = attest.load_key() if key is None else key
+    return dsse.dumps(dsse.envelope(payload, [dsse.sign(key, payload)]))
+
+
+def write_signed(build_dir: Path, data: bytes, key=None) -> None:
+    """``verify.json`` = ``data`` and its attestation by ``key`` (see :func:`signed_envelope`)."""
+    (Path(build_dir) / builddir.VERIFY).write_bytes(data)
+    (Path(build_dir) / attest.ENVELOPE).write_bytes(signed_envelope(data, key))

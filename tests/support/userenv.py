@@ -37,3 +37,16 @@ def clear(environ: MutableMapping[str, str] = os.environ) -> list[str]:
     for name in names:
         del environ[name]
     return names
+
+
+# nodeforge's verify-gate settings (imageverify/attest.py): which key signs verify reports, which
+# keys are trusted, how old a report may be. The session sets its own.
+VERIFIER_SETTINGS = ("NODEFORGE_VERIFIER_KEY", "NODEFORGE_TRUSTED_VERIFIERS", "NODEFORGE_VERIFY_MAX_AGE_DAYS")
+
+
+def use_test_verifier(key: "os.PathLike[str]", environ: MutableMapping[str, str] = os.environ) -> None:
+    """Point the verify gate at the test session's own verifier key (made on first use) and
+    nothing else: the user's key, trust set and maximum age are dropped."""
+    for name in VERIFIER_SETTINGS:
+        environ.pop(name, None)
+    environ["NODEFORGE_VERIFIER_KEY"] = os.fspath(key)
