@@ -7,6 +7,7 @@ This module only wires things together. Each group lives in
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 import click
@@ -204,6 +205,12 @@ def main(argv: list[str] | None = None) -> int:
         except KeyboardInterrupt:
             return report_error(args, "interrupted", None, 130, text="interrupted\n", documents=docs)
         except Exception as exc:  # noqa: BLE001 - a bug: reported like any failure, its text masked
+            from nodeforge import cloud
+
+            unreachable = cloud.failure_of(exc, *cloud.cloud_named(args, os.environ))
+            if unreachable is not None:
+                return report_error(args, str(unreachable), unreachable.hint, unreachable.exit_code,
+                                    documents=docs)
             return _report_unexpected(args, exc, docs)
         except BaseException:
             output.flush(docs)

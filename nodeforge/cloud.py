@@ -46,3 +46,62 @@ def connect(cloud: str | None):
                                    hint=HINT) from None
         raise CloudConfigError(cloud=cloud, detail=f"incomplete credentials in clouds.yaml: {exc}",
                                hint=HINT) from None
+
+
+class CloudUnreachable(NodeforgeError):
+    """The cloud did not answer, or refused the credentials, before any command's own call."""
+
+    message = "cloud '{cloud}' ({source}): {detail}"
+    exit_code = ExitCode.FAILURE
+
+
+UNREACHABLE_HINT = ("check that the cloud is up and that clouds.yaml names the right auth_url and credentials "
+                    "(the local cloud: 'nodeforge devcloud status', 'nodeforge devcloud up')")
+
+
+def cloud_named(args: list[str], environ) -> tuple[str, str]:
+    """(the cloud a command line uses, where that name came from)."""
+    for i, a in enumerate(args):
+        if a == "--os-cloud" and i + 1 < len(args):
+            return args[i + 1], "--os-cloud"
+        if a.startswith("--os-cloud="):
+            return a.split("=", 1)[1], "--os-cloud"
+    if environ.get("OS_CLOUD"):
+        return environ["OS_CLOUD"], "$OS_CLOUD"
+    return "(none named)", "the OS_* variables or the only cloud in clouds.yaml"
+
+
+def _reason(text: str) -> str:
+    low = text.lower()
+    for needle, said in (("connection refused", "connection refused"), ("timed out", "timed out"),
+                         ("name or service not known", "host name not known"), ("certificate", "TLS certificate "
+                         "not trusted"), ("no route to host", "no route to host")):
+        if needle in low:
+            return said
+    return "no answer"
+
+
+def failure_of(exc: BaseException, cloud: str, source: str) -> CloudUnreachable | None:
+    """A :class:`CloudUnreachable` naming the cloud, the endpoint and what happened for a
+    keystoneauth/openstacksdk failure to reach or authenticate with a cloud; None for anything else.
+    The URL is shown without credentials, the library's message never whole."""
+    import re
+
+    from keystoneauth1 import exceptions as ks
+
+    from nodeforge.redact import redact_url
+
+    text = str(exc)
+    found = re.search(r"https?://[^\s'\"]+", text)
+    where = redact_url(found.group(0).rstrip(":,.)")) if found else "its endpoint"
+    if isinstance(exc, ks.ConnectionError):
+        detail = f"cannot reach {where}: {_reason(text)}"
+    elif isinstance(exc, ks.DiscoveryFailure):
+        detail = f"cannot reach Keystone ({where}): {_reason(text)}"
+    elif isinstance(exc, ks.Unauthorized):
+        detail = "Keystone refused the credentials (HTTP 401)"
+    elif isinstance(exc, (ks.EndpointNotFound, ks.EmptyCatalog)):
+        detail = f"its service catalog has no such endpoint ({type(exc).__name__})"
+    else:
+        return None
+    return CloudUnreachable(cloud=cloud, source=source, detail=detail, hint=UNREACHABLE_HINT)

@@ -67,6 +67,6 @@ def setup(verbose: int = 0, fmt: str = "text", stream=None) -> None:
     handler._nodeforge = True  # type: ignore[attr-defined]
     root.addHandler(handler)
     root.setLevel(level)
-    # Library chatter (keystoneauth, urllib3) only at -vv.
+    # Library chatter (keystoneauth, urllib3): errors only; warnings at -v, everything at -vv.
     for noisy in ("keystoneauth", "urllib3", "stevedore", "openstack"):
-        logging.getLogger(noisy).setLevel(logging.DEBUG if verbose >= 2 else logging.WARNING)
+        logging.getLogger(noisy).setLevel(logging.DEBUG if verbose >= 2 else logging.WARNING if verbose else logging.ERROR)

@@ -124,3 +124,32 @@ def test_an_unexpected_exception_is_one_redacted_error_line(run, monkeypatch, ca
     assert cli.main(["-v", "release", "lock-packages", "--dry-run"]) == 1   # -v: the traceback, masked
     err = capsys.readouterr().err
     assert "Traceback" in err and "https://***@deb.example/debian" in err and secret not in err
+
+
+@pytest.mark.parametrize("how", ["option", "env"])
+def test_an_unreachable_cloud_is_one_line_naming_the_cloud_and_the_endpoint(run, no_cloud, tmp_path, monkeypatch, how):
+    """Nothing listens at the cloud's auth_url: exit 1, one error line naming the cloud, where its
+    name came from and the endpoint, a hint, no traceback, no library warning, no password; with
+    -o json a JSON error document."""
+    from tests.support.ports import free_tcp_port
+
+    port = free_tcp_port()                                 # free: nothing listens there
+    password = "pw-never-shown-4711"
+    clouds = tmp_path / "clouds.yaml"
+    clouds.write_text(yaml.safe_dump({"clouds": {"dead": {"auth": {
+        "auth_url": f"http://127.0.0.1:{port}/v3", "username": "u", "password": password, "project_name": "p",
+        "user_domain_name": "Default", "project_domain_name": "Default"}, "region_name": "RegionOne"}}}))
+    monkeypatch.setenv("OS_CLIENT_CONFIG_FILE", str(clouds))
+    args = ["--os-cloud", "dead"] if how == "option" else []
+    if how == "env":
+        monkeypatch.setenv("OS_CLOUD", "dead")
+    source = "--os-cloud" if how == "option" else "$OS_CLOUD"
+    code, out, err = run(*args, "image", "list")
+    assert code == 1, err
+    [line] = [ln for ln in err.splitlines() if ln.startswith("error:")]
+    assert line.startswith(f"error: cloud 'dead' ({source}): cannot reach http://127.0.0.1:{port}/v3")
+    assert line.endswith("connection refused") and "unexpected" not in err and "WARNING" not in err
+    assert "hint: check that the cloud is up" in err and password not in out + err
+    code, out, err = run(*args, "image", "list", "-o", "json")
+    doc = json.loads(out)
+    assert code == 1 and doc["exit_code"] == 1 and doc["error"] == line[len("error: "):] and password not in out + err
