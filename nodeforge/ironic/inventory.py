@@ -1407,12 +1407,23 @@ def _finish(reader: _Reader, entries: list[_Entry]) -> list[NodeSpec]:
     for entry in entries:
         label = _node_label(entry.data.get("name"), entry.remap(("bmc", "password")))
         context = {"resolver": reader.resolver, "node": label}
+        before = len(reader.problems)
         node = reader.declared(entry.data, NodeEntry, entry.remap, context=context)
         spec = _spec(reader, node, entry) if node is not None else None
         if spec is not None:
             specs.append((spec, entry))
+        _name_the_node(reader, before, label)
     _unique_across(reader, entries, specs)
     return [spec for spec, _ in specs] if not reader.problems else []
+
+
+def _name_the_node(reader: _Reader, start: int, label: str | None) -> None:
+    """Every problem from ``start`` on names the node (unless it does already, or its key path
+    starts with the name)."""
+    if label:
+        reader.problems[start:] = [p if f"(node {label})" in p.detail else
+                                   dataclasses.replace(p, detail=_of_node(p.detail, label))
+                                   for p in reader.problems[start:]]
 
 
 def _spec(reader: _Reader, node: NodeEntry, entry: _Entry) -> NodeSpec | None:
@@ -1485,10 +1496,12 @@ def _unique_across(reader: _Reader, entries: list[_Entry], specs: list[tuple[Nod
     for entry in entries:
         name, macs, key = _ident(entry)
         r, loc = entry.remap, entry.location
+        before = len(reader.problems)
         once("name", name, name, r(("name",)), loc, "duplicate name (first at {where})")
         for mac in macs:
             once("mac", mac, name, r(("macs",)), loc, "MAC {value} also belongs to node {other!r} ({where})")
         once("bmc", key, name, r(("bmc", "address")), loc, "BMC also used by node {other!r} ({where})")
+        _name_the_node(reader, before, _node_label(name, r(("name",))))
     for spec, entry in specs:
         r = entry.remap
         once("uuid", spec.ironic.get("uuid"), spec.name, r(("uuid",)), spec.location,

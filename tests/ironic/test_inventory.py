@@ -370,3 +370,24 @@ def test_secret_driver_info_fields_are_references_and_never_printed(tmp_path, mo
     path.write_text(base)
     plain = inv.load(path).nodes[0]
     assert plain.credential_fingerprint() == plain.bmc.credential_fingerprint()
+
+
+def test_every_problem_at_once_each_naming_its_node(tmp_path, monkeypatch):
+    """A schema error on one node does not hide a duplicate MAC between two others, nor the other
+    way round: one run lists both, and each message names its node as well as the key path."""
+    monkeypatch.setenv("NODEFORGE_SECRET_ALL_AT_ONCE", "pw-all-at-once-1")
+    node = ("  - name: {name}\n    bmc: {{address: 'ipmi://127.0.0.1:{port}', username: admin, "
+            "password: 'env:NODEFORGE_SECRET_ALL_AT_ONCE'}}\n    macs: ['{mac}']\n    resource_class: baremetal\n")
+    text = ("version: 1\nnodes:\n" + node.format(name="alpha", port=6230, mac="52:54:00:00:00:01")
+            + node.format(name="beta", port=6231, mac="52:54:00:00:00:01")
+            + node.format(name="gamma", port=6232, mac="52:54:00:00:00:03") + "    bogus_key: 1\n")
+    f = tmp_path / "inv.yaml"
+    f.write_text(text)
+    with pytest.raises(inv.InventoryError) as err:
+        inv.load(f)
+    lines = str(err.value).splitlines()
+    assert any(line.startswith(f"{f}:9: nodes[1].macs: MAC 52:54:00:00:00:01 also belongs to node 'alpha'")
+               and line.endswith("(node beta)") for line in lines), lines
+    assert any(line.startswith(f"{f}:15: nodes[2].bogus_key: unknown key") and line.endswith("(node gamma)")
+               for line in lines), lines
+    assert "pw-all-at-once-1" not in str(err.value)
