@@ -193,7 +193,9 @@ def main(argv: list[str] | None = None) -> int:
         except click.exceptions.Exit as exc:
             output.flush(docs)
             return exc.exit_code
-        except click.exceptions.Abort:
+        except click.exceptions.Abort as exc:
+            if isinstance(exc.__cause__ or exc.__context__, KeyboardInterrupt):   # click's form of Ctrl-C
+                return report_error(args, "interrupted", None, 130, text="interrupted\n", documents=docs)
             return report_error(args, "aborted", None, ExitCode.FAILURE, text="aborted\n", documents=docs)
         except click.ClickException as exc:
             ctx = getattr(exc, "ctx", None)

@@ -153,3 +153,50 @@ def test_an_unreachable_cloud_is_one_line_naming_the_cloud_and_the_endpoint(run,
     code, out, err = run(*args, "image", "list", "-o", "json")
     doc = json.loads(out)
     assert code == 1 and doc["exit_code"] == 1 and doc["error"] == line[len("error: "):] and password not in out + err
+
+
+def _in_session(sid: int) -> list[str]:
+    """Command names of the processes of session ``sid``."""
+    import os
+
+    names = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if os.getsid(int(pid)) == sid:
+                names.append(open(f"/proc/{pid}/comm").read().strip())
+        except (OSError, ProcessLookupError):
+            continue
+    return names
+
+
+def test_ctrl_c_exits_130_without_a_traceback_and_leaves_no_process(tmp_path):
+    """Ctrl-C (SIGINT to the terminal's process group) while a command waits for a BMC: exit
+    130, 'interrupted', no traceback, and nothing of it left running."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.support.ports import free_tcp_port
+
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(yaml.safe_dump({"version": 1, "nodes": [{
+        "name": "silent", "macs": ["52:54:00:00:00:09"], "resource_class": "baremetal",
+        "bmc": {"address": f"ipmi://127.0.0.1:{free_tcp_port()}", "username": "admin",
+                "password": "env:NODEFORGE_SECRET_CTRL_C"}}]}))
+    env = dict(os.environ, NODEFORGE_SECRET_CTRL_C="pw-ctrl-c-0815")
+    proc = subprocess.Popen([sys.executable, "-m", "nodeforge.cli", "baremetal", "preflight", str(inv)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.monotonic() + 30
+    while "ipmitool" not in _in_session(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert "ipmitool" in _in_session(proc.pid), "the command never reached its BMC call"
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, (out, err)
+    assert err.strip().splitlines()[-1] == "interrupted" and "Traceback" not in err
+    assert "pw-ctrl-c-0815" not in out + err
+    time.sleep(0.5)
+    assert _in_session(proc.pid) == []
