@@ -43,10 +43,11 @@ from pathlib import Path
 import pytest
 
 from nodeforge.demo.fixtures import make_demo, publish_patch, write_sources
+from nodeforge.devcloud import signing_key
 from nodeforge.devcloud.upstream_mirror import MirrorServer
 from nodeforge.imagebuild import build as build_mod
 from nodeforge.imageverify import builddir
-from nodeforge.publish import catalog, glance as g
+from nodeforge.publish import catalog, glance as g, provenance
 from nodeforge.pipeline import Pipeline, PipelineConfig, stages as pipeline_stages
 from nodeforge.pipeline import runrecord as rr
 from tests.image_fixture import CACHE, BuiltImage, input_key
@@ -94,6 +95,7 @@ class ReleaseRun:
     image_stat: dict[str, tuple]   # image file -> (mtime_ns, size, inode) before and after verify
     image_stat_after: dict[str, tuple]
     production_lockfile_unchanged: bool
+    provenance: dict[str, dict]    # variant -> `image provenance` of the approved image (signed by the pipeline)
 
     @property
     def build_dir(self) -> Path:
@@ -177,7 +179,10 @@ def _scenario(devcloud, tmp: Path) -> ReleaseRun:
         for image_id in prev_ids:
             catalog.promote(admin, image_id, _policy())
 
+        # The local cloud's publishing key, as the demo uses it: images and provenance are signed.
+        publishing = signing_key.ensure(devcloud.paths, admin)
         config = PipelineConfig(lockfile=lock, cache_dir=ARTIFACT_CACHE, os_cloud="nodeforge-dev",
+                                sign_key=publishing.key, sign_cert_id=publishing.cert_id,
                                 work_dir=Path(os.environ.get(build_mod.ENV_WORK_DIR) or "/var/tmp"),
                                 verify_timeout=BOOT_TIMEOUT,
                                 fixture="local fixture mirror (tests/release_fixture.py)")
@@ -194,6 +199,7 @@ def _scenario(devcloud, tmp: Path) -> ReleaseRun:
             pytest.fail(f"the session's release pipeline run did not succeed: {run.status}: {run.message}; "
                         f"record {run.json_path}")
         approved = {v: g.get_image(admin, i) for v, i in run.approved[MINOR].items()}
+        signed = {v: provenance.verify(admin, i) for v, i in run.approved[MINOR].items()}
         prev_after = [g.get_image(admin, i) for i in prev_ids]
         listed = {r["id"] for r in catalog.list_catalog(admin, approved=True, k8s=MINOR)}
 
@@ -208,7 +214,8 @@ def _scenario(devcloud, tmp: Path) -> ReleaseRun:
             again_lines=again_lines, released=released, seeded=hooks.seeded, key=hooks.key, scope=scope, prev_ids=prev_ids,
             approved=approved, prev_after=prev_after, listed_after=listed, listed_after_rerun=listed_again,
             image_stat=hooks.before, image_stat_after=hooks.after,
-            production_lockfile_unchanged=(REPO / "manifests" / "versions.yaml").read_bytes() == production)
+            production_lockfile_unchanged=(REPO / "manifests" / "versions.yaml").read_bytes() == production,
+            provenance=signed)
     finally:
         server.__exit__(None, None, None)
         # The scenario's images go again (tests that publish the build publish it afresh).

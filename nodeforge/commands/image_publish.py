@@ -31,12 +31,7 @@ def _retention_option(fn):
 @click.command()
 @click.argument("build_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @options.variants()
-@click.option("--sign-key", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="Private key (PEM/DER, RSA or EC P-384/P-521) to sign the image data with.")
-@click.option("--sign-key-passphrase", "passphrase_ref", metavar="REF",
-              help="Where the key's passphrase is: env:VAR or file:PATH (never the passphrase itself).")
-@click.option("--sign-cert-id", metavar="ID", help="Barbican secret ID of the key's certificate "
-                                                   "(from 'nodeforge image signing-cert upload').")
+@options.signing
 @click.option("--sign-hash", type=click.Choice(list(signing.HASH_METHODS)), default="SHA-256", show_default=True,
               help="Hash the signature covers.")
 @options.scope(f"Ownership scope the images get (nodeforge_scope).  [default: the manifest's 'scope' "
@@ -55,10 +50,7 @@ def publish(app, build_dir, variants, sign_key, passphrase_ref, sign_cert_id, si
     SHA512SUMS (deletes the image on a mismatch). Publishing the same build
     again uploads nothing; images left in flight by an interrupted run are
     removed first."""
-    if bool(sign_key) != bool(sign_cert_id):
-        raise click.UsageError("--sign-key and --sign-cert-id go together")
-    if passphrase_ref and not sign_key:
-        raise click.UsageError("--sign-key-passphrase needs --sign-key")
+    options.check_signing(sign_key, passphrase_ref, sign_cert_id)
     build = builddir.load(build_dir)
     policy = retention.load(retention_path)
     conn = app.connect()

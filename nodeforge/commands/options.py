@@ -181,3 +181,22 @@ def variant_list(help: str = "Comma-separated variants to build from the one roo
 
     return click.option("--variant", "variants", default=",".join(render.VARIANTS), show_default=True,
                         callback=_variant_list, help=help)
+
+
+def signing(fn):
+    """--sign-key, --sign-key-passphrase and --sign-cert-id (the publishing key; passed to the
+    command as ``sign_key``, ``passphrase_ref``, ``sign_cert_id``)."""
+    fn = click.option("--sign-cert-id", metavar="ID", help="Barbican secret ID of the key's certificate "
+                                                           "(from 'nodeforge image signing-cert upload').")(fn)
+    fn = click.option("--sign-key-passphrase", "passphrase_ref", metavar="REF",
+                      help="Where the key's passphrase is: env:VAR or file:PATH (never the passphrase itself).")(fn)
+    return click.option("--sign-key", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                        help="Private key (PEM/DER, RSA or EC P-384/P-521) to sign the image data and its "
+                             "provenance with.")(fn)
+
+
+def check_signing(sign_key, passphrase_ref, sign_cert_id) -> None:
+    if bool(sign_key) != bool(sign_cert_id):
+        raise click.UsageError("--sign-key and --sign-cert-id go together")
+    if passphrase_ref and not sign_key:
+        raise click.UsageError("--sign-key-passphrase needs --sign-key")

@@ -99,10 +99,12 @@ def pipeline():
                    "production lockfile).")
 @options.scope("Ownership scope the images are published and promoted under (promote retires only this "
                "scope's older images).  [default: the lockfile's scope: its scope: key, else derived from its path]")
+@options.signing
 @options.dry_run
 @options.pass_app
 def run(app, minors, resume_id, runs_dir, lockfile_path, sources_file, cache_dir, work_dir, dib_cache,
-        retention_path, verify_timeout, no_packages, fixture_label, scope, dry_run):
+        retention_path, verify_timeout, no_packages, fixture_label, scope, sign_key, passphrase_ref, sign_cert_id,
+        dry_run):
     """Check upstream and the Debian mirror; for each minor with a new patch
     (every minor, or the named ones, when a locked OS package has a newer
     version, e.g. a security update): bump the lockfile and the OS package
@@ -113,13 +115,15 @@ def run(app, minors, resume_id, runs_dir, lockfile_path, sources_file, cache_dir
     resumes from the failed stage with --resume RUN_ID. Exit 0: images
     approved, or nothing new upstream (says so); 1 (or the failed stage's
     code): failed, nothing promoted."""
-    if resume_id and (minors or dry_run or scope or no_packages):
+    if resume_id and (minors or dry_run or scope or no_packages or sign_key):
         raise click.UsageError("--resume takes the run's recorded inputs; it goes without "
-                               "--minor/--dry-run/--scope/--no-packages")
+                               "--minor/--dry-run/--scope/--no-packages/--sign-key")
+    options.check_signing(sign_key, passphrase_ref, sign_cert_id)
     config = PipelineConfig(lockfile=lockfile_path, sources_file=sources_file, cache_dir=cache_dir,
                             os_cloud=app.os_cloud, retention=retention_path, work_dir=work_dir,
                             dib_cache=dib_cache, verify_timeout=verify_timeout, fixture=fixture_label, scope=scope,
-                            packages=not no_packages)
+                            packages=not no_packages, sign_key=sign_key, sign_key_passphrase=passphrase_ref,
+                            sign_cert_id=sign_cert_id)
     pipe = Pipeline(config, runs_dir=runs_dir, say=lambda line: log.say(line, level="info", prefix=False))
     if dry_run:
         plan = pipe.plan(list(minors))

@@ -30,7 +30,8 @@ import requests
 import yaml
 
 from nodeforge import cli, log
-from nodeforge.devcloud import bmc
+from nodeforge.cloud import connect
+from nodeforge.devcloud import bmc, signing_key
 from nodeforge.devcloud.cloud import ADMIN_CLOUD, SYSTEM_CLOUD
 from nodeforge.devcloud.paths import Paths
 from nodeforge.devcloud.upstream_mirror import MirrorServer
@@ -186,8 +187,12 @@ def main(argv: list[str] | None = None) -> int:
         say(f"  with its own FIXTURE LOCKFILE {lock}; manifests/versions.yaml is not touched;")
         say("  images are labelled nodeforge_fixture=true")
         label = FIXTURE_LABEL
+    publishing = signing_key.ensure(paths, connect(ADMIN_CLOUD))
+    say(f"  publishing key {publishing.key} (certificate {publishing.cert_id} in Barbican): images and "
+        "provenance are signed; verify reports are signed with the verifier key")
     config = PipelineConfig(lockfile=lock, cache_dir=cache, os_cloud=ADMIN_CLOUD, fixture=label,
-                            work_dir=Path(os.environ.get("NODEFORGE_WORK_DIR") or "/var/tmp"))
+                            work_dir=Path(os.environ.get("NODEFORGE_WORK_DIR") or "/var/tmp"),
+                            sign_key=publishing.key, sign_cert_id=publishing.cert_id)
     try:
         record, approved = run_pipeline(config, args.runs_dir)
     except PipelineFailed as exc:

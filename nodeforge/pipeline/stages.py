@@ -56,17 +56,33 @@ class PipelineConfig:
     fixture: str | None = None      # artifacts come from a fixture mirror: this label goes on every image
     scope: str | None = None        # ownership scope of the published images; None: the lockfile's
     packages: bool = True           # also watch the OS package lock beside the lockfile (--no-packages: off)
+    sign_key: Path | None = None    # publishing key: Glance image signatures and signed provenance
+    sign_cert_id: str | None = None             # its certificate's Barbican ID
+    sign_key_passphrase: str | None = None      # a reference (env:NAME, file:PATH), never the passphrase
 
     def to_dict(self) -> dict:
         return {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(self).items()}
 
     @classmethod
     def from_dict(cls, doc: dict) -> "PipelineConfig":
-        paths = {"lockfile", "sources_file", "cache_dir", "retention", "work_dir", "dib_cache"}
+        paths = {"lockfile", "sources_file", "cache_dir", "retention", "work_dir", "dib_cache", "sign_key"}
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: (Path(v) if k in paths and v is not None else v) for k, v in doc.items() if k in known})
 
+    def sign_options(self, conn):
+        """The publisher's signing options (None: publish unsigned), the key checked against its
+        certificate in Barbican before anything is uploaded."""
+        if self.sign_key is None:
+            return None
+        from nodeforge.publish import glance, signing
+
+        signer = signing.load_signer(self.sign_key, self.sign_key_passphrase)
+        signing.check_key_matches(signer, signing.fetch_certificate(conn, self.sign_cert_id), self.sign_cert_id)
+        return glance.SignOptions(signer, self.sign_cert_id)
+
     def check(self) -> None:
+        if (self.sign_key is None) != (self.sign_cert_id is None):
+            raise UsageError("--sign-key and --sign-cert-id go together")
         if self.scope is not None:
             from nodeforge.scope import scope_problem
 
@@ -416,7 +432,7 @@ def publish(ctx: StageContext) -> dict:
     b = builddir.load(ctx.previous["build"]["build_dir"])
     conn = ctx.conn()
     scope = cfg.image_scope()
-    results = glance.Publisher(conn, cfg.policy(), scope=scope).publish(b)
+    results = glance.Publisher(conn, cfg.policy(), sign=cfg.sign_options(conn), scope=scope).publish(b)
     images = {r.variant: r.image_id for r in results}
     if cfg.fixture:
         # Labelled where every consumer sees it: built from fixture stand-ins, not upstream releases.

@@ -51,6 +51,10 @@ def test_new_patch_release_to_approved_image(release_run):
         assert img[FIXTURE_PROPERTY] == "true" and img["nodeforge_verify"] == "passed"
         assert img["nodeforge_scope"] == r.scope     # the lockfile's scope: the declaration that made it
         assert img["visibility"] == "public" and not img.get("os_hidden")
+        # Signed by the pipeline (the local cloud's publishing key): Glance accepted the signature,
+        # and the provenance verifies against the certificate in Barbican.
+        assert img.get("img_signature") and img.get("img_signature_certificate_uuid"), variant
+        assert r.provenance[variant]["valid"] is True, r.provenance[variant]
     # The previous approved images are hidden (superseded), still there by ID.
     assert len(r.prev_after) == len(r.prev_ids) == 2
     for img in r.prev_after:
