@@ -18,68 +18,34 @@ from nodeforge.errors import ExitCode, NodeforgeError
 from nodeforge.redact import scrub
 
 
-class _Commands(dict):
-    """The command groups of ``nodeforge`` by name, each group's module
-    (``nodeforge/commands/<name>.py``) imported when the group is first looked
-    up: a command pays only for its own imports (``release prefetch`` starts in
-    half the time of importing every group); ``nodeforge --help`` and anything
-    iterating the groups import them all. ``each_loaded(fn)`` applies ``fn``
-    to every group loaded so far and to each one loaded later."""
-
-    def __init__(self, lazy: dict[str, str]):
-        super().__init__()
-        self._lazy = dict(lazy)
-        self._hook = None
-
-    def _load(self, name) -> None:
-        module = self._lazy.pop(name, None)
-        if module is not None:
-            group = getattr(importlib.import_module(module), name)
-            if self._hook is not None:
-                self._hook(group)
-            super().__setitem__(name, group)
-
-    def _load_all(self) -> None:
-        for name in list(self._lazy):
-            self._load(name)
-
-    def each_loaded(self, fn) -> None:
-        self._hook = fn
-        for group in super().values():
-            fn(group)
-
-    def get(self, name, default=None):
-        self._load(name)
-        return super().get(name, default)
-
-    def __getitem__(self, name):
-        self._load(name)
-        return super().__getitem__(name)
-
-    def __contains__(self, name) -> bool:
-        return name in self._lazy or super().__contains__(name)
-
-    def __iter__(self):
-        self._load_all()
-        return super().__iter__()
-
-    def __len__(self) -> int:
-        return len(self._lazy) + super().__len__()
-
-    def keys(self):
-        self._load_all()
-        return super().keys()
-
-    def values(self):
-        self._load_all()
-        return super().values()
-
-    def items(self):
-        self._load_all()
-        return super().items()
+# The command groups: name -> the module defining it (nodeforge/commands/<name>.py).
+GROUPS = {name: f"nodeforge.commands.{name}" for name in
+          ("devcloud", "release", "image", "baremetal", "flavor", "template", "pipeline")}
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class LazyGroup(click.Group):
+    """A group whose subcommand groups are imported when click first asks for one
+    (:meth:`get_command`): a command pays only for its own imports (``release prefetch``
+    starts in half the time of importing every group); ``nodeforge --help`` lists them all
+    (:meth:`list_commands`) and so imports them. Each group gets the global options when it
+    is loaded (:func:`options.add_common_options`), so they work on either side of it."""
+
+    def __init__(self, *args, lazy: dict[str, str], **kwargs):
+        super().__init__(*args, **kwargs)
+        self.lazy = dict(lazy)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.lazy, *self.commands})
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in self.commands and name in self.lazy:
+            group = getattr(importlib.import_module(self.lazy[name]), name)
+            options.add_common_options(group)
+            self.add_command(group, name)
+        return self.commands.get(name)
+
+
+@click.group(cls=LazyGroup, lazy=GROUPS, context_settings={"help_option_names": ["-h", "--help"]})
 @options.os_cloud
 @options.output
 @options.verbose
@@ -90,10 +56,6 @@ def cli(ctx: click.Context, os_cloud, output, verbose, log_format):
     """Kubernetes node images and bare-metal pools for OpenStack."""
     ctx.obj = options.AppContext(os_cloud=os_cloud, output=output, verbose=verbose, log_format=log_format)
     log.setup(verbose, log_format)
-
-
-cli.commands = _Commands({name: f"nodeforge.commands.{name}" for name in
-                          ("devcloud", "release", "image", "baremetal", "flavor", "template", "pipeline")})
 
 
 def _formats(argv: list[str]) -> tuple[str, str]:
@@ -185,7 +147,6 @@ def _report_unexpected(argv: list[str], exc: Exception, documents) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    cli.commands.each_loaded(options.add_common_options)
     args = list(sys.argv[1:] if argv is None else argv)
     with output.collect() as docs:
         try:

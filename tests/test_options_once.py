@@ -34,8 +34,9 @@ def test_the_pattern_finds_a_definition():
 
 def _params(command: click.Command, path=()):
     if isinstance(command, click.Group):
-        for name, sub in command.commands.items():
-            yield from _params(sub, (*path, name))
+        ctx = click.Context(command)
+        for name in command.list_commands(ctx):
+            yield from _params(command.get_command(ctx, name), (*path, name))
         return
     for p in command.params:
         yield " ".join(path), p
