@@ -55,7 +55,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from nodeforge.devcloud.upstream_mirror import MirrorServer  # noqa: E402
+from nodeforge.demo.upstream_mirror import MirrorServer  # noqa: E402
 from nodeforge.imagebuild import build, render  # noqa: E402
 from tests.demo.fixture_artifacts import COMPANIONS, KUBERNETES, make_demo, write_sources  # noqa: E402
 

@@ -47,7 +47,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from nodeforge.devcloud.upstream_mirror import FixtureUpstream, MirrorServer
+from nodeforge.demo.upstream_mirror import FixtureUpstream, MirrorServer
 from nodeforge.pins import lockfile
 from nodeforge.pins.lockfile import Component
 from nodeforge.pins.sources import Sources

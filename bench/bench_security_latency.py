@@ -85,7 +85,7 @@ def main() -> int:
     from nodeforge.demo.fixtures import make_demo, publish_patch, write_sources
     from nodeforge.devcloud.cloud import ADMIN_CLOUD, DevCloud
     from nodeforge.devcloud.paths import Paths
-    from nodeforge.devcloud.upstream_mirror import MirrorServer
+    from nodeforge.demo.upstream_mirror import MirrorServer
     from nodeforge.imagebuild import package_lock
     from nodeforge.oslock import lock as ol
     from nodeforge.pins import lockfile as lf, release as release_mod

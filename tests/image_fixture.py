@@ -21,7 +21,7 @@ import os
 import shutil
 from pathlib import Path
 
-from nodeforge.devcloud.upstream_mirror import MirrorServer
+from nodeforge.demo.upstream_mirror import MirrorServer
 from nodeforge.imagebuild import build, render
 from nodeforge.pins import lockfile
 from tests.demo.fixture_artifacts import make_demo, write_sources

@@ -44,7 +44,7 @@ import pytest
 
 from nodeforge.demo.fixtures import make_demo, publish_patch, write_sources
 from nodeforge.devcloud import signing_key
-from nodeforge.devcloud.upstream_mirror import MirrorServer
+from nodeforge.demo.upstream_mirror import MirrorServer
 from nodeforge.imagebuild import build as build_mod
 from nodeforge.imageverify import builddir
 from nodeforge.publish import catalog, glance as g, provenance

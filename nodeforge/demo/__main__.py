@@ -34,7 +34,7 @@ from nodeforge.cloud import connect
 from nodeforge.devcloud import bmc, signing_key
 from nodeforge.devcloud.cloud import ADMIN_CLOUD, SYSTEM_CLOUD
 from nodeforge.devcloud.paths import Paths
-from nodeforge.devcloud.upstream_mirror import MirrorServer
+from nodeforge.demo.upstream_mirror import MirrorServer
 from nodeforge.base.fs import atomic_write
 from nodeforge.pins import lockfile as lf
 from nodeforge.publish import catalog

@@ -25,7 +25,7 @@ import io
 import tarfile
 from pathlib import Path
 
-from nodeforge.devcloud.upstream_mirror import FixtureUpstream, MirrorServer
+from nodeforge.demo.upstream_mirror import FixtureUpstream, MirrorServer
 from nodeforge.pins.lockfile import Arch, Component
 from nodeforge.pins.sources import SourceName
 

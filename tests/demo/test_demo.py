@@ -8,7 +8,7 @@ import hashlib
 from pathlib import Path
 
 from nodeforge.demo import __main__ as demo
-from nodeforge.devcloud.upstream_mirror import MirrorServer
+from nodeforge.demo.upstream_mirror import MirrorServer
 from nodeforge.demo.fixtures import write_sources
 from nodeforge.pins import lockfile as lf, release
 from nodeforge.pins.cache import Cache, Downloader, DownloadSettings

@@ -206,7 +206,7 @@ def test_no_secret_in_a_pipeline_run_record(tmp_path, monkeypatch, caplog):
 
     import requests
 
-    from nodeforge.devcloud.upstream_mirror import FixtureUpstream, MirrorServer
+    from nodeforge.demo.upstream_mirror import FixtureUpstream, MirrorServer
     from nodeforge.pins.lockfile import Component
     from nodeforge.pins.sources import SourceName
     from nodeforge.pipeline import stages as st

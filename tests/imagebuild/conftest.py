@@ -14,7 +14,7 @@ import pytest
 from nodeforge import cli
 # What the fixture upstream publishes and the fixture lockfile pins at first: the demo's releases.
 from nodeforge.demo.fixtures import COMPANIONS, KUBERNETES, add_releases
-from nodeforge.devcloud.upstream_mirror import FixtureUpstream, MirrorServer
+from nodeforge.demo.upstream_mirror import FixtureUpstream, MirrorServer
 from nodeforge.pins.cache import Cache, Downloader, DownloadSettings
 from nodeforge.pins.sources import Sources, SourceName
 

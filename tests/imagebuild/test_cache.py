@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeforge.devcloud.upstream_mirror import FaultKind
+from nodeforge.demo.upstream_mirror import FaultKind
 from nodeforge.pins.cache import (
     Cache, ChecksumMismatch, DownloadError, Downloader, NotFoundError, UnreachableError,
 )

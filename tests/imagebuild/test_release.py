@@ -14,7 +14,7 @@ import textwrap
 import time
 
 
-from nodeforge.devcloud.upstream_mirror import FaultKind, MirrorServer
+from nodeforge.demo.upstream_mirror import FaultKind, MirrorServer
 from nodeforge.errors import ExitCode
 from nodeforge.pins import lockfile
 from nodeforge.pins.lockfile import Arch, Component

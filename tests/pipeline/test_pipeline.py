@@ -15,7 +15,7 @@ import textwrap
 import pytest
 
 from nodeforge import cli
-from nodeforge.devcloud.upstream_mirror import FixtureUpstream, MirrorServer
+from nodeforge.demo.upstream_mirror import FixtureUpstream, MirrorServer
 from nodeforge.errors import UsageError
 from nodeforge.pins import lockfile as lf
 from nodeforge.pins.lockfile import Component

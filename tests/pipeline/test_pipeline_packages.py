@@ -13,7 +13,7 @@ import json
 import pytest
 
 from nodeforge import cli
-from nodeforge.devcloud.upstream_mirror import FixtureUpstream, MirrorServer
+from nodeforge.demo.upstream_mirror import FixtureUpstream, MirrorServer
 from nodeforge.oslock import lock as ol, watch
 from nodeforge.pins.lockfile import Component
 from nodeforge.pins.sources import SourceName

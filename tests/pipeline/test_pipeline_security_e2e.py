@@ -59,7 +59,7 @@ from pathlib import Path
 import pytest
 
 from nodeforge.demo.fixtures import make_demo, write_sources
-from nodeforge.devcloud.upstream_mirror import MirrorServer
+from nodeforge.demo.upstream_mirror import MirrorServer
 from nodeforge.imagebuild import build as build_mod
 from nodeforge.imageverify import builddir
 from nodeforge.imagebuild import package_lock

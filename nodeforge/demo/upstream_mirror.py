@@ -12,7 +12,7 @@ told, so the production download path is exactly the one used upstream.
 Faults can be injected per path for tests: HTTP errors, corrupted bytes, a
 connection dropped mid-body, or a stall.
 
-``python -m nodeforge.devcloud.upstream_mirror serve DIR [--port N]`` serves a
+``python -m nodeforge.demo.upstream_mirror serve DIR [--port N]`` serves a
 directory from the command line.
 """
 
@@ -315,7 +315,7 @@ def _handler(server: MirrorServer):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m nodeforge.devcloud.upstream_mirror")
+    parser = argparse.ArgumentParser(prog="python -m nodeforge.demo.upstream_mirror")
     sub = parser.add_subparsers(dest="cmd", required=True)
     serve = sub.add_parser("serve", help="serve a mirror directory (or a prefetch bundle) on 127.0.0.1")
     serve.add_argument("root", type=Path)
