@@ -551,10 +551,10 @@ def _package_base(plan: Plan, rendered: rd.Rendered, work: Path, logf: _Log) -> 
 
 def _check_os_lock(os_lock, rootfs: Path, logf: _Log) -> None:
     """Remove the build-time pins and apt hook from the tree; its dpkg database must be exactly the lock."""
-    from nodeforge.oslock import pins
+    from nodeforge.oslock import apt_pinning
 
-    _run_logged(_priv(["rm", "-f", *(str(rootfs / rel) for rel in pins.IN_IMAGE)]), logf, what="rm")
-    problems = pins.compare_installed(os_lock, mf.dpkg_packages(rootfs))
+    _run_logged(_priv(["rm", "-f", *(str(rootfs / rel) for rel in apt_pinning.IN_IMAGE)]), logf, what="rm")
+    problems = apt_pinning.compare_installed(os_lock, mf.dpkg_packages(rootfs))
     if problems:
         raise BuildError(detail=f"the root filesystem does not match the OS package lock {os_lock.path} "
                                 f"({len(problems)} difference(s)): " + "; ".join(problems[:12]),

@@ -153,7 +153,7 @@ def element_entries(packages: dict, source_elements: Elements, os_lock=None) -> 
 
     With ``os_lock`` (a :class:`nodeforge.oslock.lock.PackageLock`) the element
     also pins every package to its locked version and installs the apt hook
-    that refuses any ``.deb`` not in the lock (:mod:`nodeforge.oslock.pins`). Always: the
+    that refuses any ``.deb`` not in the lock (:mod:`nodeforge.oslock.apt_pinning`). Always: the
     ``pre-install.d`` script that leaves open-iscsi's initiator name file at ``GenerateName=yes``
     (:data:`ISCSI_NAME_TEXT`) before open-iscsi is installed."""
     where, block_device = _element_file(source_elements, BLOCK_DEVICE.as_posix())
@@ -174,12 +174,12 @@ def element_entries(packages: dict, source_elements: Elements, os_lock=None) -> 
         entry(f"pre-install.d/{ISCSI_PRE_INSTALL}", ISCSI_PRE_INSTALL_SCRIPT, 0o755),
     ]
     if os_lock is not None:
-        from nodeforge.oslock import pins
+        from nodeforge.oslock import apt_pinning
 
-        for rel, text, mode in ((pins.PREFERENCES, pins.apt_preferences(os_lock), 0o644),
-                                (pins.HOOK_CONF, pins.HOOK_CONF_TEXT, 0o644),
-                                (pins.HOOK, pins.HOOK_TEXT, 0o755),
-                                (pins.SUMS, pins.sha256_list(os_lock), 0o644)):
+        for rel, text, mode in ((apt_pinning.PREFERENCES, apt_pinning.apt_preferences(os_lock), 0o644),
+                                (apt_pinning.HOOK_CONF, apt_pinning.HOOK_CONF_TEXT, 0o644),
+                                (apt_pinning.HOOK, apt_pinning.HOOK_TEXT, 0o755),
+                                (apt_pinning.SUMS, apt_pinning.sha256_list(os_lock), 0o644)):
             out.append(entry(f"{OS_LOCK_FILES}/{rel}", text, mode))
         out.append(entry("root.d/70-nodeforge-os-lock", OS_LOCK_ROOT_SCRIPT, 0o755))
     return out

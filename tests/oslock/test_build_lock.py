@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from nodeforge.imagebuild import build as build_mod, package_base as pb
-from nodeforge.oslock import archive, pins, resolve as rs, watch
+from nodeforge.oslock import apt_pinning as pins, archive, resolve as rs, watch
 from tests.oslock.aptrepo import RELEASE
 
 REPO = Path(__file__).resolve().parents[2]
