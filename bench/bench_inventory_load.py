@@ -1,4 +1,4 @@
-"""Reading large and hostile inventories (issue 13): seconds and peak memory, each in a
+"""Reading large and hostile inventories: seconds and peak memory, each in a
 fresh process (peak RSS from /proc/self/status VmHWM).
 
 * 10,000 nodes with ports, nodeforge YAML (2 MACs a node) and python-ironicclient bulk

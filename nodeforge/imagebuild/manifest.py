@@ -561,7 +561,7 @@ def content_id(manifest: dict) -> str:
 def sbom(manifest: dict) -> str:
     """A CycloneDX 1.6 JSON SBOM of the image content (dpkg packages and pinned artifacts).
 
-    Reproducible: for a manifest with ``reproducible`` (written since issue 16) the image
+    Reproducible: for a manifest with ``reproducible`` (written by reproducible builds) the image
     component's version is ``<kubernetes version>+<content id prefix>``, the timestamp is
     ``SOURCE_DATE_EPOCH`` and the serial number is derived from the content id, so the SBOM depends
     on the content only; older manifests keep the build id and build time."""

@@ -1,4 +1,4 @@
-"""Bare-metal enrollment into Ironic (issue 7).
+"""Bare-metal enrollment into Ironic.
 
 Pipeline, one module per stage: :mod:`inventory` (parse + validate a batch),
 :mod:`secrets` (credential references), :mod:`preflight` (BMC checks),

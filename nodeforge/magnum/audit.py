@@ -50,7 +50,7 @@ MAINTAINED = 3
 _VERSION = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?([-+].*)?$")
 IMAGE_KINDS = ("image_missing", "image_deleted", "image_retired", "image_hidden", "image_not_approved",
                "image_status")
-# The label nodeforge's apply writes on each version of a template (issue 12); absent on hand-made ones.
+# The label nodeforge's apply writes on each version of a template ; absent on hand-made ones.
 VERSION_LABEL = "nodeforge_template_version"
 
 

@@ -1,4 +1,4 @@
-"""Signed SLSA v1 provenance for every published image (issue 16, part 4).
+"""Signed SLSA v1 provenance for every published image.
 
 What it is:
 

@@ -200,7 +200,7 @@ def test_version_order_puts_prerelease_before_release():
 
 
 # --------------------------------------------------------------------------
-# Ownership scope (issue 14.1): the images built from the lockfile carry it
+# Ownership scope: the images built from the lockfile carry it
 
 def test_scope_key_names_the_lockfiles_scope_and_survives_edits(tmp_path):
     path = tmp_path / "versions.yaml"

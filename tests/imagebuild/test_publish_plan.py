@@ -1,4 +1,4 @@
-"""Publish as plan/apply (issue 15): ``Publisher.plan`` reads Glance and the build directory
+"""Publish as plan/apply: ``Publisher.plan`` reads Glance and the build directory
 and writes nothing; ``apply`` makes the writes the plan names; ``publish`` is apply of
 plan. The four side images (manifest, verify report, provenance, per-file manifest) have one
 writer, ``Publisher.side_image``: for a new upload and for attaching what an image already in

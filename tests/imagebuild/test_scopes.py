@@ -1,4 +1,4 @@
-"""Ownership scopes for images and the catalog (issue 14, point 1): every
+"""Ownership scopes for images and the catalog: every
 published image carries ``nodeforge_scope`` (publish's scope, else the build
 manifest's, the lockfile's, else ``default``); promote's retention acts only
 on approved images of the promoted image's scope; other scopes' images and

@@ -1,4 +1,4 @@
-"""The strict verify gate (issue 14, point 3): ``verify.json`` must be the
+"""The strict verify gate: ``verify.json`` must be the
 ``nodeforge-image-verify/2`` report of this build, this manifest and these
 image bytes, with every check listed and passed; anything else is refused by
 ``builddir.load`` (status + reason), by ``image publish`` (nothing uploaded)
@@ -168,7 +168,7 @@ FORGERIES = {
     "manifest check of another manifest": (_edit(_other_manifest_check),
                                            r"checks\[manifest\] compared the image with another manifest"),
     "other image bytes": (_other_bytes, r"variants\.vm\.image_sha256 is for other image bytes"),
-    # issue 13: strict JSON (no NaN/Infinity, no key twice), bounded size and depth
+    # strict JSON (no NaN/Infinity, no key twice), bounded size and depth
     "infinite seconds": (_edit(lambda d, b: _set(d, "variants.vm.seconds.total", float("inf"))),
                          r"not valid JSON \(Infinity is not a number JSON allows\)"),
     "NaN seconds": (_edit(lambda d, b: _set(d, "variants.vm.seconds.total", float("nan"))),

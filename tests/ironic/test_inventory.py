@@ -204,7 +204,7 @@ def test_invalid_scope_names_file_line_and_field(tmp_path, bad):
     assert f"{f}:4: scope: must be" in str(err.value)
 
 
-# --- issue 13: hostile and malformed input is a message and exit 2, never a traceback ---
+# --- hostile and malformed input is a message and exit 2, never a traceback ---
 
 def _validate_cli(capsys, *args):
     from nodeforge import cli
@@ -346,7 +346,7 @@ def test_a_csv_with_bare_carriage_returns_is_read_row_by_row(tmp_path):
 
 
 def test_secret_driver_info_fields_are_references_and_never_printed(tmp_path, monkeypatch):
-    # ipmi_kg_key / snmp_*_key were taken inline and kept as plain values (issue 13).
+    # ipmi_kg_key / snmp_*_key were taken inline and kept as plain values.
     monkeypatch.setenv("NODEFORGE_SECRET_KG_PW", "bmc-pw-7781")
     monkeypatch.setenv("NODEFORGE_SECRET_KG_KEY", "kg-key-value-5521")
     path = tmp_path / "inv.yaml"

@@ -55,7 +55,7 @@ def test_fingerprint_detects_rotation_and_hides_password():
     assert "pw-one-111" not in a
 
 
-# --- issue 13 ----------------------------------------------------------------------------
+# --- hostile references ----------------------------------------------------------------------------
 
 import io  # noqa: E402
 import json  # noqa: E402

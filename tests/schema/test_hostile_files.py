@@ -1,4 +1,4 @@
-"""Issue 13, resource exhaustion, end to end: a 1.3 KB inventory of nested YAML
+"""Resource exhaustion, end to end: a 1.3 KB inventory of nested YAML
 aliases (46 s and 2.2 GB before) and a 200 MB file (72 s, 1.5 GB before) are
 refused by ``baremetal validate`` with exit 2, the peak memory of the process
 well under 100 MB. Memory is measured in a child process (its peak RSS,

@@ -263,7 +263,7 @@ def test_too_many_values_are_counted_by_libyaml_and_refused_before_the_slow_pars
         load(tmp_path / "big.yaml", deep)
 
 
-# --- a large plain file's tree is built from libyaml's events (issue 13: 10,000 nodes) ---------
+# --- a large plain file's tree is built from libyaml's events (10,000 nodes) ---------
 
 from hypothesis import given, settings, strategies as st  # noqa: E402
 

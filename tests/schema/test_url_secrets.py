@@ -1,4 +1,4 @@
-"""Issue 13, Secrets: a mirror URL with credentials (``user:pass@``, ``?token=``)
+"""Secrets in URLs: a mirror URL with credentials (``user:pass@``, ``?token=``)
 is never printed: not in retry log lines, errors, hints or ``--output json``.
 
 Mirror URLs with credentials are refused (the error names the setting, shows

@@ -236,7 +236,7 @@ class IpmiEndpoint:
 
     @property
     def address(self) -> str:
-        """``ipmi://host:port`` (the inventory format of issue 7)."""
+        """``ipmi://host:port`` (the inventory's BMC address form)."""
         return f"ipmi://{self.host}:{self.port}"
 
     def driver_info(self) -> dict:
