@@ -56,6 +56,7 @@ from typing import Callable
 
 from nodeforge.base import fs, runner
 from nodeforge.errors import ConfigError, NodeforgeError
+from nodeforge.imagebuild.steps import Step, run_steps
 from nodeforge.imagebuild import checksums, contents, disk, manifest as mf, package_base as pb, render as rd
 from nodeforge.imagebuild import pyc, reproducible
 from nodeforge.pins import lockfile as lf
@@ -562,148 +563,205 @@ def _check_os_lock(os_lock, rootfs: Path, logf: _Log) -> None:
     logf.step(f"root filesystem matches the OS package lock: {len(os_lock.packages)} packages")
 
 
+@dataclasses.dataclass
+class _Build:
+    """What the build steps hand on to each other (:func:`_build`)."""
+
+    plan: Plan
+    work: Path
+    stage: Path
+    logf: _Log
+    build_time: datetime.datetime
+    pinned_files: dict = dataclasses.field(default_factory=dict)
+    rendered: object = None
+    base: object = None
+    reused: bool = False
+    args: list = dataclasses.field(default_factory=list)
+    elements: list = dataclasses.field(default_factory=list)
+    rootfs: Path | None = None
+    epoch: int = 0
+    epoch_source: str = ""
+    normalised: dict = dataclasses.field(default_factory=dict)
+    entries: list = dataclasses.field(default_factory=list)
+    files: dict = dataclasses.field(default_factory=dict)
+    images: dict = dataclasses.field(default_factory=dict)
+    manifest: dict = dataclasses.field(default_factory=dict)
+
+
 def _build(plan: Plan, work: Path, stage: Path, logf: _Log, build_time, seconds) -> BuildResult:
-    req, lock = plan.request, plan.lock
-    entry = lock.minor(req.minor)
-    t = time.monotonic()
-    # The digest each file boot verification compares must have, from the pins; an archive's member
-    # is read now, so an archive without it fails the build before diskimage-builder runs.
+    """The build as named steps (:mod:`.steps`): each logged and timed under its name in
+    ``seconds``; the finished ones undone when a later one fails."""
+    b = _Build(plan, work, stage, logf, build_time)
+    run_steps([Step("package_base", _step_package_base),
+               Step("rootfs", _step_rootfs),
+               Step("unpack", _step_unpack, undo=_undo_unpack),
+               Step("normalise", _step_normalise),
+               Step("file_manifest", _step_file_manifest),
+               Step("manifest", _step_manifest),
+               *(Step(f"disk_{v}", _step_disk(v), undo=_undo_disk(v)) for v in plan.request.variants),
+               Step("checksums", _step_checksums)], b, seconds, note=logf.write)
+    return BuildResult(stage, b.images, b.manifest, seconds, {"key": b.base.key, "reused": b.reused})
+
+
+def _step_package_base(b: _Build) -> None:
+    """The pinned files' digests (an archive without its member fails here, before
+    diskimage-builder runs), the rendered elements, and the package base (cached by its inputs)."""
+    plan, req = b.plan, b.plan.request
+    entry = plan.lock.minor(req.minor)
     try:
-        pinned_files = mf.pinned_file_digests([a.manifest_entry() for a in plan.artifacts], plan.cache.path_for)
+        b.pinned_files = mf.pinned_file_digests([a.manifest_entry() for a in plan.artifacts], plan.cache.path_for)
     except mf.InstalledFileError as exc:
         raise BuildError(detail=str(exc), hint="the pinned archive does not hold the file its element installs; "
                                                "check the pin in the lockfile") from None
     if plan.rendered is not None:
-        rendered = plan.rendered
-        logf.step(f"elements rendered in {rendered.root} for Kubernetes {entry.version} ({req.arch.value}): "
-                  f"tree {rendered.digest[:16]}")
+        b.rendered = plan.rendered
+        b.logf.step(f"elements rendered in {b.rendered.root} for Kubernetes {entry.version} ({req.arch.value}): "
+                    f"tree {b.rendered.digest[:16]}")
     else:
-        logf.step(f"render elements for Kubernetes {entry.version} ({req.arch.value})")
-        rendered = rd.render(lock, req.minor, work / "render", arch=req.arch)
+        b.logf.step(f"render elements for Kubernetes {entry.version} ({req.arch.value})")
+        b.rendered = rd.render(plan.lock, req.minor, b.work / "render", arch=req.arch)
+    b.base, b.reused = _package_base(plan, b.rendered, b.work, b.logf)
 
-    # -- package base: base OS + every element package, cached by its inputs -----------
-    base, reused = _package_base(plan, rendered, work, logf)
-    seconds["package_base"] = time.monotonic() - t
 
-    # -- one root filesystem, from the package base --------------------------------------
-    t = time.monotonic()
-    elements = rendered_env(rendered.env_file)["NODEFORGE_ELEMENTS"].split()
-    args = ["-a", req.arch.value, "-t", "tar", "-o", str(work / "rootfs"), *elements]
-    image_cache = pb.image_cache_for(base, work / "dib-image-cache", plan.dib_cache,
-                                     distro_name=lock.base_os.distro, release=rendered.distro.release,
+def _step_rootfs(b: _Build) -> None:
+    """One root filesystem (a tar), by diskimage-builder from the package base."""
+    plan, req, rendered = b.plan, b.plan.request, b.rendered
+    b.elements = rendered_env(rendered.env_file)["NODEFORGE_ELEMENTS"].split()
+    b.args = ["-a", req.arch.value, "-t", "tar", "-o", str(b.work / "rootfs"), *b.elements]
+    image_cache = pb.image_cache_for(b.base, b.work / "dib-image-cache", plan.dib_cache,
+                                     distro_name=plan.lock.base_os.distro, release=rendered.distro.release,
                                      arch=req.arch.value)
     env = _dib_env(plan, rendered.elements, image_cache, {
         **rendered_env(rendered.env_file),
         "DIB_DEBOOTSTRAP_CACHE": "0",
         "DIB_NODEFORGE_ARTIFACT_CACHE": str(plan.cache.root.absolute()),
         "DIB_NODEFORGE_ACTIVATE_VARIANT": ""})
-    logf.step(f"diskimage-builder: root filesystem from package base {base.key[:12]} ({' '.join(elements)})")
-    with _dib_cache_lock(plan.dib_cache, logf):
-        _run_logged([plan.disk_image_create, *args], logf, env=env, what="disk-image-create")
-    seconds["rootfs"] = time.monotonic() - t
+    b.logf.step(f"diskimage-builder: root filesystem from package base {b.base.key[:12]} ({' '.join(b.elements)})")
+    with _dib_cache_lock(plan.dib_cache, b.logf):
+        _run_logged([plan.disk_image_create, *b.args], b.logf, env=env, what="disk-image-create")
 
-    t = time.monotonic()
-    logf.step("unpack the root filesystem")
-    rootfs = work / "root"
-    rootfs.mkdir()
+
+def _step_unpack(b: _Build) -> None:
+    """The tar unpacked as root (owners, modes, xattrs, ACLs kept); the OS package lock checked."""
+    b.logf.step("unpack the root filesystem")
+    b.rootfs = b.work / "root"
+    b.rootfs.mkdir()
     _run_logged(_priv(["tar", "--numeric-owner", "--xattrs", "--xattrs-include=*", "--acls", "-xpf",
-                       str(work / "rootfs.tar"), "-C", str(rootfs)]), logf, what="tar")
-    (work / "rootfs.tar").unlink()
-    if plan.os_lock is not None:
-        _check_os_lock(plan.os_lock, rootfs, logf)
-    seconds["unpack"] = time.monotonic() - t
+                       str(b.work / "rootfs.tar"), "-C", str(b.rootfs)]), b.logf, what="tar")
+    (b.work / "rootfs.tar").unlink()
+    if b.plan.os_lock is not None:
+        _check_os_lock(b.plan.os_lock, b.rootfs, b.logf)
 
-    # -- reproducible content: normalise, then the per-file manifest --------------------
-    t = time.monotonic()
-    epoch, epoch_source = reproducible.source_date_epoch(plan.os_lock)
-    logf.step(f"normalise the tree: SOURCE_DATE_EPOCH {epoch} ({reproducible.iso(epoch)}, {epoch_source})")
-    done = _normalise(rootfs, epoch, logf, host_paths={
-        str(work): "<work>", str(plan.cache.root.absolute()): "<artifact-cache>", sys.prefix: "<python-env>",
+
+def _undo_unpack(b: _Build) -> None:
+    if b.rootfs is not None:      # root-owned files: removed as root, on this file system only
+        runner.run(["rm", "-rf", "--one-file-system", str(b.rootfs)], privileged=True, check=False)
+
+
+def _step_normalise(b: _Build) -> None:
+    """Reproducible content: times clamped to SOURCE_DATE_EPOCH, host paths and leftovers removed."""
+    plan = b.plan
+    b.epoch, b.epoch_source = reproducible.source_date_epoch(plan.os_lock)
+    b.logf.step(f"normalise the tree: SOURCE_DATE_EPOCH {b.epoch} ({reproducible.iso(b.epoch)}, {b.epoch_source})")
+    b.normalised = _normalise(b.rootfs, b.epoch, b.logf, host_paths={
+        str(b.work): "<work>", str(plan.cache.root.absolute()): "<artifact-cache>", sys.prefix: "<python-env>",
         str(plan.dib_cache): "<dib-cache>"})
-    seconds["normalise"] = time.monotonic() - t
+
+
+def _step_file_manifest(b: _Build) -> None:
     t = time.monotonic()
-    entries = _file_manifest(rootfs, logf)
-    files = contents.write(stage / contents.FILENAME, entries)
-    seconds["file_manifest"] = time.monotonic() - t
-    logf.step(f"per-file manifest: {files['entries']} entries, {files['bytes'] / GIB:.2f} GiB in files, "
-              f"sha256 {files['sha256'][:16]} ({seconds['file_manifest']:.1f}s)")
-    t = time.monotonic()
+    b.entries = _file_manifest(b.rootfs, b.logf)
+    b.files = contents.write(b.stage / contents.FILENAME, b.entries)
+    b.logf.step(f"per-file manifest: {b.files['entries']} entries, {b.files['bytes'] / GIB:.2f} GiB in files, "
+                f"sha256 {b.files['sha256'][:16]} ({time.monotonic() - t:.1f}s)")
+
+
+def _step_manifest(b: _Build) -> None:
+    """The installed artifacts checked against their pins; manifest.json in the build and the image."""
+    plan, req, lock, rendered = b.plan, b.plan.request, b.plan.lock, b.rendered
+    entry = lock.minor(req.minor)
     try:
-        installed = mf.installed_artifacts(pinned_files, entries)
+        installed = mf.installed_artifacts(b.pinned_files, b.entries)
     except mf.InstalledFileError as exc:
         raise BuildError(detail=str(exc), hint=f"an element installed another file than its pin; see the build "
                                                f"log {plan.out.name}.failed.log beside the build") from None
-    logf.write("installed artifacts (checked against their pins, recorded in the manifest): "
-               + ", ".join(f"{c} {r['path']} {r['sha256'][:16]}" for c, r in installed.items()))
-
-    # -- manifest ----------------------------------------------------------------------
+    b.logf.write("installed artifacts (checked against their pins, recorded in the manifest): "
+                 + ", ".join(f"{c} {r['path']} {r['sha256'][:16]}" for c, r in installed.items()))
     version = str(entry.version)
-    images = {v: image_name(version, v) for v in req.variants}
-    build_id = f"k8s-{version}-{build_time.strftime('%Y%m%dT%H%M%SZ')}-{rendered.digest[:8]}"
+    b.images = {v: image_name(version, v) for v in req.variants}
+    build_id = f"k8s-{version}-{b.build_time.strftime('%Y%m%dT%H%M%SZ')}-{rendered.digest[:8]}"
     manifest = mf.build_manifest(
-        build_id=build_id, build_time=build_time, minor=req.minor, kubernetes_version=version,
+        build_id=build_id, build_time=b.build_time, minor=req.minor, kubernetes_version=version,
         pause_image=entry.pause_image,
         base_os={"distro": lock.base_os.distro, "release": lock.base_os.release,
                  "codename": rendered.distro.release},
-        arch=req.arch.value, variants=list(req.variants), images=images,
-        packages=mf.dpkg_packages(rootfs),
+        arch=req.arch.value, variants=list(req.variants), images=b.images,
+        packages=mf.dpkg_packages(b.rootfs),
         artifacts=[a.manifest_entry() for a in plan.artifacts],
         lockfile_path=Path(req.lockfile_path), element_tree_digest=rendered.digest,
         hardening={"profile": lock.hardening.profile, "version": lock.hardening.version},
-        dib={"version": dib_version(plan.disk_image_create), "args": args, "elements": elements},
+        dib={"version": dib_version(plan.disk_image_create), "args": b.args, "elements": b.elements},
         source=mf.source_commit(REPO),
-        package_base={"key": base.key, "sha256": base.meta["sha256"], "created": base.meta["created"],
+        package_base={"key": b.base.key, "sha256": b.base.meta["sha256"], "created": b.base.meta["created"],
                       "recipe": pb.RECIPE},
         scope=lock.scope, installed=installed)
     if plan.os_lock is not None:
         manifest["os_package_lock"] = {"path": Path(plan.os_lock.path).name, "digest": plan.os_lock.digest(),
                                        "packages": len(plan.os_lock.packages)}
         # The lock itself beside the manifest: publish's provenance lists every .deb digest from it.
-        shutil.copyfile(plan.os_lock.path, stage / "os-packages.lock.yaml")
-    manifest["files"] = files
-    manifest["reproducible"] = _reproducible_record(manifest, epoch, epoch_source, done)
+        shutil.copyfile(plan.os_lock.path, b.stage / "os-packages.lock.yaml")
+    manifest["files"] = b.files
+    manifest["reproducible"] = _reproducible_record(manifest, b.epoch, b.epoch_source, b.normalised)
     text = mf.dumps(manifest)
-    disk.replace_file(rootfs / mf.IN_IMAGE_PATH, text)
-    _clamp_paths(rootfs, epoch, [mf.IN_IMAGE_PATH, str(Path(mf.IN_IMAGE_PATH).parent)])
-    (stage / "manifest.json").write_text(text)
-    seconds["manifest"] = time.monotonic() - t
+    disk.replace_file(b.rootfs / mf.IN_IMAGE_PATH, text)
+    _clamp_paths(b.rootfs, b.epoch, [mf.IN_IMAGE_PATH, str(Path(mf.IN_IMAGE_PATH).parent)])
+    (b.stage / "manifest.json").write_text(text)
+    b.manifest = manifest
 
-    # -- disks ---------------------------------------------------------------------------
-    for variant in req.variants:
-        t = time.monotonic()
-        logf.step(f"assemble the {variant} disk")
-        tree = work / f"tree-{variant}"
-        _run_logged(_priv(["cp", "-al", str(rootfs), str(tree)]), logf, what="cp -al")
-        overlay = rootfs / "usr/lib/nodeforge/variants" / variant / "overlay"
+
+def _step_disk(variant: str) -> Callable[[_Build], None]:
+    def run(b: _Build) -> None:
+        """The variant's disk from a hard-linked copy of the tree: its overlay, kernel command line,
+        boot loader and partition table, then raw or qcow2 into the build."""
+        b.logf.step(f"assemble the {variant} disk")
+        tree = b.work / f"tree-{variant}"
+        _run_logged(_priv(["cp", "-al", str(b.rootfs), str(tree)]), b.logf, what="cp -al")
+        overlay = b.rootfs / "usr/lib/nodeforge/variants" / variant / "overlay"
         if overlay.is_dir():
-            _run_logged(_priv(["cp", "-a", "--remove-destination", f"{overlay}/.", f"{tree}/"]), logf,
+            _run_logged(_priv(["cp", "-a", "--remove-destination", f"{overlay}/.", f"{tree}/"]), b.logf,
                         what="variant overlay")
-        cmdline_file = rootfs / "usr/lib/nodeforge/variants" / variant / "kernel-cmdline"
+        cmdline_file = b.rootfs / "usr/lib/nodeforge/variants" / variant / "kernel-cmdline"
         cmdline = cmdline_file.read_text().strip() if cmdline_file.exists() else "console=ttyS0,115200n8"
-        ids = disk.derived_ids(f"{files['sha256']}:{variant}")
+        ids = disk.derived_ids(f"{b.files['sha256']}:{variant}")
+        version = str(b.plan.lock.minor(b.plan.request.minor).version)
         root_uuid, esp_id = disk.prepare_tree(tree, cmdline=cmdline, ids=ids,
                                               title=f"nodeforge Kubernetes {version} node ({variant})")
-        reproducible.clamp_times(tree, epoch)
-        raw = work / f"{variant}.raw"
-        diskwork = work / f"disk-{variant}"
+        reproducible.clamp_times(tree, b.epoch)
+        raw = b.work / f"{variant}.raw"
+        diskwork = b.work / f"disk-{variant}"
         diskwork.mkdir()
-        disk.assemble(tree, raw, root_uuid=root_uuid, esp_id=esp_id, workdir=diskwork, log=logf, ids=ids,
-                      epoch=epoch)
+        disk.assemble(tree, raw, root_uuid=root_uuid, esp_id=esp_id, workdir=diskwork, log=b.logf, ids=ids,
+                      epoch=b.epoch)
         runner.run(["rm", "-rf", "--one-file-system", str(tree)], privileged=True, check=False)
-        if images[variant].endswith(".qcow2"):
-            disk.to_qcow2(raw, stage / images[variant], log=logf)
+        dest = b.stage / b.images[variant]
+        if b.images[variant].endswith(".qcow2"):
+            disk.to_qcow2(raw, dest, log=b.logf)
             raw.unlink()
         else:
-            fs.move_into_place(raw, stage / images[variant]) if _same_fs(raw, stage) else shutil.move(raw, stage / images[variant])
-        seconds[f"disk_{variant}"] = time.monotonic() - t
+            fs.move_into_place(raw, dest) if _same_fs(raw, b.stage) else shutil.move(raw, dest)
+    return run
 
-    # -- outputs -----------------------------------------------------------------------
-    t = time.monotonic()
-    logf.step("SBOM and checksums")
-    (stage / "sbom.cdx.json").write_text(mf.sbom(manifest))
-    checksums.sum_files(stage, [*images.values(), "manifest.json", contents.FILENAME, "sbom.cdx.json"])
-    seconds["checksums"] = time.monotonic() - t
-    return BuildResult(stage, images, manifest, seconds, {"key": base.key, "reused": reused})
+
+def _undo_disk(variant: str) -> Callable[[_Build], None]:
+    def undo(b: _Build) -> None:
+        (b.stage / b.images[variant]).unlink(missing_ok=True)     # a disk is gigabytes: not kept for the failure
+    return undo
+
+
+def _step_checksums(b: _Build) -> None:
+    b.logf.step("SBOM and checksums")
+    (b.stage / "sbom.cdx.json").write_text(mf.sbom(b.manifest))
+    checksums.sum_files(b.stage, [*b.images.values(), "manifest.json", contents.FILENAME, "sbom.cdx.json"])
 
 
 # Left out of the per-file manifest: the build manifest, written into the tree after it (it records
