@@ -168,9 +168,9 @@ def _bring_back(prov: Provisioner, req: Request, node: str, rc: str) -> dict:
 
 
 def run_class(prov: Provisioner, req: Request, cp: ClassPlan, listener: Listener) -> ClassResult:
+    """One class's canary: allocate a node, deploy and judge it, give it back whatever happened."""
     rc, clock = cp.resource_class, _Clock()
     result = ClassResult(rc, False)
-    alloc_name = select.allocation_name(req.scope, rc)
     t = time.monotonic()
     try:
         alloc, result.resumed = _allocate(prov, req, cp)
@@ -180,53 +180,78 @@ def run_class(prov: Provisioner, req: Request, cp: ClassPlan, listener: Listener
     node_id = alloc["node_uuid"]
     node = prov.get_node(node_id)
     result.node = node.get("name") or node_id
-    t = clock.lap("allocate", t)
+    clock.lap("allocate", t)
     failure: str | None = None
     try:
-        if node.get("provision_state") != S.AVAILABLE.value:       # a killed run's deploy: start over
-            req.say(f"{rc}: {result.node} was left {node.get('provision_state')!r} by an earlier run; cleaning it first")
-            _bring_back(prov, req, node_id, rc)
-        mac = next((p.get("address") for p in prov.list_ports() if p.get("node_uuid") == node_id), None)
-        identity = node_data.NodeIdentity(instance_id=str(uuid.uuid4()),
-                                          hostname=node_data.hostname_for(result.node, req.image_id),
-                                          mac=(mac or "").lower() or None)
-        token = listener.expect()
-        probes = node_data.probes(req.expectations, report_url=listener.url(token), probe_id=identity.instance_id,
-                                  wait_seconds=int(req.policy.timeouts.first_boot * 0.6)) \
-            if req.expectations else {"id": identity.instance_id, "report_url": listener.url(token),
-                                      "poweroff": False, "late_commands": node_data.LATE_COMMANDS}
-        prov.patch_node(node_id, [{"op": "add", "path": "/instance_info",
-                                   "value": {"image_source": req.image_id,
-                                             "capabilities": {"boot_option": "local"},
-                                             "display_name": identity.hostname}}])
-        req.say(f"{rc}: deploying image {req.image_id} to {result.node}")
-        prov.set_provision_state(node_id, Verb.DEPLOY, configdrive=node_data.config_drive(identity, probes))
-        _wait_state(prov, node_id, {S.ACTIVE.value}, req.policy.timeouts.deploy, req.poll, "deploy", rc)
-        t = clock.lap("deploy", t)
-        req.say(f"{rc}: {result.node} is active; waiting for its report on {listener.public_url()}")
-
-        def alive() -> bool:
-            return prov.get_node(node_id).get("provision_state") == S.ACTIVE.value
-
-        guest = listener.wait(token, req.policy.timeouts.first_boot, poll=req.poll, alive=alive)
-        t = clock.lap("first_boot", t)
-        if guest is None:
-            raise CanaryError(resource_class=rc, detail=f"no report from {result.node} within "
-                                                        f"{req.policy.timeouts.first_boot:.0f} s of `active`")
-        if req.expectations is not None:
-            exp = dataclasses.replace(req.expectations, disk_bytes=(guest.get("rootfs") or {}).get("disk_bytes") or 0)
-            result.checks = node_data.all_checks(exp, req.facts or {}, identity, guest)
-        else:
-            result.checks = node_data.evaluate(identity, guest)
-        failed = [c["id"] for c in result.checks if not c["passed"]]
-        if failed:
-            failure = f"checks failed on {result.node}: {', '.join(failed)}"
-        t = clock.lap("checks", t)
+        identity, token = _deploy(prov, req, rc, node_id, node, result, listener, clock)
+        failure = _judge(prov, req, rc, node_id, identity, token, result, listener, clock)
     except CanaryError as exc:
         failure = str(exc)
     except NodeforgeError as exc:           # an Ironic answer refused: the node is still brought back
         failure = f"canary on {rc}: {scrub(str(exc))}"
-    # Bring the node back whatever happened, then give the allocation back.
+    failure = _give_back(prov, req, rc, node_id, result, clock, failure)
+    prov.delete_allocation(select.allocation_name(req.scope, rc))
+    result.passed, result.reason = failure is None, failure
+    if not result.maintenance:
+        _record_failure(prov, req, node_id, result, failure) if failure else _reset_failures(prov, node_id, node)
+    result.seconds = clock.seconds
+    return result
+
+
+def _deploy(prov: Provisioner, req: Request, rc: str, node_id: str, node: dict, result: ClassResult,
+            listener: Listener, clock: "_Clock") -> tuple[node_data.NodeIdentity, str]:
+    """Deploy the image with a config drive that tells the node where to report; until ``active``."""
+    t = time.monotonic()
+    if node.get("provision_state") != S.AVAILABLE.value:       # a killed run's deploy: start over
+        req.say(f"{rc}: {result.node} was left {node.get('provision_state')!r} by an earlier run; cleaning it first")
+        _bring_back(prov, req, node_id, rc)
+    mac = next((p.get("address") for p in prov.list_ports() if p.get("node_uuid") == node_id), None)
+    identity = node_data.NodeIdentity(instance_id=str(uuid.uuid4()),
+                                      hostname=node_data.hostname_for(result.node, req.image_id),
+                                      mac=(mac or "").lower() or None)
+    token = listener.expect()
+    probes = node_data.probes(req.expectations, report_url=listener.url(token), probe_id=identity.instance_id,
+                              wait_seconds=int(req.policy.timeouts.first_boot * 0.6)) \
+        if req.expectations else {"id": identity.instance_id, "report_url": listener.url(token),
+                                  "poweroff": False, "late_commands": node_data.LATE_COMMANDS}
+    prov.patch_node(node_id, [{"op": "add", "path": "/instance_info",
+                               "value": {"image_source": req.image_id, "capabilities": {"boot_option": "local"},
+                                         "display_name": identity.hostname}}])
+    req.say(f"{rc}: deploying image {req.image_id} to {result.node}")
+    prov.set_provision_state(node_id, Verb.DEPLOY, configdrive=node_data.config_drive(identity, probes))
+    _wait_state(prov, node_id, {S.ACTIVE.value}, req.policy.timeouts.deploy, req.poll, "deploy", rc)
+    clock.lap("deploy", t)
+    return identity, token
+
+
+def _judge(prov: Provisioner, req: Request, rc: str, node_id: str, identity: node_data.NodeIdentity, token: str,
+           result: ClassResult, listener: Listener, clock: "_Clock") -> str | None:
+    """Wait for the node's report and check it; the failure (None: every check passed)."""
+    t = time.monotonic()
+    req.say(f"{rc}: {result.node} is active; waiting for its report on {listener.public_url()}")
+
+    def alive() -> bool:
+        return prov.get_node(node_id).get("provision_state") == S.ACTIVE.value
+
+    guest = listener.wait(token, req.policy.timeouts.first_boot, poll=req.poll, alive=alive)
+    t = clock.lap("first_boot", t)
+    if guest is None:
+        raise CanaryError(resource_class=rc, detail=f"no report from {result.node} within "
+                                                    f"{req.policy.timeouts.first_boot:.0f} s of `active`")
+    if req.expectations is not None:
+        exp = dataclasses.replace(req.expectations, disk_bytes=(guest.get("rootfs") or {}).get("disk_bytes") or 0)
+        result.checks = node_data.all_checks(exp, req.facts or {}, identity, guest)
+    else:
+        result.checks = node_data.evaluate(identity, guest)
+    clock.lap("checks", t)
+    failed = [c["id"] for c in result.checks if not c["passed"]]
+    return f"checks failed on {result.node}: {', '.join(failed)}" if failed else None
+
+
+def _give_back(prov: Provisioner, req: Request, rc: str, node_id: str, result: ClassResult, clock: "_Clock",
+               failure: str | None) -> str | None:
+    """Undeploy and clean the node back to ``available`` (maintenance when that fails itself);
+    the canary's failure, or this one when there was none."""
     t = time.monotonic()
     try:
         back = _bring_back(prov, req, node_id, rc)
@@ -236,13 +261,7 @@ def run_class(prov: Provisioner, req: Request, cp: ClassPlan, listener: Listener
         result.node_state = prov.get_node(node_id).get("provision_state")
         _record_failure(prov, req, node_id, result, f"{exc}", force_maintenance=True)
     clock.lap("clean", t)
-    prov.delete_allocation(alloc_name)
-    result.passed = failure is None
-    result.reason = failure
-    if not result.maintenance:
-        _record_failure(prov, req, node_id, result, failure) if failure else _reset_failures(prov, node_id, node)
-    result.seconds = clock.seconds
-    return result
+    return failure
 
 
 def _reset_failures(prov: Provisioner, node_id: str, node: dict) -> None:
