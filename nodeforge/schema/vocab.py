@@ -3,7 +3,7 @@ files repeat, each with its rule in words (:class:`~nodeforge.schema.declare.Rul
 shown in errors and in ``docs/schemas.md``).
 
 The rules are the superset of what the feature modules checked by hand
-(ironic/inventory.py, ironic/profiles.py, compute/flavors.py, templates.py,
+(ironic/inventory/declare.py, ironic/profiles.py, compute/flavors.py, templates.py,
 pins/lockfile.py, scope.py); each type's docstring-comment names the
 service rule it follows. Every checker is also a plain function
 (``check_*``, returning the value or raising ``ValueError`` with the message)
