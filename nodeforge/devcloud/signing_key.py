@@ -16,9 +16,8 @@ import logging
 from pathlib import Path
 
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from nodeforge.base import fs
 from nodeforge.devcloud.paths import Paths
@@ -58,15 +57,8 @@ def _cert(key, path: Path) -> bool:
         cert = x509.load_pem_x509_certificate(path.read_bytes())
         if cert.not_valid_after_utc - now > RENEW_BEFORE and cert.public_key() == key.public_key():
             return False
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, COMMON_NAME)])
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=VALID_DAYS))
-            .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False, key_encipherment=False,
-                                         data_encipherment=False, key_agreement=False, key_cert_sign=True,
-                                         crl_sign=False, encipher_only=False, decipher_only=False), critical=True)
-            .sign(key, hashes.SHA384()))
-    fs.atomic_write(path, cert.public_bytes(serialization.Encoding.PEM), 0o644)
+    fs.atomic_write(path, signing.self_signed_certificate(key, COMMON_NAME, days=VALID_DAYS, hash_method="SHA-384"),
+                    0o644)
     return True
 
 

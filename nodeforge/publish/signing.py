@@ -29,6 +29,7 @@ import logging
 from pathlib import Path
 
 from cryptography import x509
+from cryptography.x509.oid import NameOID
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa, utils
 
@@ -243,3 +244,20 @@ def check_key_matches(signer: Signer, cert: x509.Certificate, cert_id: str) -> N
     if pub != signer.public_key_der():
         raise SigningError(detail=f"the signing key does not belong to certificate {cert_id} "
                                   f"({cert.subject.rfc4514_string()})")
+
+
+def self_signed_certificate(key, common_name: str, *, days: float, hash_method: str = "SHA-256",
+                            valid_before_now: datetime.timedelta = datetime.timedelta(minutes=5)) -> bytes:
+    """A PEM certificate for ``key``, signed by itself, valid from ``valid_before_now`` ago until
+    ``days`` days from now, with the key usage Glance's signature verification checks (digital signature). For a
+    local cloud, a demo or a test: a real cloud's certificate comes from its CA."""
+    now = datetime.datetime.now(datetime.timezone.utc)
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - valid_before_now).not_valid_after(now + datetime.timedelta(days=days))
+            .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False, key_encipherment=False,
+                                         data_encipherment=False, key_agreement=False, key_cert_sign=True,
+                                         crl_sign=False, encipher_only=False, decipher_only=False), critical=True)
+            .sign(key, _CRYPTO_HASH[hash_method]()))
+    return cert.public_bytes(serialization.Encoding.PEM)

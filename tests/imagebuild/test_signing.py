@@ -12,9 +12,8 @@ from unittest import mock
 
 import pytest
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
-from cryptography.x509.oid import NameOID
 
 from nodeforge import cli
 from nodeforge.imageverify import builddir
@@ -33,17 +32,9 @@ def _write_key(path, key, passphrase: str | None = None):
     return path
 
 
-def _cert(key, days: int = 7) -> bytes:
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "nodeforge test image signing")])
-    now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(days=1)).not_valid_after(now + datetime.timedelta(days=days))
-            .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False, key_encipherment=False,
-                                         data_encipherment=False, key_agreement=False, key_cert_sign=True,
-                                         crl_sign=False, encipher_only=False, decipher_only=False), critical=True)
-            .sign(key, hashes.SHA256()))
-    return cert.public_bytes(serialization.Encoding.PEM)
+def _cert(key, days: float = 7) -> bytes:
+    return signing.self_signed_certificate(key, "nodeforge test image signing", days=days,
+                                           valid_before_now=datetime.timedelta(days=1))
 
 
 def _cursive_verify(signer_props: dict, public_key, data: bytes) -> None:
