@@ -7,7 +7,7 @@ STAMP := $(VENV)/.nodeforge-setup
 PKGS := $(shell sed -e 's/\#.*//' manifests/host-packages.txt | awk 'NF{print $$1}')
 PYTEST_ARGS ?=
 
-.PHONY: setup apt venv devcloud-install test test-fast demo demo-down bench clean
+.PHONY: setup apt venv devcloud-install test test-fast demo demo-down bench clean agent-lock
 
 ## setup: install host packages (apt), the project virtualenv and the local cloud's virtualenvs (idempotent)
 setup: apt venv devcloud-install
@@ -56,6 +56,12 @@ demo-down:
 
 bench: setup
 	@for b in bench/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+## agent-lock: pin the agent ramdisk's ironic-python-agent and every dependency with hashes
+## (manifests/agent-ramdisk.in -> agent-ramdisk.lock.txt; the ramdisk's Python: CPython 3.11, x86_64)
+agent-lock: venv
+	$(BIN)/uv pip compile --quiet --generate-hashes --python-version 3.11 --python-platform x86_64-manylinux_2_28 \
+	  --no-header --annotation-style line manifests/agent-ramdisk.in -o manifests/agent-ramdisk.lock.txt
 
 clean:
 	-$(BIN)/nodeforge devcloud down

@@ -478,7 +478,7 @@ def _render_entries(src: Path, under: str, env: jinja2.Environment, context: dic
     directories 0755, files 0755 when executable else 0644, links kept."""
     out: list[TreeEntry] = []
     for dirpath, dirnames, filenames in os.walk(src):
-        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+        dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS)
         rel = Path(under) / Path(dirpath).relative_to(src)
         out.append(TreeEntry(rel.as_posix(), "dir", 0o755))
         for name in sorted(filenames + [d for d in dirnames if (Path(dirpath) / d).is_symlink()]):
@@ -503,7 +503,9 @@ def _json(data) -> str:
     return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
 
-SKIP_DIRS = ("__pycache__",)   # left out of a render (and of the source digest)
+# Elements of another image under elements/: the agent ramdisk's (imagebuild/ramdisk.py builds them).
+RAMDISK_ELEMENTS = ("nodeforge-agent",)
+SKIP_DIRS = ("__pycache__", *RAMDISK_ELEMENTS)   # left out of a node image's render (and of the source digest)
 
 
 def tree_digest(root: Path, *, skip: tuple[str, ...] = ()) -> str:

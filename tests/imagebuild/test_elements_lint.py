@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeforge.imagebuild import package_base as pb, package_lock, render
+from nodeforge.imagebuild import package_base as pb, package_lock, ramdisk, render
 from nodeforge.pins import lockfile
 from tests.prereq import require, require_tools
 
@@ -90,7 +90,8 @@ def test_every_element_has_a_readme_and_element_deps():
         assert deps, f"{element.name}/element-deps is empty"
         assert deps == sorted(deps), f"{element.name}/element-deps is not sorted"
         for dep in deps:
-            assert (render.ELEMENTS_SRC / dep).is_dir() or (dib_elements / dep).is_dir(), \
+            assert (render.ELEMENTS_SRC / dep).is_dir() or (dib_elements / dep).is_dir() \
+                or (ramdisk.builder_elements() / dep).is_dir(), \
                 f"{element.name}/element-deps: no element {dep}"
         # An element whose package-installs.yaml would otherwise be ignored.
         if (element / "package-installs.yaml").exists():
@@ -112,9 +113,11 @@ def test_every_script_is_an_executable_bash_phase_script():
 
 def test_element_list_is_closed_and_complete():
     names = set(render.NODEFORGE_ELEMENTS)
-    # Every nodeforge element is built: on disk-image-create's list or pulled in by it.
-    assert names == {p.name for p in _elements(render.ELEMENTS_SRC)}, \
+    # Every nodeforge element is built: on disk-image-create's list or pulled in by it, or it is the
+    # agent ramdisk's (and then no node image element depends on it).
+    assert names | set(render.RAMDISK_ELEMENTS) == {p.name for p in _elements(render.ELEMENTS_SRC)}, \
         "an element under elements/ is neither in render.DIB_ELEMENTS nor a dependency of one"
+    assert not names & set(render.RAMDISK_ELEMENTS)
     assert set(render.DIB_ELEMENTS) <= names
     for name in render.NODEFORGE_ELEMENTS:
         for dep in _deps(render.ELEMENTS_SRC / name):
