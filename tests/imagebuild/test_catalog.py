@@ -16,6 +16,7 @@ from nodeforge.publish import catalog, glance as g, retention
 from nodeforge.publish.retention import Expire, RetentionPolicy
 from tests.imagebuild.builddir_factory import make_build_dir
 from tests.imagebuild.glance_fixtures import admin, member, policy, tracker  # noqa: F401 - fixtures
+from tests.imagebuild.verify_fixture import signed_envelope
 
 
 def _img(i: int, *, verify="passed", approved=True, in_use=False, status="active", scope="team-a") -> dict:
@@ -165,7 +166,7 @@ def test_member_cannot_promote_and_failed_verify_stays_candidate(tmp_path, admin
     assert tracker.images(failed.name) == []
     # A candidate whose string says passed but whose stored report is not its own stays a candidate.
     g.patch_image(admin, mine, [{"op": "replace", "path": "/nodeforge_verify", "value": "passed"}], "x")
-    data = (failed / "verify.json").read_bytes()
+    data = signed_envelope((failed / "verify.json").read_bytes())    # another build's report, signed by a trusted key
     forged = g.create_image(admin, {"name": "forged.verify.json", "disk_format": "raw", "container_format": "bare",
                                     "os_hidden": True, "nodeforge_build_id": img["nodeforge_build_id"]})
     admin.image.put(f"/images/{forged['id']}/file", data=data, headers={"Content-Type": "application/octet-stream"})
