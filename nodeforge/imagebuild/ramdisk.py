@@ -39,6 +39,7 @@ NAME = "ironic-agent"
 KERNEL, INITRAMFS = f"{NAME}.kernel", f"{NAME}.initramfs"
 RECORD = "ramdisk.json"
 SCHEMA = "nodeforge.agent-ramdisk/1"
+SCOPE = "agent-ramdisk"      # the Glance images' ownership scope unless told another
 RELEASE = "bookworm"
 ARCH = "amd64"
 BUILDER = "ironic-python-agent-builder"
@@ -161,7 +162,7 @@ def build(p: RamdiskPlan, *, work_dir: Path | None = None, log: Callable[[str], 
         _build_into_cache(p, work_dir, log)
     else:
         log(f"agent ramdisk {p.digest[:12]}: cached in {p.cache}")
-    record = json.loads((p.cache / RECORD).read_text())
+    rec = record(p)
     bad = [n for n, d in sums.read_sums(p.cache / "SHA256SUMS", error=RamdiskError).items()
            if fs.sha256_file(p.cache / n) != d]
     if bad:
@@ -170,7 +171,17 @@ def build(p: RamdiskPlan, *, work_dir: Path | None = None, log: Callable[[str], 
         p.out.mkdir(parents=True, exist_ok=True)
         for name in (KERNEL, INITRAMFS, RECORD, "SHA256SUMS"):
             shutil.copyfile(p.cache / name, p.out / name)
-    return record
+    return rec
+
+
+def record(p: RamdiskPlan) -> dict:
+    """The cached ramdisk's record (``ramdisk.json``); the plan must be ``cached``."""
+    return json.loads((p.cache / RECORD).read_text())
+
+
+def glance_files(p: RamdiskPlan) -> dict[str, Path]:
+    """The files that go to Glance, by part (kernel, ramdisk)."""
+    return {"kernel": p.cache / KERNEL, "ramdisk": p.cache / INITRAMFS}
 
 
 def _build_into_cache(p: RamdiskPlan, work_dir: Path | None, log: Callable[[str], None]) -> None:
@@ -193,16 +204,16 @@ def _build_into_cache(p: RamdiskPlan, work_dir: Path | None, log: Callable[[str]
                 shutil.move(work / name, stage / name)
             digests = {n: {"sha256": fs.sha256_file(stage / n)} for n in (KERNEL, INITRAMFS)}
             fs.atomic_write(stage / "SHA256SUMS", sums.format_sums({n: d["sha256"] for n, d in digests.items()}))
-            record = {"schema": SCHEMA, "digest": p.digest, "ipa_version": p.ipa_version, "inputs": p.inputs,
-                      "built_at": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                      "seconds": round(time.monotonic() - t0, 1),
-                      "files": {n: {"sha256": d["sha256"], "bytes": (stage / n).stat().st_size}
-                                for n, d in digests.items()}}
-            fs.atomic_write(stage / RECORD, json.dumps(record, indent=1, sort_keys=True) + "\n")
+            rec = {"schema": SCHEMA, "digest": p.digest, "ipa_version": p.ipa_version, "inputs": p.inputs,
+                   "built_at": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                   "seconds": round(time.monotonic() - t0, 1),
+                   "files": {n: {"sha256": d["sha256"], "bytes": (stage / n).stat().st_size}
+                             for n, d in digests.items()}}
+            fs.atomic_write(stage / RECORD, json.dumps(rec, indent=1, sort_keys=True) + "\n")
             os.chmod(stage, 0o755)
             fs.move_into_place(stage, p.cache)
-            log(f"agent ramdisk {p.digest[:12]}: built in {record['seconds']:.0f} s, initramfs "
-                f"{record['files'][INITRAMFS]['bytes'] / (1 << 20):.1f} MiB")
+            log(f"agent ramdisk {p.digest[:12]}: built in {rec['seconds']:.0f} s, initramfs "
+                f"{rec['files'][INITRAMFS]['bytes'] / (1 << 20):.1f} MiB")
         finally:
             shutil.rmtree(stage, ignore_errors=True)
             runner.run(["rm", "-rf", "--one-file-system", str(work)], privileged=True, check=False)
