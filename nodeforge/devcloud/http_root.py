@@ -12,7 +12,10 @@ HTTP server of its own.
 What it does, and nothing more:
 
 * ``GET``/``HEAD`` of regular files under the root (a path that leaves the root, a symlink
-  included, is 404; directories are 403: no listings);
+  included, is 404; directories are 403: no listings), except symlinks into a directory named
+  with ``--follow`` (Ironic links ``agent_images/<node>`` to its image cache, elsewhere);
+* a request target in absolute form (``http://host:port/path``, as a proxy is sent: Ironic's
+  conductor checks the guests' URL of an image through this server) is served by its path;
 * one byte range per request (``Range: bytes=a-b``, ``a-``, ``-n``: 206 with Content-Range; an
   unsatisfiable range 416; several ranges are answered with the whole file, 200, as RFC 9110
   allows); ``Accept-Ranges: bytes``, ``Last-Modified``, ``Content-Length`` always;
@@ -44,6 +47,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
     sys_version = ""
     timeout = IDLE_TIMEOUT
     root = "/nonexistent"
+    follow: tuple[str, ...] = ()
 
     def version_string(self):
         return self.server_version
@@ -62,9 +66,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
         path = posixpath.normpath(path)
         parts = [p for p in path.split("/") if p and p not in (".", "..")]
         full = os.path.realpath(os.path.join(self.root, *parts))
-        if full != self.root and not full.startswith(self.root + os.sep):
-            return None
-        return full
+        if any(full == d or full.startswith(d + os.sep) for d in (self.root,) + self.follow):
+            return full
+        return None
 
     def _error(self, code: int, body: bool, extra: dict | None = None) -> None:
         text = f"{code} {http.HTTPStatus(code).phrase}\n".encode()
@@ -158,8 +162,9 @@ class Server(http.server.ThreadingHTTPServer):
     request_queue_size = 64
 
 
-def serve(root: str, port: int, host: str = "127.0.0.1") -> Server:
-    handler = type("RootHandler", (Handler,), {"root": os.path.realpath(root)})
+def serve(root: str, port: int, host: str = "127.0.0.1", follow: tuple[str, ...] = ()) -> Server:
+    handler = type("RootHandler", (Handler,), {"root": os.path.realpath(root),
+                                               "follow": tuple(os.path.realpath(d) for d in follow)})
     return Server((host, port), handler)
 
 
@@ -171,11 +176,13 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", required=True, help="the directory served (Ironic's [deploy] http_root)")
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--follow", action="append", default=[],
+                        help="a directory that symlinks under the root may lead into (repeatable)")
     args = parser.parse_args(argv)
     if not os.path.isdir(args.root):
         sys.stderr.write(f"--root {args.root}: not a directory\n")
         return 2
-    server = serve(args.root, args.port)
+    server = serve(args.root, args.port, follow=tuple(args.follow))
     signal.signal(signal.SIGTERM, _stop)
     sys.stderr.write(f"serving {os.path.realpath(args.root)} on http://127.0.0.1:{server.server_address[1]}\n")
     sys.stderr.flush()

@@ -513,6 +513,8 @@ IRONIC_INTERFACES = {
 # second apart still ride out a busy emulator.
 SUSHY_RETRIES = (3, 1)
 
+RAMDISK_HEARTBEAT_TIMEOUT = 60    # [api] ramdisk_heartbeat_timeout and [deploy] fast_track_timeout
+
 
 # The kernel parameters Ironic adds to the agent's command line on the virtual-media ISOs it builds
 # ([redfish] kernel_append_params; Ironic's default is "nofb vga=normal"): the machines have a serial
@@ -523,6 +525,12 @@ IRONIC_KERNEL_APPEND = "nofb vga=normal console=ttyS0,115200n8"
 def ironic_http_root(paths: Paths) -> Path:
     """Ironic's ``[deploy] http_root``, served by the ``ironic-http`` service."""
     return paths.data / "ironic" / "httpboot"
+
+
+def ironic_instance_images(paths: Paths) -> Path:
+    """Ironic's per-node instance images (``[pxe] images_path``, ``<node>/disk``, hard links into
+    its master cache): what it symlinks under ``http_root/agent_images`` for the agent."""
+    return paths.data / "ironic" / "images"
 
 
 def ironic_files_dir(paths: Paths) -> Path:
@@ -539,10 +547,12 @@ def ironic_http(ctx: Context) -> ServiceSpec:
 
     def prepare():
         root.mkdir(parents=True, exist_ok=True)
+        ironic_instance_images(ctx.paths).mkdir(parents=True, exist_ok=True)
 
     return ServiceSpec(
         name=IRONIC_HTTP, group="baremetal",
-        argv=[ctx.venv_bin("python"), "-I", str(script), "--root", str(root), "--port", str(port(IRONIC_HTTP))],
+        argv=[ctx.venv_bin("python"), "-I", str(script), "--root", str(root), "--port", str(port(IRONIC_HTTP)),
+              "--follow", str(ironic_instance_images(ctx.paths))],
         ports=[port(IRONIC_HTTP)], env={"PYTHONUNBUFFERED": "1"}, prepare=prepare,
         # "/" is a directory: 403 (no listings) is this server's healthy answer.
         health=http_health(base + "/", ok=(403,)), url=base, start_timeout=20, stop_timeout=5,
@@ -570,7 +580,6 @@ def ironic(ctx: Context) -> ServiceSpec:
             # Where Ironic writes its grub.cfg on the UEFI ISOs; the ESP's GRUB looks there (esp.py).
             "grub_config_path": esp.GRUB_CONFIG_PATH,
         },
-        "api": {"host_ip": HOST, "port": port("ironic"), "public_endpoint": url("ironic")},
         "conductor": {
             "automated_clean": True,
             "heartbeat_interval": 5,
@@ -590,9 +599,24 @@ def ironic(ctx: Context) -> ServiceSpec:
             "external_http_url": f"http://{HOST}:{http_port}",
             "external_callback_url": f"http://{GUEST_HOST}:{port('ironic')}",
             "default_boot_mode": "uefi",
+            "iso_master_path": str(state / "master_iso_images"),
+            # Fast-track: the agent that cleaned a machine stays up and deploys it without a second
+            # ramdisk boot (~2 min under TCG), if it heartbeated within fast_track_timeout.
+            "fast_track": True,
+            "fast_track_timeout": RAMDISK_HEARTBEAT_TIMEOUT,
+            # Automated cleaning erases metadata (partition tables, signatures); a full-disk erase
+            # is a hardware team's choice per node (manual cleaning with erase_devices).
+            "erase_devices_priority": 0,
         },
-        "agent": {"image_download_source": "http"},
-        "pxe": {"tftp_root": str(state / "tftpboot")},
+        # The agent heartbeats every 0.3-0.6 of this (the default 300 s makes steps that wait on a
+        # heartbeat, and fast-track's freshness, minutes slow).
+        "api": {"host_ip": HOST, "port": port("ironic"), "public_endpoint": url("ironic"),
+                "ramdisk_heartbeat_timeout": RAMDISK_HEARTBEAT_TIMEOUT},
+        "agent": {"image_download_source": "http", "certificates_path": str(state / "certificates")},
+        # Every path Ironic writes is under the cloud's own state (the defaults are /var/lib/ironic,
+        # shared by every cloud on the host).
+        "pxe": {"tftp_root": str(state / "tftpboot"), "tftp_master_path": str(state / "tftpboot" / "master_images"),
+                "images_path": str(ironic_instance_images(ctx.paths)), "instance_master_path": str(state / "master_images")},
         # Power operations take ~3 s instead of ~15 s. A refused IPMI login
         # (wrong password) is retried until command_retry_timeout runs out.
         "ipmi": {"min_command_interval": 1, "command_retry_timeout": 6},
@@ -619,7 +643,13 @@ def ironic(ctx: Context) -> ServiceSpec:
 
     # ipmitool must be on PATH: the ipmitool power interface refuses to load.
     env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-           "NODEFORGE_SUSHY_RETRIES": str(SUSHY_RETRIES[0]), "NODEFORGE_SUSHY_RETRY_DELAY": str(SUSHY_RETRIES[1])}
+           "NODEFORGE_SUSHY_RETRIES": str(SUSHY_RETRIES[0]), "NODEFORGE_SUSHY_RETRY_DELAY": str(SUSHY_RETRIES[1]),
+           # The conductor checks the instance image URL it hands the agent (a HEAD of http_url/...)
+           # from where it runs; that URL names the guests' view (GUEST_HOST), which only a machine
+           # reaches. The conductor's own requests go to the http_root server as their proxy (it
+           # takes absolute-form targets); everything on loopback goes direct.
+           "http_proxy": f"http://{HOST}:{http_port}", "no_proxy": f"{HOST},localhost",
+           "HTTP_PROXY": f"http://{HOST}:{http_port}", "NO_PROXY": f"{HOST},localhost"}
     launcher = Path(str(resources.files("nodeforge.devcloud") / "wsgi" / "ironic_launch.py"))
     return ServiceSpec(
         name="ironic", group="baremetal",
