@@ -64,7 +64,7 @@ def test_manifest_classifies_the_two_fleet_shapes():
 def test_unknown_facts_fail_with_a_reason_naming_the_source():
     profiles = P.load(MANIFEST)
     f = P.facts_from_properties({"memory_mb": 262144, "cpus": 128, "cpu_arch": "x86_64"})
-    [compute, _] = P.evaluate(profiles, f)
+    compute = next(e for e in P.evaluate(profiles, f) if e.profile == "compute")
     assert not compute.matched
     assert "boot_mode unknown (properties data)" in compute.reasons
     assert any(r.startswith("disks unknown") for r in compute.reasons)
