@@ -496,7 +496,7 @@ IRONIC_INTERFACES = {
     "console_interfaces": "no-console,fake",
     "deploy_interfaces": "fake,direct,ramdisk",
     "firmware_interfaces": "no-firmware,fake,redfish",
-    "inspect_interfaces": "no-inspect,fake,redfish",
+    "inspect_interfaces": "no-inspect,fake,redfish,agent",
     "management_interfaces": "fake,ipmitool,redfish",
     "network_interfaces": "noop",
     "power_interfaces": "fake,ipmitool,redfish",
