@@ -71,7 +71,8 @@ RUN_ID = uuid.uuid4().hex[:6]
 # modules whose tests read the run's one release-pipeline build (``built_image``, ``verified_build``,
 # ``release_run``) are one unit, so that build and its boots are made once; and the two units that
 # build and boot (the release pipeline's, the security update's) are handed out first, one to each
-# worker, so the rest of the suite runs beside them. (Units come from module paths because the
+# worker, then the machine canary's (the next worker to be free), so the rest of the suite runs
+# beside them. (Units come from module paths because the
 # scheduler sees only node ids; pytest 9 ignores xdist's loadgroup suffix on node ids.)
 RELEASE_FIXTURES = frozenset({"built_image", "verified_build", "release_run"})
 RELEASE_GROUP, SECURITY_GROUP = "release-pipeline", "security-update"
@@ -82,7 +83,8 @@ RELEASE_MODULES = frozenset({
     "tests/imageverify/test_accel_fallback.py",
 })
 SECURITY_MODULE = "tests/pipeline/test_pipeline_security_e2e.py"
-FIRST_UNITS = (RELEASE_GROUP, SECURITY_GROUP)
+CANARY_MODULE = "tests/canary/test_canary_machine.py"     # the machine's agent and two canary deploys
+FIRST_UNITS = (RELEASE_GROUP, SECURITY_GROUP, CANARY_MODULE)
 
 
 def pytest_configure(config):
