@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from nodeforge import log, output
-from nodeforge.commands import options
+from nodeforge.commands import image_canary, options
 from nodeforge.imageverify import boottest
 from nodeforge.publish import retention
 from nodeforge.pipeline import runrecord as rr
@@ -100,16 +100,19 @@ def pipeline():
 @options.scope("Ownership scope the images are published and promoted under (promote retires only this "
                "scope's older images).  [default: the lockfile's scope: its scope: key, else derived from its path]")
 @options.signing
+@image_canary.policy_option
+@options.baremetal_cloud
 @options.dry_run
 @options.pass_app
 def run(app, minors, resume_id, runs_dir, lockfile_path, sources_file, cache_dir, work_dir, dib_cache,
         retention_path, verify_timeout, no_packages, fixture_label, scope, sign_key, passphrase_ref, sign_cert_id,
-        dry_run):
+        policy_path, baremetal_cloud, dry_run):
     """Check upstream and the Debian mirror; for each minor with a new patch
     (every minor, or the named ones, when a locked OS package has a newer
     version, e.g. a security update): bump the lockfile and the OS package
-    lock, prefetch, render, build, verify, publish, and -- when all of that
-    succeeded -- promote.
+    lock, prefetch, render, build, verify, publish, canary (the bare-metal
+    image deployed on a node of each class the canary policy names, when
+    there is a policy), and -- when all of that succeeded -- promote.
 
     Writes RUNS_DIR/RUN_ID/run.json, summary.md and pr-body.md. A failed run
     resumes from the failed stage with --resume RUN_ID. Exit 0: images
@@ -123,7 +126,7 @@ def run(app, minors, resume_id, runs_dir, lockfile_path, sources_file, cache_dir
                             os_cloud=app.os_cloud, retention=retention_path, work_dir=work_dir,
                             dib_cache=dib_cache, verify_timeout=verify_timeout, fixture=fixture_label, scope=scope,
                             packages=not no_packages, sign_key=sign_key, sign_key_passphrase=passphrase_ref,
-                            sign_cert_id=sign_cert_id)
+                            sign_cert_id=sign_cert_id, canary_policy=policy_path, baremetal_cloud=baremetal_cloud)
     pipe = Pipeline(config, runs_dir=runs_dir, say=lambda line: log.say(line, level="info", prefix=False))
     if dry_run:
         plan = pipe.plan(list(minors))

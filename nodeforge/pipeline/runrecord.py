@@ -23,7 +23,7 @@ SCHEMA = "nodeforge-pipeline-run/1"
 RUN_JSON = "run.json"
 SUMMARY = "summary.md"
 GLOBAL_STAGES = ("check", "bump")
-MINOR_STAGES = ("prefetch", "render", "build", "verify", "publish", "promote")
+MINOR_STAGES = ("prefetch", "render", "build", "verify", "publish", "canary", "promote")
 STAGES = GLOBAL_STAGES + MINOR_STAGES
 
 PENDING, RUNNING, SUCCEEDED, FAILED, SKIPPED = "pending", "running", "succeeded", "failed", "skipped"

@@ -59,13 +59,16 @@ class PipelineConfig:
     sign_key: Path | None = None    # publishing key: Glance image signatures and signed provenance
     sign_cert_id: str | None = None             # its certificate's Barbican ID
     sign_key_passphrase: str | None = None      # a reference (env:NAME, file:PATH), never the passphrase
+    canary_policy: Path | None = None           # None: manifests/canary-policy.yaml if it exists, else no canary
+    baremetal_cloud: str | None = None          # the cloud entry with Ironic rights (None: os_cloud)
 
     def to_dict(self) -> dict:
         return {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(self).items()}
 
     @classmethod
     def from_dict(cls, doc: dict) -> "PipelineConfig":
-        paths = {"lockfile", "sources_file", "cache_dir", "retention", "work_dir", "dib_cache", "sign_key"}
+        paths = {"lockfile", "sources_file", "cache_dir", "retention", "work_dir", "dib_cache", "sign_key",
+                 "canary_policy"}
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: (Path(v) if k in paths and v is not None else v) for k, v in doc.items() if k in known})
 
@@ -450,17 +453,50 @@ def publish(ctx: StageContext) -> dict:
             "summary": "candidates " + ", ".join(f"{v}={i}" for v, i in sorted(images.items()))}
 
 
+def canary(ctx: StageContext) -> dict:
+    """The canary deploy of the bare-metal candidate on one node of each resource class the canary
+    policy names (docs/canary.md); a required class without a pass fails the run, so nothing is
+    promoted. No policy: says so and passes."""
+    from nodeforge.canary import policy as canary_policy, stage as canary_stage
+    from nodeforge.cloud import connect
+    from nodeforge.ironic.provisioner import SdkProvisioner
+    from nodeforge.publish import glance
+
+    cfg = ctx.config
+    policy = canary_policy.load(cfg.canary_policy)
+    image_id = ctx.previous["publish"]["images"].get("baremetal")
+    if not policy.asked or image_id is None:
+        why = "no canary asked for" if not policy.asked else "no bare-metal image in this build"
+        ctx.say(f"canary {ctx.minor}: {why}")
+        return {"asked": False, "summary": why}
+    conn = ctx.conn()
+    prov = SdkProvisioner(connect(cfg.baremetal_cloud) if cfg.baremetal_cloud else conn)
+    plan = canary_stage.plan(conn, prov, Path(ctx.previous["build"]["build_dir"]), policy, image_ref=image_id)
+    if plan.problems:
+        raise StageFailed(stage="canary", detail="; ".join(plan.problems))
+    report = canary_stage.apply(prov, plan, glance.Publisher(conn, cfg.policy(), scope=plan.scope),
+                                listen=canary_stage.listen_settings(), cache_dir=cfg.cache_dir,
+                                say=lambda line: ctx.say(f"canary {ctx.minor}: {line}"))
+    verdicts = {r["resource_class"]: {"passed": r["passed"], "node": r["node"], "seconds": r["seconds"]}
+                for r in report["results"]}
+    return {"asked": True, "image": image_id, "classes": verdicts,
+            "summary": ", ".join(f"{rc} passed on {v['node']}" for rc, v in sorted(verdicts.items()))}
+
+
 def promote(ctx: StageContext) -> dict:
+    from nodeforge.canary import policy as canary_policy
     from nodeforge.publish import catalog
 
     conn, policy = ctx.conn(), ctx.config.policy()
     images = ctx.previous["publish"]["images"]
     # Retention acts within the run's scope only (other declarations' images are never retired).
     scope = ctx.previous["publish"].get("scope") or ctx.config.image_scope()
+    required = tuple(canary_policy.load(ctx.config.canary_policy).required_classes())
     steps = []
     for variant, image_id in sorted(images.items()):
         steps += [s.to_dict() | {"variant": variant}
-                  for s in catalog.promote(conn, image_id, policy, scope=scope)]
+                  for s in catalog.promote(conn, image_id, policy, scope=scope,
+                                           canary_classes=required if variant == "baremetal" else ())]
     retired = [s["image_id"] for s in steps if s["action"] in ("hide", "deactivate", "delete")]
     ctx.run.approved[ctx.minor] = dict(images)
     ctx.say(f"promote {ctx.minor}: approved " + ", ".join(f"{v} {i}" for v, i in sorted(images.items()))
@@ -470,4 +506,5 @@ def promote(ctx: StageContext) -> dict:
 
 
 DEFAULT_STAGES: dict[str, Stage] = {"check": check, "bump": bump, "prefetch": prefetch, "render": render,
-                                    "build": build, "verify": verify, "publish": publish, "promote": promote}
+                                    "build": build, "verify": verify, "publish": publish, "canary": canary,
+                                    "promote": promote}

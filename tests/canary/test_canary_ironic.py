@@ -15,6 +15,7 @@ The deploy of a real image onto an emulated machine is tests/canary/test_canary_
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import threading
 import time
@@ -269,3 +270,43 @@ def test_the_stage_records_the_verdict_beside_the_image_and_promote_reads_it(poo
             glance.delete_image(admin, img["id"])
         for n in pool["nodes"]:
             conn.baremetal.update_node(n, extra={})
+
+
+def test_the_pipeline_stage_asks_nothing_without_a_policy_and_stops_the_run_when_a_class_has_no_node(
+        pool, tmp_path, monkeypatch):
+    """The pipeline's ``canary`` stage (between publish and promote): without a policy it says so
+    and passes; with a policy whose class has no node it fails naming the class, and the
+    pipeline's promote refuses the bare-metal image without a passing canary there."""
+    from nodeforge.pipeline import runrecord as rr, stages
+
+    admin = pool["admin"]
+    build = make_build_dir(tmp_path, variants=("baremetal",))
+    [result] = glance.Publisher(admin, RetentionPolicy(), scope=pool["scope"]).publish(builddir.load(build))
+    monkeypatch.chdir(tmp_path)                      # no manifests/canary-policy.yaml here: no policy
+    try:
+        run = rr.RunRecord("t", tmp_path / "runs" / "t", {})
+        for name, outputs in (("build", {"build_dir": str(build)}),
+                              ("publish", {"images": {"baremetal": result.image_id}, "scope": pool["scope"]})):
+            rec = run.stage(name, "1.36")
+            rec.status, rec.outputs = rr.SUCCEEDED, outputs
+
+        def ctx(config, stage):
+            return stages.StageContext(config, run, stage, "1.36")
+
+        lines: list[str] = []
+        config = stages.PipelineConfig(os_cloud="nodeforge-dev", baremetal_cloud="nodeforge-dev-system")
+        quiet = stages.canary(dataclasses.replace(ctx(config, "canary"), say=lines.append))
+        assert quiet == {"asked": False, "summary": "no canary asked for"} and lines == ["canary 1.36: no canary asked for"]
+
+        empty = f"canary-none-{uuid.uuid4().hex[:6]}"
+        policy_file = tmp_path / "policy.yaml"
+        policy_file.write_text(f"version: 1\nresource_classes:\n  - resource_class: {empty}\n")
+        config = dataclasses.replace(config, canary_policy=policy_file)
+        with pytest.raises(stages.StageFailed, match=f"{empty}: no node can be a canary"):
+            stages.canary(ctx(config, "canary"))
+        with pytest.raises(catalog.PromoteRefused, match=f"no passing canary deploy on {empty}"):
+            stages.promote(ctx(config, "promote"))
+        assert glance.TAG_APPROVED not in (glance.get_image(admin, result.image_id).get("tags") or [])
+    finally:
+        for img in glance.list_images(admin, **{f"{glance.P}build_id": build.name}):
+            glance.delete_image(admin, img["id"])

@@ -103,7 +103,7 @@ def test_failed_stage_recorded_nothing_promoted_then_resume(tmp_path):
     rec.calls.clear()
     run = _pipe(tmp_path, rec).resume(run_id)
     # Only the failed stage and what follows it ran again.
-    assert rec.calls == ["verify[1.36]", "publish[1.36]", "promote[1.35]", "promote[1.36]"]
+    assert rec.calls == ["verify[1.36]", "publish[1.36]", "canary[1.36]", "promote[1.35]", "promote[1.36]"]
     assert run.status == "succeeded" and run.find("verify", "1.36").attempts == 2
     assert run.find("build", "1.36").attempts == 1 and len(run.attempts) == 2
     assert run.attempts[1]["from"] == "verify[1.36]"
