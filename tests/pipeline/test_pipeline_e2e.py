@@ -36,7 +36,9 @@ def test_new_patch_release_to_approved_image(release_run):
     run = r.run
     assert run.status == rr.SUCCEEDED, run.message
     assert [s.name for s in run.stages] == ["check", "bump", "prefetch", "render", "build", "verify", "publish",
-                                            "promote"]
+                                            "canary", "promote"]
+    # No canary policy here (none in the repository): the stage says so and passes.
+    assert [s.outputs.get("asked") for s in run.stages if s.name == "canary"] == [False]
     assert lf.load(r.lockfile).minor(minor).version == lf.Version.parse(r.version)
     # A real build, unless a developer's image cache handed the stage an identical build directory.
     assert run.find("build", minor).outputs["reused"] is r.seeded

@@ -192,7 +192,9 @@ def test_pipeline_rebuilds_verifies_publishes_and_promotes(security_run):
     r = security_run
     run = r.run
     assert [s.name for s in run.stages] == ["check", "bump", "prefetch", "render", "build", "verify", "publish",
-                                            "promote"]
+                                            "canary", "promote"]
+    # No canary policy here (none in the repository): the stage says so and passes.
+    assert [s.outputs.get("asked") for s in run.stages if s.name == "canary"] == [False]
     assert run.find("check").outputs["triggers"] == ["packages"]
     change = {"name": PACKAGE, "arch": "all", "old_version": r.old_version, "new_version": r.new_version,
               "suite": SEC, "security": True}
