@@ -235,6 +235,58 @@ def facts_from_preflight(facts: dict) -> Facts:
 
 _OPS = ("min", "max", "in", "contains", "regex", "equals")
 
+# ``regex`` conditions run on Python's backtracking engine over facts that come from the hardware;
+# profiles may come from another team. A pattern is refused when it can backtrack without bound
+# (a repeated part that itself repeats or has alternatives: ``(a+)+``, ``(a|ab)*``; a
+# backreference), and a fact is matched on its first MATCH_CHARS characters: what is left is
+# polynomial in a bounded length.
+REGEX_CHARS = 256
+MATCH_CHARS = 1024
+_REPEATS = frozenset({"MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"})
+
+
+def regex_problem(pattern: str) -> str | None:
+    """Why ``pattern`` may not be a profile's ``regex`` (None: it may)."""
+    import re._parser as sre
+
+    if len(pattern) > REGEX_CHARS:
+        return f"a regular expression of at most {REGEX_CHARS} characters, got {len(pattern)}"
+    try:
+        tree = sre.parse(pattern)
+    except (re.error, RecursionError, OverflowError) as exc:
+        return f"not a regular expression: {exc}"
+
+    def walk(items, under_repeat: bool) -> str | None:
+        for op, av in items:
+            name = str(op)
+            if name.startswith("GROUPREF"):
+                return "backreferences are not allowed (they can take exponential time)"
+            subs: list = []
+            repeat = False
+            if name in _REPEATS:
+                lo, hi, sub = av
+                repeat = hi != lo and (hi is sre.MAXREPEAT or hi > 1)      # a{3} is a fixed count
+                if repeat and under_repeat:
+                    return ("a repeated part inside another repeated part (like (a+)+) can take exponential "
+                            "time; write it without the nesting")
+                subs = [sub]
+            elif name == "BRANCH":
+                if under_repeat:
+                    return ("alternatives inside a repeated part (like (a|ab)*) can take exponential time; "
+                            "repeat a character class instead")
+                subs = list(av[1])
+            elif name == "SUBPATTERN":
+                subs = [av[-1]]
+            elif name in ("ASSERT", "ASSERT_NOT"):
+                subs = [av[1]]
+            for sub in subs:
+                why = walk(sub, under_repeat or repeat)
+                if why:
+                    return why
+        return None
+
+    return walk(tree, False)
+
 
 @dataclasses.dataclass(frozen=True)
 class Condition:
@@ -273,10 +325,9 @@ class Condition:
                 add((op,), f"must be a single value (text, a number, true/false), got {schema.kind_of(value)}")
                 continue
             if op == "regex":
-                try:
-                    re.compile(str(value))
-                except (re.error, RecursionError, OverflowError) as exc:
-                    add((op,), f"not a regular expression: {exc}")
+                why = regex_problem(str(value))
+                if why:
+                    add((op,), why)
                     continue
             if isinstance(value, float) and not math.isfinite(value):
                 add((op,), f"must be a finite number, got {schema.kind_of(value)}")
@@ -300,7 +351,7 @@ class Condition:
                 out.append(f"{_show(value)} not in {want}")
             elif op == "contains" and str(want).lower() not in str(value).lower():
                 out.append(f"{_show(value)} does not contain {_show(want)}")
-            elif op == "regex" and not re.search(str(want), str(value)):
+            elif op == "regex" and not re.search(str(want), str(value)[:MATCH_CHARS]):
                 out.append(f"{_show(value)} does not match /{want}/")
         return out
 

@@ -5,6 +5,7 @@ node), rule evaluation with reasons, and whole-file validation."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -140,3 +141,30 @@ def test_binary_non_utf8_or_deeply_nested_profiles_file(tmp_path, capsys, data, 
     assert cli.main(["--os-cloud", "no-such-cloud", "baremetal", "classify", "--profiles", str(path)]) == 2
     err = capsys.readouterr().err
     assert f"error: {path}:{line}: " in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("pattern, why", [
+    ("(a+)+$", "a repeated part inside another repeated part"),
+    ("^(a*)*x", "a repeated part inside another repeated part"),
+    ("(?:x{1,3})+y", "a repeated part inside another repeated part"),
+    ("^(a|ab)*c$", "alternatives inside a repeated part"),
+    (r"(\w+)-\1", "backreferences are not allowed"),
+    ("x" * 300, "at most 256 characters"),
+])
+def test_a_regex_that_can_backtrack_without_bound_is_refused_at_load(tmp_path, pattern, why):
+    """Profiles may come from another team and facts from the hardware: a pattern that can take
+    exponential time (nested or alternated repetition, backreferences) is refused when the
+    profiles are loaded, naming the line; the others load and match as before."""
+    path = tmp_path / "profiles.yaml"
+    path.write_text("version: 1\nprofiles:\n  - name: p\n    resource_class: baremetal-p\n"
+                    f"    match:\n      model: {{regex: {json.dumps(pattern)}}}\n")
+    with pytest.raises(ConfigError, match=f"{path}:6: profiles\\[0\\].match.model.regex: .*{re.escape(why)}"):
+        P.load(path)
+
+
+@pytest.mark.parametrize("pattern", ["^CX-[0-9]+$", "^(Contoso|Fabrikam) [A-Z]{2}-[0-9]{4}$", "(?:ab){2}c",
+                                     r"[a-z]+\s+[0-9]+", "Xeon.*Gold"])
+def test_ordinary_patterns_load_and_match(tmp_path, pattern):
+    assert P.regex_problem(pattern) is None
+    cond = P.Condition.read({"regex": pattern}, lambda key, detail: pytest.fail(detail))
+    assert cond.failures("no match here ~~") != []
