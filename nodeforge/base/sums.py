@@ -2,7 +2,8 @@
 and writer.
 
 A line is ``<hex>  <name>`` (``<hex> *<name>`` in binary mode). :func:`parse`
-is strict by default (a bad line is an error naming the file and line);
+is strict by default (a bad line is an error naming the file and line, and
+so is a name that is not a plain file name beside the SUMS file: no path);
 ``strict=False`` skips lines that are not checksum lines (upstream files mix
 in comments or other algorithms). :func:`write_sums` writes each file
 atomically (:func:`nodeforge.base.fs.atomic_write`).
@@ -18,6 +19,7 @@ from nodeforge.base.fs import atomic_write
 from nodeforge.errors import ConfigError, NodeforgeError
 
 SUMS_FILES = {"sha256": "SHA256SUMS", "sha512": "SHA512SUMS"}
+MAX_BYTES = 1 << 20          # a build's SUMS files list a handful of files
 LINE = re.compile(r"^(?P<hex>[0-9a-fA-F]+) [ *](?P<name>.+)$")
 # Upstream files (strict=False): any run of blanks, an optional binary-mode '*'.
 LOOSE = re.compile(r"^(?P<hex>[0-9a-fA-F]+)\s+\*?(?P<name>\S.*)$")
@@ -40,7 +42,11 @@ def parse(text: str, *, source: str = "<SUMS>", strict: bool = True,
             if strict:
                 raise error(path=source, detail=f"line {lineno} is not '<hex>  <file>'")
             continue
-        out.setdefault(m["name"], m["hex"].lower())
+        name = m["name"]
+        if strict and (name in (".", "..") or "/" in name or "\\" in name or "\0" in name):
+            raise error(path=source, detail=f"line {lineno}: {name!r} is not a file name in this directory "
+                                            "(a SUMS file lists files beside it, never a path)")
+        out.setdefault(name, m["hex"].lower())
     return out
 
 
@@ -48,9 +54,17 @@ def read_sums(path: Path | str, *, missing_ok: bool = False, error: type[Nodefor
               ) -> dict[str, str]:
     """:func:`parse` of a file; ``{}`` for a missing file when ``missing_ok``."""
     path = Path(path)
-    if missing_ok and not path.is_file():
+    if missing_ok and not path.exists():
         return {}
-    return parse(path.read_text(encoding="utf-8"), source=str(path), error=error)
+    if not path.is_file():
+        raise error(path=str(path), detail="not a regular file")
+    if path.stat().st_size > MAX_BYTES:
+        raise error(path=str(path), detail=f"{path.stat().st_size} bytes; a SUMS file has at most {MAX_BYTES}")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise error(path=str(path), detail=f"not UTF-8 text (byte {exc.start})") from None
+    return parse(text, source=str(path), error=error)
 
 
 def format_sums(digests: Mapping[str, str]) -> str:

@@ -50,5 +50,33 @@ def test_lenient_parse_skips_other_lines():
 def test_missing_ok():
     from pathlib import Path
     assert sums.read_sums(Path("/nonexistent/SHA256SUMS"), missing_ok=True) == {}
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(sums.SumsError, match="/nonexistent/SHA256SUMS: not a regular file"):
         sums.read_sums(Path("/nonexistent/SHA256SUMS"))
+
+
+@pytest.mark.parametrize("name", ["../../etc/passwd", "/etc/hostname", "sub/img.raw", "..", "."])
+def test_a_name_that_is_a_path_is_refused_naming_the_line(tmp_path, name):
+    """A SUMS file lists the files beside it: an absolute, ``../`` or nested name would make a
+    checker read outside the build directory."""
+    p = tmp_path / "SHA256SUMS"
+    p.write_text(f"{'a' * 64}  img.raw\n{'b' * 64}  {name}\n")
+    with pytest.raises(sums.SumsError, match=f"{p}: line 2: .* is not a file name in this directory"):
+        sums.read_sums(p)
+    assert sums.parse(f"{'b' * 64}  {name}\n", strict=False) == {name: "b" * 64}     # upstream files: as written
+
+
+def test_only_a_small_regular_utf8_file_is_read(tmp_path):
+    import os
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(sums.SumsError, match="not a regular file"):
+        sums.read_sums(fifo)                                      # never opened: a FIFO would block
+    big = tmp_path / "SHA512SUMS"
+    with open(big, "wb") as fh:
+        fh.truncate(sums.MAX_BYTES + 1)
+    with pytest.raises(sums.SumsError, match=f"a SUMS file has at most {sums.MAX_BYTES}"):
+        sums.read_sums(big)
+    bad = tmp_path / "SHA256SUMS"
+    bad.write_bytes(b"a" * 64 + b"  img\xff.raw\n")
+    with pytest.raises(sums.SumsError, match="not UTF-8 text"):
+        sums.read_sums(bad)

@@ -48,7 +48,10 @@ def _csv_entries(reader: _Reader, rows: list[tuple[int, list[str]]]) -> list[_En
     if not rows:
         return []
     header = rows[0][1]
-    for h in sorted({h for h in header if header.count(h) > 1}):
+    seen: dict[str, int] = {}
+    for h in header:
+        seen[h] = seen.get(h, 0) + 1
+    for h in sorted(h for h, n in seen.items() if n > 1):
         reader.problem((0, h), f"column {h!r} appears twice in the header")
     for h in header:
         if h not in CSV_COLUMNS and not h.startswith(CSV_PREFIXES):
