@@ -69,10 +69,11 @@ RUN_ID = uuid.uuid4().hex[:6]
 # Two workers (``make test``: pytest-xdist, ``--dist loadscope`` with the work units below), each a
 # session with its own local cloud. A work unit is one module, so module fixtures are made once; the
 # modules whose tests read the run's one release-pipeline build (``built_image``, ``verified_build``,
-# ``release_run``) are one unit, so that build and its boots are made once; and the two units that
-# build and boot (the release pipeline's, the security update's) are handed out first, one to each
-# worker, then the machine canary's (the next worker to be free), so the rest of the suite runs
-# beside them. (Units come from module paths because the
+# ``release_run``) are one unit, so that build and its boots are made once; and the three long
+# units are handed out first: the release pipeline's and the machine canary's, one to each worker
+# (the canary enrolls its machine while the release build is made, then deploys that build), then
+# the security update's (a build and boots of its own) to the first worker free, so the rest of
+# the suite runs beside them. (Units come from module paths because the
 # scheduler sees only node ids; pytest 9 ignores xdist's loadgroup suffix on node ids.)
 RELEASE_FIXTURES = frozenset({"built_image", "verified_build", "release_run"})
 RELEASE_GROUP, SECURITY_GROUP = "release-pipeline", "security-update"
@@ -84,7 +85,7 @@ RELEASE_MODULES = frozenset({
 })
 SECURITY_MODULE = "tests/pipeline/test_pipeline_security_e2e.py"
 CANARY_MODULE = "tests/canary/test_canary_machine.py"     # the machine's agent and two canary deploys
-FIRST_UNITS = (RELEASE_GROUP, SECURITY_GROUP, CANARY_MODULE)
+FIRST_UNITS = (RELEASE_GROUP, CANARY_MODULE, SECURITY_GROUP)
 
 
 def pytest_configure(config):
