@@ -68,11 +68,10 @@ def openstack(*args: str) -> float:
 
 
 def bare_metal_build(tmp: Path) -> Path:
-    from tests.canary.test_canary_machine import _newest_cached_build
-    from tests.image_fixture import build_demo_image
+    from tests.image_fixture import build_demo_image, newest_cached_build
     from tests.imagebuild.realbuild import linked_copy
 
-    src = _newest_cached_build() or build_demo_image(tmp / "demo").path
+    src = newest_cached_build() or build_demo_image(tmp / "demo").path
     return linked_copy(src, tmp / "build")
 
 

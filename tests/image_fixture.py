@@ -74,3 +74,14 @@ def build_demo_image(workdir: Path) -> BuiltImage:
                     minor=MINOR, lockfile_path=lock, out=out, cache_dir=REPO / ".cache" / "artifacts",
                     work_dir=Path(os.environ.get(build.ENV_WORK_DIR) or "/var/tmp")))
     return BuiltImage(out, lock, json.loads((out / "manifest.json").read_text()), key)
+
+
+def newest_cached_build() -> Path | None:
+    """The newest finished build with a bare-metal image in the cache (a build in progress, by this
+    or another session or worker, finishes first: the cache lock), else None."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with open(CACHE / ".lock", "w") as lockfh:
+        fcntl.flock(lockfh, fcntl.LOCK_EX)
+        found = [p for p in CACHE.glob("k8s-*") if (p / "manifest.json").is_file()
+                 and "baremetal" in json.loads((p / "manifest.json").read_text()).get("images", {})]
+    return max(found, key=lambda p: p.stat().st_mtime) if found else None

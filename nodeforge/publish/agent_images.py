@@ -68,7 +68,8 @@ def apply(conn, record: dict, items: list[AgentImage], scope: str) -> list[Agent
             ga.delete_image(conn, stale)
         if item.action == "exists":
             continue
-        if fs.sha256_file(item.path) != item.sha256:
+        digests = fs.digest_file(item.path, ("sha256", "sha512"))       # one read: the record's and Glance's
+        if digests["sha256"] != item.sha256:
             raise ga.PublishError(detail=f"{item.path} does not match its ramdisk record's sha256; rebuild it")
         role, fmt = ROLES[item.part]
         img = ga.create_image(conn, {
@@ -80,8 +81,8 @@ def apply(conn, record: dict, items: list[AgentImage], scope: str) -> list[Agent
                 ga.put_data(conn, img["id"], fh, f"uploading {item.name}")
             stored = ga.get_image(conn, img["id"])
             algo = stored.get("os_hash_algo") or "sha512"
-            if stored.get("status") != ga.ACTIVE or \
-                    stored.get("os_hash_value") != fs.digest_file(item.path, (algo,))[algo]:
+            local = digests.get(algo) or fs.digest_file(item.path, (algo,))[algo]
+            if stored.get("status") != ga.ACTIVE or stored.get("os_hash_value") != local:
                 raise ga.PublishError(detail=f"{item.name}: Glance holds other data than {item.path} "
                                              f"(status {stored.get('status')})")
         except BaseException:

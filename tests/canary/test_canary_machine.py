@@ -25,7 +25,6 @@ demo build is made here.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import io
 import json
 import os
@@ -42,22 +41,13 @@ from nodeforge.devcloud import bmc, openstack
 from nodeforge.imageverify import builddir
 from nodeforge.publish import glance as g
 from nodeforge.publish.retention import RetentionPolicy
-from tests.image_fixture import CACHE, build_demo_image
+from tests.image_fixture import build_demo_image, newest_cached_build
 from tests.imagebuild.realbuild import ARTIFACT_CACHE, BOOT_TIMEOUT, linked_copy
 
 pytestmark = [pytest.mark.slow, pytest.mark.devcloud]
 
 RC = "baremetal-canary"              # manifests/hardware-profiles.yaml: profile 'canary'
 GOLDEN = "golden-image"              # the broken image's baked hostname
-
-
-def _newest_cached_build() -> Path | None:
-    CACHE.mkdir(parents=True, exist_ok=True)
-    with open(CACHE / ".lock", "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)          # a build in progress (another worker's) finishes first
-        found = [p for p in CACHE.glob("k8s-*") if (p / builddir.MANIFEST).is_file()
-                 and "baremetal" in json.loads((p / builddir.MANIFEST).read_text()).get("images", {})]
-    return max(found, key=lambda p: p.stat().st_mtime) if found else None
 
 
 def _nf(capsys, *args: str) -> tuple[int, dict | None, str]:
@@ -200,7 +190,7 @@ def test_the_machine_is_inspected_by_the_agent_and_classified_into_the_canary_po
 
 
 def test_a_verified_image_deploys_boots_from_disk_and_passes(machine, tmp_path, capsys):
-    src = _newest_cached_build() or build_demo_image(tmp_path / "demo").path
+    src = newest_cached_build() or build_demo_image(tmp_path / "demo").path
     build = linked_copy(src, tmp_path / "build")
     code, _, text = _nf(capsys, "image", "verify", str(build), "--variant", "baremetal",
                         "--timeout", str(BOOT_TIMEOUT), "--cache-dir", str(ARTIFACT_CACHE))
@@ -229,7 +219,7 @@ def test_a_verified_image_deploys_boots_from_disk_and_passes(machine, tmp_path, 
 
 
 def test_an_image_that_ignores_the_config_drive_hostname_passes_verify_and_fails_the_canary(machine, tmp_path, capsys):
-    src = _newest_cached_build() or build_demo_image(tmp_path / "demo").path
+    src = newest_cached_build() or build_demo_image(tmp_path / "demo").path
     build = tmp_path / "broken"
     build.mkdir()
     for f in src.iterdir():
