@@ -342,7 +342,10 @@ def _load_yaml(path: str, text: str, limits: Limits) -> Document:
         raise ConfigError(path=str(path), detail=f"invalid YAML: a value cannot be read ({exc}); "
                                                  "quote it if it is text") from None
     check_tree(path, doc, limits)
-    return Document(path, "yaml", doc, plain(doc), text)
+    document = Document(path, "yaml", doc, plain(doc), text)
+    if isinstance(document.data, (dict, list)):
+        check_numbers(document)
+    return document
 
 
 _COMPLEX_KEY = "a mapping key must be a plain value (text or a number), not a list or mapping ('? ...' key)"
@@ -354,6 +357,33 @@ _TAGGED = ("a YAML tag (!!binary, !!set, !name, ...) is not supported in nodefor
 def _tagged(node) -> bool:
     tag = getattr(node, "tag", None)
     return getattr(tag, "value", None) is not None
+
+
+_NUMBER = ("a number out of range (more than 64 bits, or infinite / not a number); no nodeforge field takes "
+           "one: quote it if it is text")
+
+
+def _out_of_range(value) -> bool:
+    if isinstance(value, int):
+        return value.bit_length() > 64
+    return value != value or value in (float("inf"), float("-inf"))
+
+
+def check_numbers(document: "Document") -> None:
+    """Refuse a number no nodeforge field can hold (wider than 64 bits, infinite, not a number),
+    the same for YAML and JSON, named ``file:line: key.path`` (a SchemaError, exit 2)."""
+    problems = []
+    stack = [(document.data, ())]
+    while stack and len(problems) < 20:
+        node, keypath = stack.pop()
+        items = node.items() if isinstance(node, dict) else enumerate(node)
+        for key, child in items:
+            if isinstance(child, (dict, list)):
+                stack.append((child, (*keypath, key)))
+            elif isinstance(child, (int, float)) and not isinstance(child, bool) and _out_of_range(child):
+                problems.append(document.problem((*keypath, key), _NUMBER))
+    if problems:
+        raise SchemaError(document.path, sorted(problems, key=lambda p: p.line or 0))
 
 
 class _Unsupported(Exception):
@@ -662,9 +692,39 @@ def strict_json(text: str | bytes) -> tuple[Any, list[str]]:
     return json.loads(text, object_pairs_hook=pairs, parse_constant=_no_constant), duplicates
 
 
+_JSON_STRING = re.compile(r'"(?:[^"\\\n]|\\.)*"')
+
+
+def _json_values(path: str, text: str, limits: Limits) -> None:
+    """Refuse a JSON text of more than ``limits.max_values`` values before it is parsed (the same
+    limit as YAML's, counted the same way: each container, key and scalar is one value). Linear and
+    at C speed: strings are cut to ``""`` (JSON strings hold no raw line break, so lines keep their
+    numbers), then separators and openers are counted."""
+    if len(text) <= limits.max_values:       # fewer characters than the limit: cannot hold more values
+        return
+    bare = _JSON_STRING.sub('""', text)
+
+    def count(s: str) -> int:
+        return s.count(",") + s.count(":") + s.count("[") + s.count("{") + 1
+
+    if count(bare) <= limits.max_values:
+        return
+    lo, hi = 0, len(bare)                     # the first prefix holding more than the limit: its line
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if count(bare[:mid]) > limits.max_values:
+            hi = mid
+        else:
+            lo = mid + 1
+    line = bare[:lo].count("\n") + 1
+    raise ConfigError(path=f"{path}:{line}", detail=f"more than {limits.max_values} values (objects, arrays, keys, "
+                                                    "scalars); not read (the limit for this kind of file)")
+
+
 def _load_json(path: str, text: str, limits: Limits) -> Document:
     # Depth: json's C scanner recurses (a RecursionError past ~1000 levels, caught below);
-    # anything deeper than max_depth is refused by check_tree after parsing.
+    # anything deeper than max_depth is refused by check_tree after parsing. Values: counted first.
+    _json_values(path, text, limits)
     try:
         data, problems = strict_json(text)
     except json.JSONDecodeError as exc:
@@ -678,6 +738,8 @@ def _load_json(path: str, text: str, limits: Limits) -> Document:
         raise SchemaError(path, [Problem(path, None, (k,), "duplicate key (JSON keeps only the last)")
                                  for k in problems])
     check_tree(path, data, limits)
+    if isinstance(data, (dict, list)):
+        check_numbers(document)
     return document
 
 
