@@ -7,7 +7,9 @@ target (a download's ``.part``, a build directory staged as ``.partial``).
 ``tests/test_import_graph.py`` fails on an ``os.replace``/``rename`` elsewhere.
 
 Also the one file hasher: :func:`digest_file` makes every digest a caller asks
-for in one read pass (:func:`sha256_file` is its one-digest form)."""
+for in one read pass (:func:`sha256_file` is its one-digest form), and the one
+confinement rule for a name read from a file (:func:`confined`: a plain name
+that stays inside its directory)."""
 
 from __future__ import annotations
 
@@ -129,3 +131,29 @@ def digest_file(path: Path | str, algorithms: Iterable[str] = ("sha256", "sha512
 def sha256_file(path: Path | str) -> str:
     """The hex sha256 of ``path`` (:func:`digest_file`)."""
     return digest_file(path, ("sha256",))["sha256"]
+
+
+def plain_name_problem(name) -> str | None:
+    """Why ``name`` is not a plain file name of one directory (None: it is one). A name read from a
+    file (a SUMS entry, a manifest's image or per-file manifest) is never a path."""
+    if not isinstance(name, str) or not name:
+        return "an empty name"
+    if name in (".", "..") or "/" in name or "\\" in name or "\0" in name:
+        return f"{name!r} is not a file name in this directory (a path, '..' or a NUL byte)"
+    return None
+
+
+def confined(root: Path | str, name: str) -> Path:
+    """``root/name`` when ``name`` is a plain file name (:func:`plain_name_problem`) and the file it
+    names, symlinks followed, lies inside ``root`` (a symlink leading out is refused too).
+    ValueError says why not."""
+    problem = plain_name_problem(name)
+    if problem:
+        raise ValueError(problem)
+    root = Path(root)
+    path = root / name
+    real_root = root.resolve()
+    real = path.resolve()
+    if real != real_root and real_root not in real.parents:
+        raise ValueError(f"{name!r} leads out of {root} (a symlink to {real})")
+    return path

@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 from typing import Mapping
 
+from nodeforge.base import fs
 from nodeforge.base.fs import atomic_write
 from nodeforge.errors import ConfigError, NodeforgeError
 
@@ -43,7 +44,7 @@ def parse(text: str, *, source: str = "<SUMS>", strict: bool = True,
                 raise error(path=source, detail=f"line {lineno} is not '<hex>  <file>'")
             continue
         name = m["name"]
-        if strict and (name in (".", "..") or "/" in name or "\\" in name or "\0" in name):
+        if strict and fs.plain_name_problem(name):
             raise error(path=source, detail=f"line {lineno}: {name!r} is not a file name in this directory "
                                             "(a SUMS file lists files beside it, never a path)")
         out.setdefault(name, m["hex"].lower())

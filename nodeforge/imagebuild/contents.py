@@ -30,17 +30,20 @@ import stat
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from nodeforge.errors import NodeforgeError
+from nodeforge.errors import ConfigError
 
 SCHEMA = "nodeforge-file-manifest/1"
 FILENAME = "files.jsonl"
+# A root filesystem's manifest is about 5 MB (25,000 files); a line is one file's entry.
+MAX_BYTES = 64 << 20
+MAX_LINE = 64 << 10
 CHUNK = 1 << 20
 _TYPES = ((stat.S_ISREG, "file"), (stat.S_ISDIR, "dir"), (stat.S_ISLNK, "symlink"), (stat.S_ISCHR, "char"),
           (stat.S_ISBLK, "block"), (stat.S_ISFIFO, "fifo"), (stat.S_ISSOCK, "socket"))
 
 
-class FileManifestError(NodeforgeError):
-    message = "{path}: {detail}"
+class FileManifestError(ConfigError):
+    """A per-file manifest that is not one (exit 2, ``file:line: detail``)."""
 
 
 def _type(mode: int) -> str:
@@ -158,10 +161,16 @@ def loads(text: str, origin: str = FILENAME) -> list[dict]:
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
+        if len(line) > MAX_LINE:
+            raise FileManifestError(path=f"{origin}:{number}", detail=f"a line longer than {MAX_LINE} characters: "
+                                                                      "not a file entry")
         try:
-            entry = json.loads(line)
+            entry = json.loads(line, parse_constant=_no_constant)
         except ValueError as exc:
-            raise FileManifestError(path=f"{origin}:{number}", detail=f"not JSON ({exc.msg})") from None
+            raise FileManifestError(path=f"{origin}:{number}",
+                                    detail=f"not JSON ({getattr(exc, 'msg', exc)})") from None
+        except RecursionError:
+            raise FileManifestError(path=f"{origin}:{number}", detail="not a file entry (nested too deep)") from None
         if not isinstance(entry, dict) or not isinstance(entry.get("path"), str) or \
                 not isinstance(entry.get("type"), str):
             raise FileManifestError(path=f"{origin}:{number}", detail="not a file entry (needs 'path' and 'type')")
@@ -169,13 +178,20 @@ def loads(text: str, origin: str = FILENAME) -> list[dict]:
     return out
 
 
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def read_bytes(path: Path) -> bytes:
+    """A per-file manifest's bytes: a regular file of at most :data:`MAX_BYTES` (the one bounded reader)."""
+    from nodeforge.schema import loader
+
+    return loader.read_bytes(path, loader.Limits(max_bytes=MAX_BYTES))
+
+
 def load(path: Path) -> list[dict]:
     path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise FileManifestError(path=str(path), detail=exc.strerror or str(exc)) from None
-    return loads(raw.decode("utf-8", "surrogateescape"), str(path))
+    return loads(read_bytes(path).decode("utf-8", "surrogateescape"), str(path))
 
 
 @dataclasses.dataclass

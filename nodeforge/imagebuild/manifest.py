@@ -316,7 +316,7 @@ class DibDecl(_Open):
 class FilesDecl(_Open):
     """The per-file manifest of the root filesystem (``files.jsonl`` beside the manifest)."""
 
-    path: str
+    path: vocab.FileName
     sha256: vocab.Sha256
     entries: int
 
@@ -354,7 +354,7 @@ class ManifestDecl(Declared):
     base_os: BaseOsDecl
     arch: str
     variants: list[str]
-    images: dict[str, str]
+    images: dict[str, vocab.FileName]
     packages: list[PackageDecl]
     artifacts: list[ArtifactDecl]
     lockfile: LockfileDecl
@@ -529,7 +529,9 @@ def parse(data: bytes | str, path: str = "manifest.json") -> Manifest:
 
 def read(path: Path | str) -> tuple[bytes, Manifest]:
     """``path``'s bytes (what digests and verify reports are bound to) and its :class:`Manifest`."""
-    raw = Path(path).read_bytes()
+    from nodeforge.schema import loader
+
+    raw = loader.read_bytes(path, dataclasses.replace(loader.DEFAULT_LIMITS, max_bytes=MAX_BYTES))
     return raw, parse(raw, str(path))
 
 

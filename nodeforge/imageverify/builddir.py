@@ -35,9 +35,11 @@ import dataclasses
 import datetime
 import hashlib
 import logging
+import os
+import stat
 from pathlib import Path
 
-from nodeforge.base import sums as sums_mod
+from nodeforge.base import fs, sums as sums_mod
 from nodeforge.errors import ExitCode, NodeforgeError
 from nodeforge.imageverify import attest, verifychecks, verifyreport
 from nodeforge.imageverify.verifyreport import Verdict, VerifyStatus  # noqa: F401 - re-exported (publish, pipeline)
@@ -179,6 +181,24 @@ def _read_sums(path: Path) -> dict[str, str]:
             for name, digest in sums_mod.read_sums(path, missing_ok=True, error=BuildDirError).items()}
 
 
+def _read_report(root: Path, name: str) -> bytes | None:
+    """``verify.json`` or its signed envelope (None when absent): a regular file inside the build
+    directory, read up to one byte past :data:`verifyreport.MAX_BYTES` (a longer report is judged
+    "larger than", a failed verification, by :mod:`verifyreport`; never read whole)."""
+    if not (root / name).exists() and not (root / name).is_symlink():
+        return None
+    try:
+        path = fs.confined(root, name)
+        if not stat.S_ISREG(os.stat(path).st_mode):      # a FIFO would hang the open, a device never ends
+            raise ValueError("not a regular file (a pipe, socket or device)")
+        with open(path, "rb") as fh:
+            return fh.read(verifyreport.MAX_BYTES + 1)
+    except ValueError as exc:
+        raise BuildDirError(path=root / name, detail=str(exc)) from None
+    except OSError as exc:
+        raise BuildDirError(path=root / name, detail=exc.strerror or str(exc)) from None
+
+
 def load(path: Path | str) -> BuildDir:
     """Read ``path``. ``manifest.json`` is read by the one manifest reader
     (:func:`nodeforge.imagebuild.manifest.read`: the declared :class:`~nodeforge.imagebuild.manifest.Manifest`,
@@ -192,7 +212,7 @@ def load(path: Path | str) -> BuildDir:
     if not root.is_dir():
         raise BuildDirError(path=root, detail="not a directory")
     manifest_path = root / MANIFEST
-    if not manifest_path.is_file():
+    if not manifest_path.exists() and not manifest_path.is_symlink():
         raise BuildDirError(path=root, detail=f"no {MANIFEST}: not a finished build directory")
     raw, manifest = mf.read(manifest_path)
 
@@ -200,12 +220,15 @@ def load(path: Path | str) -> BuildDir:
     arch = _DEB_ARCH.get(manifest.arch, manifest.arch)
     build_time = _parse_time(manifest.build_time, manifest_path)
 
-    verify_raw = (root / VERIFY).read_bytes() if (root / VERIFY).is_file() else None
-    attestation = (root / attest.ENVELOPE).read_bytes() if (root / attest.ENVELOPE).is_file() else None
+    verify_raw = _read_report(root, VERIFY)
+    attestation = _read_report(root, attest.ENVELOPE)
     sums = {algo: _read_sums(root / fname) for algo, fname in SUMS.items()}
     variants: dict[str, VariantImage] = {}
     for variant, fname in manifest.images.items():
-        file = root / Path(fname).name
+        try:      # a plain name (the manifest's declaration); a symlink leading out is refused here
+            file = fs.confined(root, fname)
+        except ValueError as exc:
+            raise BuildDirError(path=manifest_path, detail=f"images.{variant}: {exc}") from None
         if not file.is_file():
             raise BuildDirError(path=file, detail="image listed but missing")
         digests = {}

@@ -36,7 +36,8 @@ import hashlib
 import json
 from pathlib import Path
 
-from nodeforge.errors import NodeforgeError, UsageError
+from nodeforge.base import fs
+from nodeforge.errors import ExitCode, NodeforgeError, UsageError
 from nodeforge.imagebuild import contents
 from nodeforge.publish import glance_api as g
 
@@ -61,7 +62,10 @@ IDENTITY_KEYS = ("build_id", "build_time", "source", "package_base.created", "pa
 
 
 class DiffError(NodeforgeError):
+    """Two images cannot be compared as given (a bad or changed input: exit 2)."""
+
     message = "image diff: {detail}"
+    exit_code = ExitCode.USAGE
 
 
 @dataclasses.dataclass
@@ -255,29 +259,34 @@ def diff_manifests(ma: dict, mb: dict, files_a: list[dict] | None = None, files_
 
 # --- build directories -------------------------------------------------------------------
 
-def _read_json(path: Path, what: str) -> dict:
+def _read_manifest(build_dir: Path) -> dict:
+    """A build directory's ``manifest.json`` through the one manifest reader (bounded, strict JSON,
+    every field checked: a per-file manifest's ``path`` and the images are plain names)."""
+    from nodeforge.imagebuild import manifest as mf
+
+    path = build_dir / MANIFEST
+    if not build_dir.is_dir() or not path.exists():
+        raise UsageError(detail=f"{build_dir} is not a build directory (no {MANIFEST})")
+    _, manifest = mf.read(path)
+    return manifest.to_dict()
+
+
+def _confined(build_dir: Path, name: str) -> Path:
+    """``build_dir/name``, read only when it stays inside ``build_dir`` (:func:`fs.confined`)."""
     try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise UsageError(detail=f"{path.parent} is not a build directory (no {path.name})") from None
-    except OSError as exc:
-        raise DiffError(detail=f"{path}: {exc.strerror or exc}") from None
-    try:
-        doc = json.loads(raw)
+        return fs.confined(build_dir, name)
     except ValueError as exc:
-        raise DiffError(detail=f"{path}: {what} is not JSON ({exc})") from None
-    if not isinstance(doc, dict):
-        raise DiffError(detail=f"{path}: {what} is not a JSON object")
-    return doc
+        raise DiffError(detail=f"{build_dir / MANIFEST}: files.path: {exc}; image diff reads only inside "
+                               "the two build directories") from None
 
 
 def _build_files(build_dir: Path, manifest: dict) -> list[dict] | None:
     """The per-file manifest of a build directory (None if it has none), checked against the manifest."""
     rec = manifest.get("files") or {}
-    path = build_dir / (rec.get("path") or contents.FILENAME)
-    if not path.is_file():
+    path = _confined(build_dir, rec.get("path") or contents.FILENAME)
+    if not path.exists():
         return None
-    raw = path.read_bytes()
+    raw = contents.read_bytes(path)      # a FIFO or device is refused, not taken for "none"
     want = rec.get("sha256")
     if want and hashlib.sha256(raw).hexdigest() != want:
         raise DiffError(detail=f"{path}: sha256 {hashlib.sha256(raw).hexdigest()} is not the "
@@ -288,7 +297,7 @@ def _build_files(build_dir: Path, manifest: dict) -> list[dict] | None:
 def diff_builds(a: Path | str, b: Path | str) -> ImageDiff:
     """Compare two build directories."""
     a, b = Path(a), Path(b)
-    ma, mb = _read_json(a / MANIFEST, "the manifest"), _read_json(b / MANIFEST, "the manifest")
+    ma, mb = _read_manifest(a), _read_manifest(b)
     return diff_manifests(ma, mb, _build_files(a, ma), _build_files(b, mb), a=str(a), b=str(b))
 
 
@@ -303,18 +312,27 @@ FILES_TAG = "nodeforge-files"
 def build_files_bytes(build) -> bytes | None:
     """A build directory's ``files.jsonl`` bytes, checked against the digest its manifest records (None:
     the build has none: built before per-file manifests)."""
-    raw_manifest = Path(build.manifest_path).read_bytes()
+    from nodeforge.imagebuild import manifest as mf
+
+    raw_manifest, manifest = mf.read(build.manifest_path)
     if hashlib.sha256(raw_manifest).hexdigest() != build.manifest_sha256:
         raise DiffError(detail=f"{build.manifest_path} changed since the build directory was read")
-    rec = (json.loads(raw_manifest).get("files") or {})
-    path = Path(build.path) / (rec.get("path") or contents.FILENAME)
-    if not rec.get("sha256") or not path.is_file():
+    rec = manifest.to_dict().get("files") or {}
+    path = _confined(Path(build.path), rec.get("path") or contents.FILENAME)
+    if not rec.get("sha256") or not path.exists():
         return None
-    data = path.read_bytes()
+    data = contents.read_bytes(path)
     if hashlib.sha256(data).hexdigest() != rec["sha256"]:
         raise DiffError(detail=f"{path}: sha256 {hashlib.sha256(data).hexdigest()} is not the {rec['sha256']} "
                                f"{build.manifest_path.name} records")
     return data
+
+
+def _stored_manifest(raw: bytes, label: str) -> dict:
+    """A manifest downloaded from Glance, read by the one manifest reader (as a build directory's)."""
+    from nodeforge.imagebuild import manifest as mf
+
+    return mf.parse(raw, label).to_dict()
 
 
 def image_properties(image: dict) -> dict:
@@ -334,11 +352,7 @@ def diff_images(conn, a: str, b: str) -> ImageDiff:
             raise DiffError(detail=f"{ref}: image {image['id']} is not a nodeforge node image "
                                    f"(no {g.P}manifest_image; published by 'nodeforge image publish'?)")
         raw = g.download_manifest(conn, image)
-        try:
-            manifest = json.loads(raw)
-        except ValueError as exc:
-            raise DiffError(detail=f"{ref}: the manifest stored beside image {image['id']} is not JSON "
-                                   f"({exc})") from None
+        manifest = _stored_manifest(raw, f"{ref} (the manifest stored beside image {image['id']})")
         images.append(image)
         manifests.append(manifest)
         try:

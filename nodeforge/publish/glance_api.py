@@ -148,10 +148,19 @@ def put_data(conn, image_id: str, data, what: str):
                              retry=transport.ONCE, data=data, headers={"Content-Type": "application/octet-stream"})
 
 
-def download(conn, image_id: str, what: str) -> bytes | None:
-    """An image's data (None: the image is gone, or holds no data)."""
+# A side image (manifest, per-file manifest, verify or canary report) is read into memory: at most this.
+SIDE_MAX_BYTES = 64 << 20
+
+
+def download(conn, image_id: str, what: str, max_bytes: int | None = None) -> bytes | None:
+    """An image's data (None: the image is gone, or holds no data); with ``max_bytes``, a larger
+    image is a PublishError after reading at most that many bytes."""
     resp = call(conn, "GET", f"/images/{image_id}/file", f"downloading {what}", missing_ok=True, stream=True)
-    return transport.content_of(resp)
+    try:
+        return transport.content_of(resp, max_bytes)
+    except transport.TooLarge:
+        raise PublishError(detail=f"{what}: larger than {max_bytes >> 20} MiB; not read "
+                                  "(not a document nodeforge stored)") from None
 
 
 def download_linked(conn, image: dict, id_prop: str, sha_prop: str, what: str) -> bytes:
@@ -160,7 +169,7 @@ def download_linked(conn, image: dict, id_prop: str, sha_prop: str, what: str) -
     expected = image.get(sha_prop)
     if not linked_id or not expected:
         raise PublishError(detail=f"image {image['id']} carries no nodeforge {what} reference")
-    data = download(conn, linked_id, f"{what} {linked_id}")
+    data = download(conn, linked_id, f"{what} {linked_id}", SIDE_MAX_BYTES)
     if data is None:
         raise PublishError(detail=f"{what} image {linked_id} of image {image['id']} is gone")
     actual = hashlib.sha256(data).hexdigest()

@@ -222,6 +222,19 @@ SHA512_RULE = "a sha512 digest (128 lowercase hex characters)"
 check_sha512 = _pattern(r"[0-9a-f]{128}", SHA512_RULE)
 Sha512 = _type(check_sha512, SHA512_RULE)
 
+def check_file_name(value: str) -> str:
+    from nodeforge.base.fs import plain_name_problem
+
+    problem = plain_name_problem(value)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+FILE_NAME_RULE = "a file name in the same directory (no '/', '..' or NUL)"
+FileName = Annotated[str, AfterValidator(check_file_name), Rule(FILE_NAME_RULE)]
+
+
 # Numbers ------------------------------------------------------------------------------------
 
 

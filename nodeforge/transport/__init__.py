@@ -21,9 +21,10 @@ each keeping its own error class and messages.
 
 from nodeforge.transport.errors import (ApiError, ErrorKind, Failure, classify, detail_of, failure_of, is_success,
                                         kind_of, network, raise_for_response, retry_after)
-from nodeforge.transport.rest import Observer, content_of, json_of, links_next, marker, next_link, paged, request
+from nodeforge.transport.rest import (Observer, TooLarge, content_of, json_of, links_next, marker, next_link, paged,
+                                      request)
 from nodeforge.transport.retry import API, DOWNLOAD, ONCE, Refused, RetryPolicy
 
 __all__ = ["API", "DOWNLOAD", "ONCE", "ApiError", "ErrorKind", "Failure", "Observer", "Refused", "RetryPolicy",
-           "classify", "content_of", "detail_of", "failure_of", "is_success", "json_of", "kind_of", "links_next",
+           "TooLarge", "classify", "content_of", "detail_of", "failure_of", "is_success", "json_of", "kind_of", "links_next",
            "marker", "network", "next_link", "paged", "raise_for_response", "request", "retry_after"]

@@ -82,11 +82,27 @@ def json_of(resp):
     return resp.json()
 
 
-def content_of(resp) -> bytes | None:
-    """The body of a response, or None for none at all (None, or 204 No Content)."""
+class TooLarge(ValueError):
+    """A response body larger than the caller's limit (read up to the limit only)."""
+
+
+def content_of(resp, max_bytes: int | None = None) -> bytes | None:
+    """The body of a response, or None for none at all (None, or 204 No Content). With
+    ``max_bytes`` (a streamed response), at most that many bytes are read: more is :class:`TooLarge`."""
     if resp is None or resp.status_code == 204:
         return None
-    return resp.content
+    if max_bytes is None:
+        return resp.content
+    chunks, total = [], 0
+    try:
+        for chunk in resp.iter_content(1 << 16):
+            total += len(chunk)
+            if total > max_bytes:
+                raise TooLarge(f"larger than {max_bytes} bytes")
+            chunks.append(chunk)
+    finally:
+        resp.close()
+    return b"".join(chunks)
 
 
 # -- paging -------------------------------------------------------------------------------

@@ -139,7 +139,7 @@ def test_a_tampered_file_manifest_and_a_non_build_are_refused(tmp_path, capsys):
     text = (b / contents.FILENAME).read_text().replace('"/etc/hostname"', '"/etc/hostnamx"')
     (b / contents.FILENAME).write_text(text)
     code, out = _nf(capsys, "image", "diff", str(a), str(b))
-    assert code == 1
+    assert code == 2
     assert f"{b / contents.FILENAME}: sha256" in out and "manifest.json records" in out
     empty = tmp_path / "empty"
     empty.mkdir()
