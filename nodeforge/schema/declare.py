@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import enum
+import json
 import types
 import typing
 from typing import Any, Iterable
@@ -146,6 +147,13 @@ def load_file(path, model: type[BaseModel], text: str | None = None, *, format: 
         limits = next((k.limits for k in _REGISTRY.values() if k.model is model), DEFAULT_LIMITS)
     document = load(path, text, format=format, limits=limits)
     return document, validate(document, model, context=context)
+
+
+def _spelled(value) -> str:
+    """A scalar as a file would spell it (``true``, not Python's ``True``) when its text is not known."""
+    if isinstance(value, (bool, int, float)) or value is None:
+        return json.dumps(value)
+    return str(value)
 
 
 def problems_of(exc: ValidationError, document: Document, model: type[BaseModel] | None = None) -> list[Problem]:
@@ -358,13 +366,13 @@ def _detail(err: dict, document: Document, keypath: tuple, model, on_key: bool) 
         return "unknown key" + (f" (allowed: {', '.join(allowed)})" if allowed else "")
     if on_key and isinstance(value, (int, float, bool, datetime.date)):
         written = document.source_text(keypath, key=True)
-        return f"key {kind_of(value)} must be a string; quote it: \"{written or value}\""
+        return f"key {kind_of(value)} must be a string; quote it: \"{written or _spelled(value)}\""
     if kind in _TYPE_WORDS:
         want = _TYPE_WORDS[kind]
         text = f"{prefix}expected {want}, got {kind_of(value)}"
         if kind == "string_type" and isinstance(value, (bool, int, float, datetime.date)):
             written = document.source_text(keypath) if not on_key else None
-            text += f"; quote it: \"{written or value}\""
+            text += f"; quote it: \"{written or _spelled(value)}\""
         elif kind in ("int_type", "float_type", "bool_type") and isinstance(value, str):
             text += " (write it without quotes)" if kind != "bool_type" else ""
         return text

@@ -52,6 +52,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.constructor import DuplicateKeyError
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.reader import ReaderError
 
 from nodeforge.errors import ConfigError
 from nodeforge.schema.problems import Problem, SchemaError
@@ -284,6 +285,12 @@ def load(path, text: str | None = None, *, format: str | None = None,
             raise _too_big(path_s, limits.max_bytes)
         text = text.removeprefix("\ufeff")
     if format == "yaml":
+        if text.lstrip()[:1] in ("{", "["):
+            # JSON text (a YAML file may hold JSON) is read as JSON: the same data gets the same
+            # verdict in either syntax (YAML refuses some characters JSON strings may hold raw).
+            document = _try_json(path_s, text, limits)
+            if document is not None:
+                return document
         return _load_yaml(path_s, text, limits)
     if format == "json":
         return _load_json(path_s, text, limits)
@@ -330,6 +337,13 @@ def _load_yaml(path: str, text: str, limits: Limits) -> Document:
         mark = exc.problem_mark or exc.context_mark
         where = f"{path}:{mark.line + 1}" if mark else str(path)
         raise ConfigError(path=where, detail=f"invalid YAML: {exc.problem or exc.context}") from None
+    except ReaderError as exc:      # a character YAML does not allow in a file (a control character)
+        line = text[:exc.position].count("\n") + 1 if isinstance(exc.position, int) else None
+        what = (f"character U+{exc.character:04X}" if isinstance(exc.character, int)
+                else f"byte {exc.character!r}")
+        raise ConfigError(path=f"{path}:{line}" if line else str(path),
+                          detail=f"invalid YAML: {what} is not allowed in a YAML file ({exc.reason}); "
+                                 "write it as an escape in a double-quoted string") from None
     except YAMLError as exc:
         raise ConfigError(path=str(path), detail=f"invalid YAML: {exc}") from None
     except RecursionError:
@@ -676,8 +690,9 @@ def _no_constant(name: str):
     raise ValueError(f"{name} is not a number JSON allows")
 
 
-def strict_json(text: str | bytes) -> tuple[Any, list[str]]:
-    """``json.loads`` as nodeforge reads JSON: NaN/Infinity refused (ValueError), and the keys
+def strict_json(text: str | bytes, *, constants: bool = False) -> tuple[Any, list[str]]:
+    """``json.loads`` as nodeforge reads JSON: NaN/Infinity refused (ValueError; with ``constants``
+    read as floats, for :func:`check_numbers` to name by key path, as YAML's ``.nan``), and the keys
     given twice in one object returned beside the data (JSON keeps only the last value)."""
     duplicates: list[str] = []
 
@@ -689,7 +704,8 @@ def strict_json(text: str | bytes) -> tuple[Any, list[str]]:
             out[k] = v
         return out
 
-    return json.loads(text, object_pairs_hook=pairs, parse_constant=_no_constant), duplicates
+    return json.loads(text, object_pairs_hook=pairs, parse_constant=float if constants else _no_constant), \
+        duplicates
 
 
 _JSON_STRING = re.compile(r'"(?:[^"\\\n]|\\.)*"')
@@ -721,23 +737,54 @@ def _json_values(path: str, text: str, limits: Limits) -> None:
                                                     "scalars); not read (the limit for this kind of file)")
 
 
+def _try_json(path: str, text: str, limits: Limits) -> Document | None:
+    """``text`` read as JSON when it is JSON; None when it is not (YAML flow style: the YAML parser's)."""
+    _json_values(path, text, limits)
+    try:
+        strict_json(text, constants=True)
+    except (ValueError, RecursionError):
+        return None
+    return _load_json(path, text, limits)
+
+
+def _json_depth_line(text: str, max_depth: int) -> int | None:
+    """The line where JSON ``text`` first nests deeper than ``max_depth`` (for the refusal's message)."""
+    depth, line = 0, 1
+    for m in re.finditer(r'[\[\]{}\n]', _JSON_STRING.sub('""', text)):
+        ch = m.group()
+        if ch == "\n":
+            line += 1
+        elif ch in "[{":
+            depth += 1
+            if depth > max_depth:
+                return line
+        else:
+            depth -= 1
+    return None
+
+
 def _load_json(path: str, text: str, limits: Limits) -> Document:
     # Depth: json's C scanner recurses (a RecursionError past ~1000 levels, caught below);
     # anything deeper than max_depth is refused by check_tree after parsing. Values: counted first.
     _json_values(path, text, limits)
     try:
-        data, problems = strict_json(text)
+        data, problems = strict_json(text, constants=True)     # NaN, Infinity: refused by check_numbers
     except json.JSONDecodeError as exc:
         raise ConfigError(path=f"{path}:{exc.lineno}", detail=f"invalid JSON: {exc.msg} (column {exc.colno})") from None
     except ValueError as exc:
         raise ConfigError(path=path, detail=f"invalid JSON: {exc}") from None
     except RecursionError:
-        raise _depth_error(path, None) from None
+        raise _depth_error(path, _json_depth_line(text, limits.max_depth)) from None
     document = Document(path, "json", data, data, text)
     if problems:
         raise SchemaError(path, [Problem(path, None, (k,), "duplicate key (JSON keeps only the last)")
                                  for k in problems])
-    check_tree(path, data, limits)
+    try:
+        check_tree(path, data, limits)
+    except ConfigError as exc:
+        if "nested more than" not in str(exc):
+            raise
+        raise _depth_error(path, _json_depth_line(text, limits.max_depth)) from None
     if isinstance(data, (dict, list)):
         check_numbers(document)
     return document

@@ -60,8 +60,8 @@ def test_invalid_file_lists_every_problem(tmp_path):
 
 
 @pytest.mark.parametrize("entry,key,detail", [
-    ("vcpus: 1e400", "vcpus", "got the number inf"),
-    ("ram_mb: .nan", "ram_mb", "got the number nan"),
+    ("vcpus: 1e400", "vcpus", "a number out of range"),
+    ("ram_mb: .nan", "ram_mb", "a number out of range"),
     ("vcpus: 2147483648", "vcpus", "2147483647"),
     ("disk_gb: -1", "disk_gb", "an integer >= 0"),
     ("disk_gb: '5'", "disk_gb", "got the string '5'"),
