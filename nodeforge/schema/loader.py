@@ -36,10 +36,12 @@ mapping a key path such as ``("nodes", 3, "driver_info", "ipmi_port")`` to its
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import datetime
 import functools
+import gc
 import io
 import json
 import os
@@ -91,6 +93,19 @@ def _yaml() -> YAML:
     y.indent(mapping=2, sequence=4, offset=2)
     y.width = 4096
     return y
+
+
+@contextlib.contextmanager
+def collector_paused():
+    """Python's cycle collector off for a large read (its full passes over every object made
+    reading grow faster than the input), back on after, as it was."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 # --- bytes and text ---------------------------------------------------------------

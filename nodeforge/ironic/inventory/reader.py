@@ -23,7 +23,18 @@ def load(path: Path | str, *, fmt: Format | str | None = None, allow_plaintext: 
          secrets_dir: Path | None = None) -> Inventory:
     """Parse and validate a whole inventory; raise InventoryError listing every problem.
     ``file:`` references may point into the inventory's directory and ``secrets_dir``
-    (default ``$NODEFORGE_SECRETS_DIR``); see :class:`secrets_mod.Policy`."""
+    (default ``$NODEFORGE_SECRETS_DIR``); see :class:`secrets_mod.Policy`.
+
+    The cycle collector is paused while the file is read: reading makes hundreds of thousands of
+    objects and no cycles worth collecting, and its full passes made the time grow faster than the
+    file (60,000 CSV rows: 7.7 s with it, 5.1 s without; bench/bench_inventory_load.py)."""
+    with schema.collector_paused():
+        return _load(path, fmt=fmt, allow_plaintext=allow_plaintext, key_file=key_file, environ=environ,
+                     secrets_dir=secrets_dir)
+
+
+def _load(path: Path | str, *, fmt: Format | str | None, allow_plaintext: bool, key_file: Path | None,
+          environ: dict | None, secrets_dir: Path | None) -> Inventory:
     path = Path(path)
     fmt = Format(fmt) if fmt else None
     csv_file = fmt is Format.CSV or (path.suffix.lower() == ".csv" and fmt in (None, Format.BIFROST))
