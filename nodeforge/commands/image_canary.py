@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 
-from nodeforge import log, output
+from nodeforge import log, output, schema
 from nodeforge.canary import policy as canary_policy
 from nodeforge.canary import stage
 from nodeforge.cloud import connect
@@ -73,7 +72,7 @@ def canary(app, build_dir, image_ref, policy_path, baremetal_cloud, scope, liste
 def _emit(app, build_dir: Path, report: dict | None = None) -> None:
     if report is None:
         path = build_dir / stage.REPORT
-        report = json.loads(path.read_text()) if path.exists() else {"results": []}
+        report = schema.read_json(path) if path.exists() else {"results": []}
     rows = [{"resource_class": r["resource_class"], "node": r["node"], "passed": r["passed"],
              "seconds": ", ".join(f"{k} {v:.0f}" for k, v in (r.get("seconds") or {}).items()),
              "node_state": r.get("node_state"), "reason": r.get("reason")} for r in report.get("results", [])]

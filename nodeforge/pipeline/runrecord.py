@@ -10,16 +10,21 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
+import logging
 import os
 import secrets
 import socket
 from pathlib import Path
 
+from nodeforge import schema
 from nodeforge.errors import ConfigError, NodeforgeError
 from nodeforge.base.fs import atomic_write
 from nodeforge.redact import scrub, scrub_obj
 
+log = logging.getLogger(__name__)
 SCHEMA = "nodeforge-pipeline-run/1"
+# A run record lists its stages, attempts and the packages that moved: well under these.
+LIMITS = schema.Limits(max_bytes=16 << 20, max_values=1_000_000)
 RUN_JSON = "run.json"
 SUMMARY = "summary.md"
 GLOBAL_STAGES = ("check", "bump")
@@ -141,37 +146,46 @@ class RunRecord:
     def load(cls, runs_dir: Path, run_id: str) -> "RunRecord":
         root = Path(runs_dir) / run_id
         path = root / RUN_JSON
-        if "/" in run_id or run_id in ("", ".", "..") or not path.is_file():
+        if "/" in run_id or run_id in ("", ".", "..") or not (path.exists() or path.is_symlink()):
             raise RunNotFound(run_id=run_id, runs_dir=runs_dir)
-        try:
-            doc = json.loads(path.read_text())
-        except ValueError as exc:
-            raise ConfigError(path=path, detail=f"not valid JSON: {exc}") from None
-        if doc.get("schema") != SCHEMA:
-            raise ConfigError(path=path, detail=f"schema is {doc.get('schema')!r}, expected {SCHEMA!r}")
+        doc = schema.read_json(path, LIMITS)
+        if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+            found = doc.get("schema") if isinstance(doc, dict) else type(doc).__name__
+            raise ConfigError(path=path, detail=f"schema is {found!r}, expected {SCHEMA!r}")
         fields = {f.name for f in dataclasses.fields(StageRecord)}
-        return cls(run_id=doc["run_id"], root=root, inputs=doc["inputs"], created=doc["created"],
-                   status=doc["status"], minors=doc.get("minors", []),
-                   stages=[StageRecord(**{k: v for k, v in s.items() if k in fields}) for s in doc["stages"]],
-                   images=doc.get("images", {}), approved=doc.get("approved", {}), latency=doc.get("latency", {}),
-                   packages=doc.get("packages", []),
-                   attempts=doc.get("attempts", []), finished=doc.get("finished"), message=doc.get("message"))
+        try:
+            return cls(run_id=doc["run_id"], root=root, inputs=doc["inputs"], created=doc["created"],
+                       status=doc["status"], minors=doc.get("minors", []),
+                       stages=[StageRecord(**{k: v for k, v in s.items() if k in fields}) for s in doc["stages"]],
+                       images=doc.get("images", {}), approved=doc.get("approved", {}),
+                       latency=doc.get("latency", {}), packages=doc.get("packages", []),
+                       attempts=doc.get("attempts", []), finished=doc.get("finished"), message=doc.get("message"))
+        except KeyError as exc:
+            raise ConfigError(path=path, detail=f"not a run record: no {exc.args[0]!r}") from None
+        except (TypeError, AttributeError):
+            raise ConfigError(path=path, detail="not a run record: stages must be a list of objects") from None
 
 
 def list_runs(runs_dir: Path) -> list[dict]:
+    """One row per recorded run, newest first; a record that cannot be read is skipped with a warning
+    naming it (``pipeline show`` says why)."""
     rows = []
     for path in sorted(Path(runs_dir).glob(f"*/{RUN_JSON}"), reverse=True):
         try:
-            doc = json.loads(path.read_text())
-        except (OSError, ValueError):
+            rec = RunRecord.load(runs_dir, path.parent.name)
+        except (ConfigError, RunNotFound) as exc:
+            log.warning("skipped %s: %s", path, exc)
             continue
-        failed = next((s for s in doc.get("stages", []) if s.get("status") == FAILED), None)
-        rows.append({"run_id": doc.get("run_id"), "status": doc.get("status"), "created": doc.get("created"),
-                     "minors": ", ".join(doc.get("minors", [])),
-                     "failed_stage": (f"{failed['name']}[{failed['minor']}]" if failed and failed.get("minor")
-                                      else failed["name"] if failed else ""),
-                     "approved": ", ".join(i for v in doc.get("approved", {}).values() for i in v.values()),
-                     "packages": len(doc.get("packages") or []),
+        failed = next((s for s in rec.stages if s.status == FAILED), None)
+        try:
+            approved = ", ".join(str(i) for v in rec.approved.values() for i in v.values())
+        except AttributeError:
+            approved = ""
+        rows.append({"run_id": rec.run_id, "status": rec.status, "created": rec.created,
+                     "minors": ", ".join(str(m) for m in rec.minors or []),
+                     "failed_stage": (f"{failed.name}[{failed.minor}]" if failed and failed.minor
+                                      else failed.name if failed else ""),
+                     "approved": approved, "packages": len(rec.packages or []),
                      "summary": str(path.parent / SUMMARY)})
     return rows
 

@@ -314,6 +314,13 @@ def load(path, text: str | None = None, *, format: str | None = None,
     raise ValueError(f"unknown format {format!r}")
 
 
+def read_json(path, limits: Limits = DEFAULT_LIMITS) -> Any:
+    """The plain data of a JSON file nodeforge wrote or was given (a run record, a report), read
+    by the same bounded path as every other file: regular file, size, UTF-8, values, depth, numbers.
+    A ConfigError names the file (and line)."""
+    return load(path, format="json", limits=limits).data
+
+
 def load_yaml_tree(path, text: str | None = None, limits: Limits = DEFAULT_LIMITS):
     """Only the round-trip tree of a YAML file (what a round-trip rewrite needs)."""
     return load(path, text, format="yaml", limits=limits).doc
