@@ -58,7 +58,22 @@ def _type(check, rule: str, base=str):
 # Names -------------------------------------------------------------------------------
 # Ironic node / port group names (Ironic: RFC 3986 unreserved characters, <= 255).
 NAME_RULE = "1-255 characters of A-Z a-z 0-9 . _ ~ -"
-check_name = _pattern(r"[A-Za-z0-9._~-]{1,255}", NAME_RULE)
+_check_name_chars = _pattern(r"[A-Za-z0-9._~-]{1,255}", NAME_RULE)
+_UUID_LIKE = re.compile(r"[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}")
+
+
+def check_name(value: str) -> str:
+    """A node or port group name as Ironic takes it: its characters, and not a UUID (Ironic refuses
+    one: a name is looked up as a UUID first)."""
+    _check_name_chars(value)
+    if _UUID_LIKE.fullmatch(value):
+        raise ValueError(f"{shown(value)} looks like a UUID; Ironic takes no UUID as a name (give it as "
+                         "'uuid', or choose a name)")
+    return value
+
+
+check_name.pattern = _check_name_chars.pattern  # type: ignore[attr-defined]
+check_name.rule = NAME_RULE  # type: ignore[attr-defined]
 Name = _type(check_name, NAME_RULE)
 
 # nodeforge's own identifiers: scopes, hardware profiles, hardening profiles (lower case, <= 63).

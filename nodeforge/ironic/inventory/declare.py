@@ -164,6 +164,10 @@ class BmcEntry(BmcDefaults):
     def _verify_ca(cls, value, info: ValidationInfo):
         if _bmc_kind(info) is BmcKind.IPMI:
             raise ValueError("only for Redfish BMCs")
+        if isinstance(value, str) and not value.strip():
+            raise ValueError("empty: write true, false or the path of a CA bundle file")
+        if isinstance(value, str) and value.strip().startswith(("/dev/", "/proc/", "/sys/")):
+            raise ValueError("a CA bundle is a file, not a device or a kernel file")
         resolver = (info.context or {}).get("resolver")
         if isinstance(value, str) and resolver is not None:
             ca = Path(value).expanduser()

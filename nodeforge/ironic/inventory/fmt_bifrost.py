@@ -36,6 +36,12 @@ def _bifrost_entries(reader: _Reader, data: Any, remap: Remap = lambda kp: kp,
         power = isinstance(info.get("power"), dict)
         if power:                                         # older Bifrost: driver_info.power.*
             info = {**{k: v for k, v in info.items() if k != "power"}, **info.pop("power")}
+        if not node.name and not isinstance(key, str):
+            # YAML read 1.30 as the number 1.3 and true as a boolean: the node would be named "1.3", "True".
+            written = reader.document.source_text(remap((key,)), key=True) or schema.kind_of(key)
+            reader.problem(remap((key,)), f"the node's name is {schema.kind_of(key)}, not text: quote it "
+                                          f"(\"{written}\") or give 'name'")
+            continue
         name = node.name or str(key)
 
         def at(k, key=key):

@@ -25,6 +25,16 @@ def _bmc_from_driver_info(reader: _Reader, driver: str | None, info: dict, inter
     else:
         reader.problem(at(""), "driver_info has neither ipmi_address nor redfish_address")
         return None
+    if "ipmi_address" in info and "redfish_address" in info:
+        reader.problem(at("redfish_address"), "driver_info has both ipmi_address and redfish_address: keep the "
+                                              "one of the BMC this node is driven through")
+        return None
+    ipmi_drivers, redfish_drivers = ("ipmi", "ipmi_hardware", "ilo", "irmc"), ("redfish", "idrac")
+    if driver and ((pre == "ipmi_" and driver in redfish_drivers) or (pre == "redfish_" and driver in ipmi_drivers)):
+        # The address keys decide the BMC; a driver of the other kind was overridden without a word before.
+        reader.problem(at(addr), f"an {'IPMI' if pre == 'ipmi_' else 'Redfish'} address, but driver is "
+                                 f"{driver!r}: make them agree (driver ipmi with ipmi_*, redfish with redfish_*)")
+        return None
     where = {"address": at(addr)}
     if pre == "ipmi_":
         host, port = info.pop("ipmi_address"), info.pop("ipmi_port", None)

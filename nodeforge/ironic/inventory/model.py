@@ -396,5 +396,7 @@ def parse_bmc_url(url: str) -> tuple[BmcKind, str, int | None, str | None, str |
         raise ValueError("an ipmi:// URL takes no path")
     if path and not _REDFISH_PATH.fullmatch(path):
         raise ValueError("Redfish path must be /redfish/v1/Systems/<id>")
+    if path and path.rsplit("/", 1)[1] in (".", ".."):
+        raise ValueError("a Redfish system id cannot be '.' or '..' (a path step, not a system)")
     return kind, host, port, transport, (path or None)
 

@@ -169,7 +169,13 @@ def _unique_across(reader: _Reader, entries: list[_Entry], specs: list[tuple[Nod
         name, macs, key = _ident(entry)
         r, loc = entry.remap, entry.location
         before = len(reader.problems)
-        once("name", name, name, r(("name",)), loc, "duplicate name (first at {where})")
+        folded = name.casefold() if isinstance(name, str) else name
+        if isinstance(name, str) and ("name", folded) in seen and seen[("name", folded)][0] != name:
+            other, where = seen[("name", folded)]
+            reader.problem(r(("name",)), f"differs from node {other!r} ({where}) only by case: one name to "
+                                         "Ironic's database where it compares names without case")
+        else:
+            once("name", folded, name, r(("name",)), loc, "duplicate name (first at {where})")
         for mac in macs:
             once("mac", mac, name, r(("macs",)), loc, "MAC {value} also belongs to node {other!r} ({where})")
         once("bmc", key, name, r(("bmc", "address")), loc, "BMC also used by node {other!r} ({where})")

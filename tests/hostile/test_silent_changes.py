@@ -1,0 +1,70 @@
+"""Inputs whose meaning nodeforge used to change without a word: each is now refused, naming the
+file, line and field (exit 2), or kept exactly as written."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.hostile.conftest import check, run_cli
+
+BMC = '{address: "ipmi://10.0.0.1", username: u, password: "env:NODEFORGE_SECRET_SC"}'
+RF = 'address: "redfish://10.0.0.1/redfish/v1/Systems/1", username: u, password: "env:NODEFORGE_SECRET_SC"'
+IPMI_INFO = 'ipmi_address: 10.0.0.1, ipmi_username: u, ipmi_password: "env:NODEFORGE_SECRET_SC"'
+
+REFUSED = {
+    # case: (file name, text, "file:line: key.path" expected, words)
+    "case-only-duplicate-name": ("inv.yaml", f"version: 1\nnodes:\n- name: Node-A\n  bmc: {BMC}\n- name: node-a\n"
+                                 f"  bmc: {BMC.replace('10.0.0.1', '10.0.0.2')}\n", ":5: nodes[1].name", "only by case"),
+    "uuid-like-name": ("inv.yaml", f"version: 1\nnodes:\n- name: 3f2504e0-4f89-11d3-9a0c-0305e82c3301\n  bmc: {BMC}\n",
+                       ":3: nodes[0].name", "looks like a UUID"),
+    "redfish-system-dotdot": ("inv.yaml", "version: 1\nnodes:\n- name: a\n  bmc: {" + RF.replace("Systems/1", "Systems/..")
+                              + "}\n", ":4: nodes[0].bmc.address", "cannot be '.' or '..'"),
+    "verify-ca-empty": ("inv.yaml", "version: 1\nnodes:\n- name: a\n  bmc: {" + RF + ', verify_ca: ""}\n',
+                        ":4: nodes[0].bmc.verify_ca", "empty"),
+    "verify-ca-device": ("inv.yaml", "version: 1\nnodes:\n- name: a\n  bmc: {" + RF + ", verify_ca: /dev/zero}\n",
+                         ":4: nodes[0].bmc.verify_ca", "not a device"),
+    "bifrost-number-key": ("inv.yaml", "1.30:\n  driver: ipmi\n  driver_info: {" + IPMI_INFO + "}\n",
+                           ":1: ", 'quote it ("1.30")'),
+    "bifrost-boolean-key": ("inv.yaml", "true:\n  driver: ipmi\n  driver_info: {" + IPMI_INFO + "}\n",
+                            ":1: ", 'quote it ("true")'),
+    "bulk-driver-overridden": ("inv.yaml", "nodes:\n- name: a\n  driver: redfish\n  driver_info: {" + IPMI_INFO + "}\n",
+                               ":4: nodes[0].driver_info.ipmi_address", "driver is 'redfish'"),
+    "bulk-two-bmcs": ("inv.yaml", "nodes:\n- name: a\n  driver: ipmi\n  driver_info: {" + IPMI_INFO
+                      + ", redfish_address: 'https://10.0.0.9'}\n", ":4: nodes[0].driver_info.redfish_address",
+                      "both ipmi_address and redfish_address"),
+    "huge-number": ("inv.yaml", f"version: 1\nnodes:\n- name: a\n  bmc: {BMC}\n  properties: {{memory_mb: {10 ** 30}}}\n",
+                    ":5: nodes[0].properties.memory_mb", "a number out of range"),
+    "json-nan": ("inv.json", json.dumps({"version": 1, "nodes": [{"name": "a", "bmc": {
+        "address": "ipmi://10.0.0.1", "username": "u", "password": "env:NODEFORGE_SECRET_SC"},
+        "properties": {"cpus": float("nan")}}]}), ":1: nodes[0].properties.cpus", "a number out of range"),
+}
+
+
+@pytest.fixture
+def env(no_cloud_env):
+    return {**no_cloud_env, "NODEFORGE_SECRET_SC": "sc-secret-value-1"}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED))
+def test_a_change_of_meaning_is_refused_by_name(case, tmp_path, env):
+    name, text, where, words = REFUSED[case]
+    path = tmp_path / name
+    path.write_text(text)
+    for args in (["baremetal", "validate", path], ["-o", "json", "baremetal", "validate", path]):
+        run = run_cli(args, env=env)
+        check(run, codes=(2,), json_out="-o" in args, secrets={"sc-secret-value-1": "sc-secret-value-1"},
+              note=f"({case})")
+        out = run.out + run.err
+        assert words in out, f"{case}: {words!r} not in\n{out}"
+        if "-o" not in args:
+            assert f"{path}{where}" in out, f"{case}: {path}{where!r} not in\n{out}"
+
+
+def test_leading_zeros_in_a_csv_name_are_kept(tmp_path, env):
+    path = tmp_path / "inv.csv"
+    path.write_text("name,bmc_address,bmc_username,bmc_password\n000123,ipmi://10.0.0.1,u,env:NODEFORGE_SECRET_SC\n")
+    run = run_cli(["-o", "json", "baremetal", "validate", path], env=env)
+    check(run, codes=(0,), json_out=True)
+    assert [n["name"] for n in json.loads(run.out)["nodes"]] == ["000123"]
