@@ -126,7 +126,7 @@ def test_an_unexpected_exception_is_one_redacted_error_line(run, monkeypatch, ca
     assert "Traceback" in err and "https://***@deb.example/debian" in err and secret not in err
 
 
-@pytest.mark.parametrize("how", ["option", "env"])
+@pytest.mark.parametrize("how", ["option", "env", "only"])
 def test_an_unreachable_cloud_is_one_line_naming_the_cloud_and_the_endpoint(run, no_cloud, tmp_path, monkeypatch, how):
     """Nothing listens at the cloud's auth_url: exit 1, one error line naming the cloud, where its
     name came from and the endpoint, a hint, no traceback, no library warning, no password; with
@@ -143,9 +143,11 @@ def test_an_unreachable_cloud_is_one_line_naming_the_cloud_and_the_endpoint(run,
     args = ["--os-cloud", "dead"] if how == "option" else []
     if how == "env":
         monkeypatch.setenv("OS_CLOUD", "dead")
-    source = "--os-cloud" if how == "option" else "$OS_CLOUD"
+    source = {"option": "--os-cloud", "env": "$OS_CLOUD", "only": f"the only cloud in {clouds}"}[how]
     code, out, err = run(*args, "image", "list")
     assert code == 1, err
+    # Neither option nor OS_CLOUD: openstacksdk takes the only cloud in clouds.yaml, and nodeforge says so.
+    assert (f"info: using cloud 'dead', the only cloud in {clouds}" in err) == (how == "only"), err
     [line] = [ln for ln in err.splitlines() if ln.startswith("error:")]
     assert line.startswith(f"error: cloud 'dead' ({source}): cannot reach http://127.0.0.1:{port}/v3")
     assert line.endswith("connection refused") and "unexpected" not in err and "WARNING" not in err
