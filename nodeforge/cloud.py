@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from nodeforge import log as nflog
 from nodeforge.errors import ExitCode, NodeforgeError
 
 
@@ -32,14 +31,9 @@ def connect(cloud: str | None):
 
     cloud = cloud or None          # --os-cloud "" is no cloud, as OS_CLOUD unset is
     try:
-        config = os_config.OpenStackConfig()
-        region = config.get_one(cloud=cloud)
+        region = os_config.OpenStackConfig().get_one(cloud=cloud)
         if region.config.get("api_timeout") is None:
             region = os_config.OpenStackConfig().get_one(cloud=cloud, api_timeout=DEFAULT_API_TIMEOUT)
-        if cloud is None and region.name and region.name != "envvars":
-            # openstacksdk took the only cloud in clouds.yaml: say which, and from where.
-            nflog.say(f"using cloud '{region.name}', the only cloud in {config.config_filename or 'clouds.yaml'} "
-                      "(OS_CLOUD and --os-cloud are not set)", level="info")
         return openstack.connection.Connection(config=region)
     except os_exc.ConfigException as exc:
         raise CloudConfigError(cloud=cloud or "(from environment)", detail=str(exc), hint=HINT) from None
@@ -79,8 +73,8 @@ def cloud_named(args: list[str], environ) -> tuple[str, str]:
 
         config = os_config.OpenStackConfig()
         names = [n for n in config.get_cloud_names() if n != "envvars"]
-        if len(names) == 1 and not environ.get("OS_AUTH_URL"):
-            return names[0], f"the only cloud in {config.config_filename or 'clouds.yaml'}"
+        if config.config_filename and len(names) == 1 and not environ.get("OS_AUTH_URL"):
+            return names[0], f"the only cloud in {config.config_filename}"
     except Exception:  # noqa: BLE001 - only a name for a message; the connection said what failed
         pass
     return "(none named)", "the OS_* variables or the only cloud in clouds.yaml"

@@ -20,9 +20,13 @@ class AppContext:
 
     def connect(self):
         """An openstacksdk connection for ``--os-cloud`` (clouds.yaml rules)."""
-        from nodeforge.cloud import connect
+        from nodeforge import cloud, log
 
-        return connect(self.os_cloud)
+        if not self.os_cloud:        # openstacksdk takes the only cloud in clouds.yaml: say which, and from where
+            name, source = cloud.cloud_named([], os.environ)
+            if source.startswith("the only cloud in "):
+                log.say(f"using cloud '{name}', {source} (OS_CLOUD and --os-cloud are not set)", level="info")
+        return cloud.connect(self.os_cloud)
 
 
 pass_app = click.make_pass_decorator(AppContext, ensure=True)

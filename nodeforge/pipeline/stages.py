@@ -61,6 +61,7 @@ class PipelineConfig:
     sign_key_passphrase: str | None = None      # a reference (env:NAME, file:PATH), never the passphrase
     canary_policy: Path | None = None           # None: manifests/canary-policy.yaml if it exists, else no canary
     baremetal_cloud: str | None = None          # the cloud entry with Ironic rights (None: os_cloud)
+    cloud_source: str | None = None             # where os_cloud's name came from (recorded, never read back)
 
     def to_dict(self) -> dict:
         return {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(self).items()}
