@@ -333,6 +333,9 @@ class Condition:
                 add((op,), f"must be a finite number, got {schema.kind_of(value)}")
                 continue
             ops.append((op, list(value) if isinstance(value, list) else value))
+        bounds = dict((op, v) for op, v in ops if op in ("min", "max"))
+        if "min" in bounds and "max" in bounds and bounds["min"] > bounds["max"]:
+            add(("min",), f"min {bounds['min']} is above max {bounds['max']}: no node can match")
         return cls(tuple(ops))
 
     def failures(self, value) -> list[str]:

@@ -161,14 +161,21 @@ def _below_archive(value: str) -> str:
 
 
 _Text = Annotated[str, Field(min_length=1)]
+# Debian policy 5.6.12: [epoch:]upstream_version[-debian_revision]; it is written into apt preferences
+# and file names, so nothing else (a newline would be a second apt preferences line).
+_DEB_VERSION_RULE = "a Debian version ([epoch:]upstream[-revision]: A-Z a-z 0-9 . + ~ - :, starting with a digit)"
+_check_deb_version = vocab._pattern(r"(?:\d+:)?\d[A-Za-z0-9.+~:-]*", _DEB_VERSION_RULE)
+_DEB_ARCH_RULE = "a Debian architecture (a-z 0-9 -)"
+_check_deb_arch = vocab._pattern(r"[a-z0-9][a-z0-9-]*", _DEB_ARCH_RULE)
 
 
 class LockedPackageEntry(Declared):
     """One locked package (the archive's signed Packages index publishes its sha256)."""
 
     name: Annotated[str, AfterValidator(_check_deb_name), Rule(_DEB_NAME_RULE)]
-    version: _Text = Field(description="the Debian version, quoted where YAML would read a number")
-    arch: _Text
+    version: Annotated[str, AfterValidator(_check_deb_version), Rule(_DEB_VERSION_RULE)] = Field(
+        description="the Debian version, quoted where YAML would read a number")
+    arch: Annotated[str, AfterValidator(_check_deb_arch), Rule(_DEB_ARCH_RULE)]
     suite: _Text = Field(description="one of suites")
     size: vocab.NonNegativeInt = Field(description="bytes")
     sha256: vocab.Sha256

@@ -65,6 +65,8 @@ def _provided_until(value):
 def _until(value: str) -> str:
     if value not in ("none", "notice") and not _DATE.match(value):
         raise ValueError(f"expected none, notice or YYYY-MM-DD, got {value!r}")
+    if value not in ("none", "notice"):
+        vocab.check_date(value)          # 2020-02-30 has the shape and is no date
     return value
 
 

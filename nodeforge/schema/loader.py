@@ -405,9 +405,15 @@ def _out_of_range(value) -> bool:
     return value != value or value in (float("inf"), float("-inf"))
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_LONE = "a lone surrogate (\\ud800-\\udfff escape) is not a character; write the character itself"
+
+
 def check_numbers(document: "Document") -> None:
-    """Refuse a number no nodeforge field can hold (wider than 64 bits, infinite, not a number),
-    the same for YAML and JSON, named ``file:line: key.path`` (a SchemaError, exit 2)."""
+    """Refuse a number no nodeforge field can hold (wider than 64 bits, infinite, not a number) and
+    text holding a lone surrogate (an escape such as ``"\\ud800"``: no character, unprintable and
+    unwritable as UTF-8), the same for YAML and JSON, named ``file:line: key.path`` (a SchemaError,
+    exit 2)."""
     problems = []
     stack = [(document.data, ())]
     while stack and len(problems) < 20:
@@ -418,6 +424,10 @@ def check_numbers(document: "Document") -> None:
                 stack.append((child, (*keypath, key)))
             elif isinstance(child, (int, float)) and not isinstance(child, bool) and _out_of_range(child):
                 problems.append(document.problem((*keypath, key), _NUMBER))
+            elif isinstance(child, str) and _SURROGATE.search(child):
+                problems.append(document.problem((*keypath, key), _LONE))
+            if isinstance(key, str) and _SURROGATE.search(key):
+                problems.append(document.problem(keypath, "a key holds " + _LONE))
     if problems:
         raise SchemaError(document.path, sorted(problems, key=lambda p: p.line or 0))
 

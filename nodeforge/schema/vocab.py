@@ -16,6 +16,7 @@ without echoing them: errors show the URL through :func:`redact_url`.
 
 from __future__ import annotations
 
+import datetime
 import ipaddress
 import math
 import re
@@ -305,5 +306,18 @@ def text(max_length: int = 255):
 
 
 DATE_RULE = "a date YYYY-MM-DD (quoted: unquoted, YAML reads a date)"
-check_date = _pattern(r"\d{4}-\d{2}-\d{2}", DATE_RULE)
+_check_date_shape = _pattern(r"\d{4}-\d{2}-\d{2}", DATE_RULE)
+
+
+def check_date(value: str) -> str:
+    """A calendar date (2020-02-30 has the shape and is no date)."""
+    _check_date_shape(value)
+    try:
+        datetime.date.fromisoformat(value)
+    except ValueError:
+        raise ValueError(f"{shown(value)} is not a date in the calendar") from None
+    return value
+
+
+check_date.rule = DATE_RULE  # type: ignore[attr-defined]
 DateString = _type(check_date, DATE_RULE)

@@ -68,3 +68,48 @@ def test_leading_zeros_in_a_csv_name_are_kept(tmp_path, env):
     run = run_cli(["-o", "json", "baremetal", "validate", path], env=env)
     check(run, codes=(0,), json_out=True)
     assert [n["name"] for n in json.loads(run.out)["nodes"]] == ["000123"]
+
+
+REFUSED_ELSEWHERE = {
+    # case: (file name, text, command (file path appended where {f} is), "file:line: key.path", words)
+    "profile-min-above-max": ("p.yaml", "version: 1\nprofiles:\n  - name: a\n    resource_class: x\n    match:\n"
+                              "      cpu_count: {min: 8, max: 4}\n", ["baremetal", "classify", "--profiles", "{f}",
+                                                                      "--dry-run"],
+                              ":6: profiles[0].match.cpu_count.min", "above max 4"),
+    "retention-date-not-in-calendar": ("r.yaml", "visible: 1\nkeep: 3\nexpire: deactivate\nmetadata:\n"
+                                       "  provided_until: '2020-02-30'\n",
+                                       ["image", "promote", "--retention", "{f}", "--dry-run", "some-image"],
+                                       ":5: metadata.provided_until", "not a date in the calendar"),
+    "lone-surrogate": ("inv.yaml", f'version: 1\nnodes:\n- name: a\n  description: "x\\ud800"\n  bmc: {BMC}\n',
+                       ["baremetal", "validate", "{f}"], ":4: nodes[0].description", "lone surrogate"),
+    "bifrost-csv-too-many-cells": ("inv.csv", "10.0.0.1," + ",".join(["x"] * 20) + "\n",
+                                   ["baremetal", "validate", "{f}", "--format", "bifrost"], ":1: [1]",
+                                   "at most 19"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED_ELSEWHERE))
+def test_other_files_refuse_a_change_of_meaning_by_name(case, tmp_path, env):
+    name, text, command, where, words = REFUSED_ELSEWHERE[case]
+    path = tmp_path / name
+    path.write_text(text)
+    run = run_cli([str(path) if a == "{f}" else a for a in command], env=env)
+    check(run, codes=(2,), note=f"({case})")
+    assert f"{path}{where}" in run.err and words in run.err, f"{case}: {path}{where} / {words!r} not in\n{run.err}"
+
+
+def test_a_package_lock_version_is_a_debian_version(tmp_path):
+    """A version is written into apt preferences: a newline in it would be a second preferences line."""
+    import re
+
+    from nodeforge.oslock import lock
+    from nodeforge.schema import SchemaError
+    from tests.hostile.conftest import REPO
+
+    text = (REPO / "manifests/os-packages.lock.yaml").read_text()
+    head, packages = text.split("packages:", 1)
+    m = re.search(r'version: "?([^",}]+)"?', packages)
+    bad = head + "packages:" + packages.replace(m.group(0), f'version: "{m.group(1)}\\nPin: origin evil"', 1)
+    with pytest.raises(SchemaError, match=r"x.lock.yaml:\d+: packages\[0\].version: expected a Debian version"):
+        lock.loads(bad, tmp_path / "x.lock.yaml")
+    assert lock.loads(text, tmp_path / "x.lock.yaml").packages

@@ -74,6 +74,10 @@ def _bifrost_csv_entries(reader: _Reader, rows: list[tuple[int, list[str]]]) -> 
     hosts: dict[str, dict] = {}
     index: dict[str, int] = {}
     for i, (_, cells) in enumerate(rows, start=1):
+        if len(cells) > len(BIFROST_CSV_COLUMNS):
+            reader.problem((i,), f"{len(cells)} cells: a Bifrost CSV row has at most {len(BIFROST_CSV_COLUMNS)} "
+                                 "(the cells past it would be dropped)")
+            continue
         if len(cells) < BIFROST_CSV_MIN_COLUMNS:
             reader.problem((i,), f"{len(cells)} cells: a Bifrost CSV row needs at least {BIFROST_CSV_MIN_COLUMNS} "
                                  "(mac ... name)")
