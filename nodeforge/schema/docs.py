@@ -209,14 +209,29 @@ Generated from the declarations (`python -m nodeforge.schema.docs > docs/schemas
 do not edit by hand: `tests/schema/test_docs.py` fails when this file differs from
 what the declarations generate.
 
-Every file below is read by one safe loader (`nodeforge.schema.loader`): UTF-8
-text only, a size limit per kind, nesting at most 64 levels, YAML aliases
-counted as expanded (an alias bomb is refused before it is walked). Types are
-strict: YAML's implicit typing never changes a value silently (an unquoted
-`1.30` is the number 1.3 and is refused where a string is declared, with
-"quote it"; `yes`/`no`/`on` are strings, not booleans). Every problem is
-reported as `file:line: key.path: detail`, all problems of a file at once, exit 2;
-with `--output json` they are listed under `problems`.
+Every file below is read by one safe loader (`nodeforge.schema.loader`), the
+same for YAML, JSON and CSV; its limits are checked before or while reading,
+never after the damage:
+
+| limit | default (a kind may set its own) | refused with |
+|---|---|---|
+| kind of file | regular files only (a FIFO would hang, a device never ends) | "not a regular file" |
+| size | 4 MiB (inventories 8 MiB, manifests and verify reports 16 MiB), stat'ed, then read with a cap | "larger than N; not read" |
+| text | UTF-8 (a byte-order mark dropped); no NUL byte; no lone surrogate (`"\\ud800"`) | the line, or the key path |
+| values | 80,000 mappings, lists, keys and scalars (inventories 500,000), counted before parsing (YAML of 32 KiB or more by libyaml, JSON at C speed) | the line where the count passes the limit |
+| nesting | 64 levels | the line |
+| YAML aliases | 1,000 aliases, 200,000 values added by expanding them (an alias bomb is refused before it is walked) | the anchor's line |
+| numbers | at most 64 bits; no infinity or NaN (YAML `.inf`/`.nan`, JSON `NaN`/`Infinity`, `1e999`) | the key path |
+
+A YAML file that holds JSON text is read as JSON, so the same data gets the
+same verdict in either syntax. Types are strict: YAML's implicit typing never
+changes a value silently (an unquoted `1.30` is the number 1.3 and is refused
+where a string is declared, with "quote it"; `yes`/`no`/`on` are strings, not
+booleans). A name read from a file that stands for another file (a build's
+image, its per-file manifest, a SUMS entry) is a plain name that stays inside
+its directory, symlinks followed. Every problem is reported as
+`file:line: key.path: detail`, all problems of a file at once, exit 2; with
+`--output json` they are listed under `problems`.
 A **secret** field holds a reference (`env:VAR`, `file:PATH`, `fernet:TOKEN`)
 or is masked by field in every output.
 """
