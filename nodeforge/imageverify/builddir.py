@@ -109,6 +109,17 @@ class BuildDir:
     # The typed manifest read (nodeforge.imagebuild.manifest.Manifest); the fields above come from it.
     manifest: object | None = dataclasses.field(default=None, compare=False, repr=False)
 
+    def manifest_bytes(self) -> bytes:
+        """``manifest.json`` as it is now, read bounded, and only if it is still the bytes this build
+        was read from (a changed manifest is a BuildDirError: publish, provenance and diff use these)."""
+        from nodeforge.imagebuild import manifest as mf
+        from nodeforge.schema import loader
+
+        raw = loader.read_bytes(self.manifest_path, loader.Limits(max_bytes=mf.MAX_BYTES))
+        if hashlib.sha256(raw).hexdigest() != self.manifest_sha256:
+            raise BuildDirError(path=self.manifest_path, detail="changed since the build directory was read")
+        return raw
+
     @property
     def k8s_minor(self) -> str:
         return ".".join(self.k8s_version.split(".")[:2])

@@ -314,10 +314,7 @@ def build_files_bytes(build) -> bytes | None:
     the build has none: built before per-file manifests)."""
     from nodeforge.imagebuild import manifest as mf
 
-    raw_manifest, manifest = mf.read(build.manifest_path)
-    if hashlib.sha256(raw_manifest).hexdigest() != build.manifest_sha256:
-        raise DiffError(detail=f"{build.manifest_path} changed since the build directory was read")
-    rec = manifest.to_dict().get("files") or {}
+    rec = mf.parse(build.manifest_bytes(), str(build.manifest_path)).to_dict().get("files") or {}
     path = _confined(Path(build.path), rec.get("path") or contents.FILENAME)
     if not rec.get("sha256") or not path.exists():
         return None

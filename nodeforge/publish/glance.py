@@ -221,9 +221,7 @@ def image_name(build: BuildDir, variant: str) -> str:
 def manifest_scope(build: BuildDir) -> str | None:
     """The ``scope`` the build's manifest records (None: a manifest from before scopes). Read
     from the bytes :func:`builddir.load` digested; an invalid value is refused."""
-    raw = build.manifest_path.read_bytes()
-    if hashlib.sha256(raw).hexdigest() != build.manifest_sha256:
-        raise PublishError(detail=f"{build.manifest_path} changed since the build directory was read")
+    raw = build.manifest_bytes()
     try:
         value = json.loads(raw).get("scope")
     except (ValueError, AttributeError):
@@ -674,10 +672,7 @@ class Publisher:
     def _side_data(self, build: BuildDir, entry: VariantPlan, side: SideImage) -> bytes | None:
         """The bytes ``side`` holds for this build (None: the build has none: no per-file manifest)."""
         if side is MANIFEST:
-            raw = build.manifest_path.read_bytes()
-            if hashlib.sha256(raw).hexdigest() != build.manifest_sha256:
-                raise PublishError(detail=f"{build.manifest_path} changed while publishing")
-            return raw
+            return build.manifest_bytes()
         if side is VERIFY_REPORT:
             return entry.report
         if side is PROVENANCE:

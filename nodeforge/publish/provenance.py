@@ -151,10 +151,7 @@ def verify_signature(env: Envelope, public_key, image: str, cert_label: str) -> 
 # The statement
 
 def _manifest(build: BuildDir) -> dict:
-    raw = build.manifest_path.read_bytes()
-    if hashlib.sha256(raw).hexdigest() != build.manifest_sha256:
-        raise ProvenanceError(detail=f"{build.manifest_path} changed since the build directory was read")
-    return json.loads(raw)
+    return json.loads(build.manifest_bytes())
 
 
 def find_package_lock(build: BuildDir, manifest: dict, path: Path | None = None):

@@ -35,6 +35,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa, utils
 
 from nodeforge import transport
 from nodeforge.errors import NodeforgeError
+from nodeforge.schema import loader
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,9 @@ ECC_KEY_TYPES = {"secp384r1": "ECC_SECP384R1", "secp521r1": "ECC_SECP521R1"}
 RSA_PSS = "RSA-PSS"
 MIN_RSA_BITS = 2048
 
+
+# A PEM key or certificate is a few KiB: a key file is read whole only up to this.
+KEY_FILE_LIMITS = loader.Limits(max_bytes=64 << 10)
 
 class SigningError(NodeforgeError):
     message = "{detail}"
@@ -94,10 +98,7 @@ def load_signer(key_path: Path | str, passphrase_ref: str | None = None, *, hash
         raise SigningError(detail=f"hash method '{hash_method}' is not one Glance verifies "
                                   f"({', '.join(HASH_METHODS)})")
     path = Path(key_path)
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise SigningError(detail=f"cannot read signing key {path}: {exc.strerror}") from None
+    data = loader.read_bytes(path, KEY_FILE_LIMITS)      # a regular file of at most 64 KiB (a PEM key)
     password = None
     if passphrase_ref:
         try:
@@ -105,9 +106,9 @@ def load_signer(key_path: Path | str, passphrase_ref: str | None = None, *, hash
             password = Resolver(Path.cwd(), policy=Policy.operator()).resolve(passphrase_ref).reveal().encode()
         except SecretRefError as exc:
             raise SigningError(detail=f"signing key passphrase: {exc}") from None
-    loader = serialization.load_pem_private_key if b"-----BEGIN" in data else serialization.load_der_private_key
+    parse = serialization.load_pem_private_key if b"-----BEGIN" in data else serialization.load_der_private_key
     try:
-        key = loader(data, password=password)
+        key = parse(data, password=password)
     except TypeError:
         # cryptography: "Password was not given but private key is encrypted" or the reverse.
         if password is None:
@@ -185,10 +186,7 @@ def plan_certificate(cert_path: Path | str, name: str | None = None) -> CertUplo
     """Read and check a PEM certificate (readable, one certificate, valid
     now) and build the Barbican secret it becomes; writes nothing."""
     path = Path(cert_path)
-    try:
-        pem = path.read_bytes()
-    except OSError as exc:
-        raise SigningError(detail=f"cannot read certificate {path}: {exc.strerror}") from None
+    pem = loader.read_bytes(path, KEY_FILE_LIMITS)
     cert = load_certificate(pem, str(path))
     check_validity(cert, str(path))
     name = name or f"nodeforge-image-signing-{cert.fingerprint(hashes.SHA256()).hex()[:12]}"
