@@ -18,39 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from nodeforge.imagebuild import contents, manifest as mf
+from nodeforge.imagebuild import contents
+from tests.hostile.builds import build, copy, set_manifest
 from tests.hostile.conftest import check, run_cli
-from tests.imagebuild import builddir_factory
-from tests.imagebuild.builddir_factory import make_build_dir
 
 OUTSIDE = Path("/etc/hostname")
-
-
-def _resum(d: Path) -> None:
-    names = [line.split("  ", 1)[1] for line in (d / "SHA256SUMS").read_text().splitlines() if line.strip()]
-    builddir_factory.write_sums(d, {n: {"sha256": hashlib.sha256((d / n).read_bytes()).hexdigest(),
-                                        "sha512": hashlib.sha512((d / n).read_bytes()).hexdigest()} for n in names})
-
-
-def _build(root: Path, name: str) -> Path:
-    """A factory build directory with a small per-file manifest recorded in its manifest."""
-    d = make_build_dir(root / name, verify=None, variants=("vm",), size=16 * 1024)
-    tree = root / f"{name}-tree"
-    (tree / "etc").mkdir(parents=True)
-    (tree / "etc/hostname").write_text("node\n")
-    files = contents.write(d / contents.FILENAME, contents.scan(tree))
-    m = json.loads((d / "manifest.json").read_text())
-    m["files"] = files
-    (d / "manifest.json").write_text(mf.dumps(m))
-    _resum(d)
-    return d
-
-
-def _set_manifest(d: Path, change) -> None:
-    m = json.loads((d / "manifest.json").read_text())
-    change(m)
-    (d / "manifest.json").write_text(json.dumps(m, indent=2))
-    _resum(d)
 
 
 def _files_path(value):
@@ -63,7 +35,7 @@ def _files_symlink_out(d: Path) -> None:
     """files.jsonl replaced by a symlink to a file outside, its digest recorded (a forger's best)."""
     (d / contents.FILENAME).unlink()
     (d / contents.FILENAME).symlink_to(OUTSIDE)
-    _set_manifest(d, lambda m: m["files"].update(sha256=hashlib.sha256(OUTSIDE.read_bytes()).hexdigest()))
+    set_manifest(d, lambda m: m["files"].update(sha256=hashlib.sha256(OUTSIDE.read_bytes()).hexdigest()))
 
 
 def _image_path(value):
@@ -82,7 +54,7 @@ def _files_text(text: str):
     """A per-file manifest of the given text, its digest recorded (so only its content is judged)."""
     def write(d: Path) -> None:
         (d / contents.FILENAME).write_text(text)
-        _set_manifest(d, lambda m: m["files"].update(sha256=hashlib.sha256(text.encode()).hexdigest()))
+        set_manifest(d, lambda m: m["files"].update(sha256=hashlib.sha256(text.encode()).hexdigest()))
     return write
 
 
@@ -102,17 +74,17 @@ def _device(name: str):
 
 CASES = {
     # name: (how B is spoiled, text the message must hold)
-    "files-path-absolute": (lambda d: _set_manifest(d, _files_path(str(OUTSIDE))), "files.path"),
-    "files-path-dotdot": (lambda d: _set_manifest(d, _files_path("../../../etc/hostname")), "files.path"),
-    "files-path-dot": (lambda d: _set_manifest(d, _files_path("..")), "files.path"),
+    "files-path-absolute": (lambda d: set_manifest(d, _files_path(str(OUTSIDE))), "files.path"),
+    "files-path-dotdot": (lambda d: set_manifest(d, _files_path("../../../etc/hostname")), "files.path"),
+    "files-path-dot": (lambda d: set_manifest(d, _files_path("..")), "files.path"),
     "files-symlink-out": (_files_symlink_out, "leads out of"),
-    "image-absolute": (lambda d: _set_manifest(d, _image_path(str(OUTSIDE))), "images.vm"),
-    "image-dotdot": (lambda d: _set_manifest(d, _image_path("../x.qcow2")), "images.vm"),
-    "manifest-nan": (lambda d: _set_manifest(d, lambda m: m.update(build_time=float("nan"))),
+    "image-absolute": (lambda d: set_manifest(d, _image_path(str(OUTSIDE))), "images.vm"),
+    "image-dotdot": (lambda d: set_manifest(d, _image_path("../x.qcow2")), "images.vm"),
+    "manifest-nan": (lambda d: set_manifest(d, lambda m: m.update(build_time=float("nan"))),
                      "build_time: a number out of range"),
     "manifest-deep": (_raw_manifest("[" * 200 + "]" * 200), "nested more than"),
     "manifest-many": (_raw_manifest("[" + "0," * 100_000 + "0]"), "more than 80000 values"),
-    "manifest-huge-int": (lambda d: _set_manifest(d, lambda m: m["files"].update(entries=10 ** 30)),
+    "manifest-huge-int": (lambda d: set_manifest(d, lambda m: m["files"].update(entries=10 ** 30)),
                           "files.entries: a number out of range"),
     "manifest-fifo": (_fifo("manifest.json"), "not a regular file"),
     "manifest-device": (_device("manifest.json"), "not a regular file"),
@@ -127,14 +99,7 @@ CASES = {
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("build-paths")
-    return _build(root, "a"), _build(root, "b")
-
-
-def _copy(src: Path, dst: Path) -> Path:
-    import shutil
-
-    shutil.copytree(src, dst, symlinks=True)
-    return dst
+    return build(root, "a"), build(root, "b")
 
 
 def test_the_pair_compares(pair, tmp_path):
@@ -149,7 +114,7 @@ def test_the_pair_compares(pair, tmp_path):
 def test_image_diff_reads_only_inside_the_builds(case, pair, tmp_path):
     a, b = pair
     spoil, words = CASES[case]
-    b = _copy(b, tmp_path / "b")
+    b = copy(b, tmp_path / "b")
     spoil(b)
     outside_digest = hashlib.sha256(OUTSIDE.read_bytes()).hexdigest()
     for args in (["image", "diff", a, b], ["-o", "json", "image", "diff", a, b]):
@@ -164,7 +129,7 @@ def test_image_publish_reads_only_inside_the_build(case, pair, tmp_path):
     """The same manifest spoils reach ``image publish`` (it reads the build before any cloud)."""
     _, b = pair
     spoil, words = CASES[case]
-    b = _copy(b, tmp_path / "b")
+    b = copy(b, tmp_path / "b")
     spoil(b)
     run = run_cli(["image", "publish", b, "--dry-run"])
     check(run, codes=(2,), note=f"({case})")

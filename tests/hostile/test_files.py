@@ -85,6 +85,7 @@ SEEDS = {
     "template-vm": ("manifests/templates/k8s-1.36-vm.yaml", "yaml"),
     "retention": ("manifests/image-retention.yaml", "yaml"),
     "sources": ("sources.yaml", "yaml"),
+    "canary-policy": ("docs/examples/canary-policy.yaml", "yaml"),
 }
 
 
@@ -110,6 +111,11 @@ def _setup(kind: str, d: Path, data: bytes, *, mirror: str | None = None) -> tup
     if kind == "retention":
         (d / "retention.yaml").write_bytes(data)
         return ["image", "promote", "--retention", d / "retention.yaml", "--dry-run", "some-image"], (2,), out
+    if kind == "canary-policy":
+        # The policy is read before the build directory (an empty one here: exit 2 after the policy).
+        (d / "canary-policy.yaml").write_bytes(data)
+        (d / "build").mkdir()
+        return ["image", "canary", d / "build", "--canary-policy", d / "canary-policy.yaml", "--dry-run"], (2,), out
     if kind == "sources":
         (d / "sources.yaml").write_bytes(data)
         # --no-packages: the OS package lock beside versions.yaml would send every valid example to the
@@ -180,6 +186,7 @@ test_hostile_flavors = _file_property("flavors")
 test_hostile_template_baremetal = _file_property("template-baremetal")
 test_hostile_template_vm = _file_property("template-vm")
 test_hostile_retention = _file_property("retention")
+test_hostile_canary_policy = _file_property("canary-policy")
 
 
 # Every inventory format: nodeforge YAML, python-ironicclient bulk, Bifrost JSON (CSV below).
@@ -246,3 +253,56 @@ def test_hostile_build_dir(name, data, build_dir, workdir, no_cloud_env):
     run = run_cli(["image", "publish", d, "--dry-run"] + fmt_args, env=no_cloud_env)
     check(run, codes=(2,), json_out=out_json, secrets=secret_forms(SECRETS.values()), note=f"(input {blob[:300]!r})")
     _check_log_lines(run, log_json)
+
+
+@st.composite
+def _mutated_lines(draw, text: str):
+    """A line-oriented file (SUMS, JSON lines) with lines replaced by hostile ones, then bytes mangled."""
+    lines = text.splitlines()
+    hostile = st.one_of(st.sampled_from([
+        "", " ", "0" * 64 + "  ../../etc/hostname", "0" * 64 + "  /etc/hostname", "0" * 64 + "  .",
+        "0" * 64 + "  a/b", "zz" * 32 + "  x", "0" * 63 + "  short", "0" * 64 + " *bin", "{}", "[]", "null",
+        '{"path": 1, "type": "file"}', '{"path": "/a", "type": "file", "size": NaN}', "[" * 5000,
+        '{"path": "/a", "type": "file", "size": 1e999}', "x" * 70_000, "\ud800", "\x00"]),
+        st.text(max_size=80))
+    for _ in range(draw(st.integers(1, 3))):
+        i = draw(st.integers(0, len(lines)))
+        op = draw(st.sampled_from(["replace", "insert", "delete"]))
+        if op == "delete" and lines:
+            lines.pop(min(i, len(lines) - 1))
+        elif op == "replace" and lines:
+            lines[min(i, len(lines) - 1)] = draw(hostile)
+        else:
+            lines.insert(i, draw(hostile))
+    body = ("\n".join(lines) + "\n").encode("utf-8", "surrogatepass")
+    return draw(mutate.byte_level(body))
+
+
+@pytest.mark.parametrize("name", ["SHA256SUMS", "SHA512SUMS"])
+@HOSTILE
+@given(data=st.data())
+def test_hostile_sums(name, data, build_dir, workdir, no_cloud_env):
+    """A mutated SUMS file: ``image publish --dry-run`` exits 2 and reads nothing outside the build."""
+    blob = data.draw(_mutated_lines((build_dir / name).read_text()), label="file")
+    d = _copy_build(build_dir, workdir())
+    (d / name).write_bytes(blob)
+    run = run_cli(["image", "publish", d, "--dry-run"], env=no_cloud_env)
+    check(run, codes=(2,), note=f"(input {blob[:300]!r})")
+
+
+@HOSTILE
+@given(data=st.data())
+def test_hostile_files_manifest(data, workdir, tmp_path_factory):
+    """A mutated per-file manifest (its digest recorded, so its content is judged): ``image diff``
+    exits 0, 10 or 2, never a traceback."""
+    import hashlib
+
+    from tests.hostile.builds import build, set_manifest
+
+    root = workdir()
+    a, b = build(root, "a"), build(root, "b")
+    blob = data.draw(_mutated_lines((b / "files.jsonl").read_text()), label="file")
+    (b / "files.jsonl").write_bytes(blob)
+    set_manifest(b, lambda m: m["files"].update(sha256=hashlib.sha256(blob).hexdigest()))
+    run = run_cli(["image", "diff", a, b])
+    check(run, codes=(0, 2, 10), note=f"(input {blob[:300]!r})")
