@@ -28,9 +28,9 @@ CHILD = r"""
 import json, os, sys, time
 os.environ.setdefault("NODEFORGE_SECRET_BENCH_PW", "bench-pw-123456")
 from nodeforge.ironic import inventory as inv
-from nodeforge.schema import loader
+from nodeforge.schema import fastyaml
 if sys.argv[2] == "roundtrip":            # the peer: no tree from libyaml's events
-    loader._c_build = lambda yaml, text: None
+    fastyaml.build = lambda yaml, text: None
 t = time.perf_counter()
 try:
     i = inv.load(sys.argv[1])

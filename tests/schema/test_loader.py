@@ -10,6 +10,8 @@ import textwrap
 
 import pytest
 
+from nodeforge.schema import fastyaml
+
 from nodeforge.errors import ConfigError
 from nodeforge.schema import Limits, SchemaError, load, read_text
 
@@ -297,7 +299,7 @@ def test_the_event_built_tree_reads_like_the_round_trip_parser(doc, flow):
     import yaml
 
     text = yaml.safe_dump(doc, default_flow_style=flow, allow_unicode=True, sort_keys=False)
-    built = _loader._c_build(yaml, text)
+    built = fastyaml.build(yaml, text)
     try:
         rt = _loader.load("x.yaml", text)           # small: the round-trip parser
     except ConfigError:                             # ruamel refuses it ('._' reads as a float): so must the fast path
@@ -318,13 +320,13 @@ def test_the_event_built_tree_reads_like_the_round_trip_parser(doc, flow):
 def test_anything_else_is_left_to_the_round_trip_parser(text):
     import yaml
 
-    assert _loader._c_build(yaml, text) is None
+    assert fastyaml.build(yaml, text) is None
 
 
 def test_a_large_file_is_built_from_events_and_reports_the_same_lines(tmp_path):
     rows = "".join(f"  - {{name: n{i}, port: {i}, on: yes}}\n" for i in range(3000))
     text = "version: 1\nnodes:\n" + rows + "  - {name: bad, port: '7'}\n"
-    assert len(text) > _loader._COUNT_FROM
+    assert len(text) > fastyaml.COUNT_FROM
     doc = _loader.load(tmp_path / "big.yaml", text)
     assert isinstance(doc.doc, _loader.CommentedMap) and doc.data["nodes"][5] == {"name": "n5", "port": 5, "on": "yes"}
     assert doc.line(("nodes", 3000, "port")) == 3003 and doc.source_text(("nodes", 3000, "port")) == "'7'"
