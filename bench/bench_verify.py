@@ -40,7 +40,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from nodeforge.base import qemuimg  # noqa: E402
-from nodeforge.imageverify import accel, boottest, builddir  # noqa: E402
+from nodeforge.imageverify import accel, boottest, builddir, imagefiles  # noqa: E402
 from nodeforge.imageverify.bootwatch import STAGES, ConsoleWatch  # noqa: E402
 
 GOAL_RATIO = 1.3
@@ -117,7 +117,7 @@ def main(argv=None) -> int:
 
         t = time.monotonic()
         decision = accel.decide(None, qemu=tools[boottest.QEMU], cache_dir=tmp / "accel-cache", work_dir=tmp,
-                                kernel=lambda: boottest.probe_kernel(build, tools, tmp),
+                                kernel=lambda: imagefiles.probe_kernel(build, tools, tmp),
                                 firmware=boottest.ovmf())
         decided = time.monotonic() - t
         print(f"accelerator decision (probe, empty cache): {decided:.1f} s -> {decision.accel} "

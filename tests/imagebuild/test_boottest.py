@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from nodeforge import cli
-from nodeforge.imageverify import builddir
+from nodeforge.imageverify import builddir, imagefiles
 from nodeforge.imageverify import boottest, verify_guest, verifychecks as vc
 from nodeforge.pins.cache import Cache
 from tests.imagebuild.builddir_factory import make_build_dir
@@ -535,7 +535,7 @@ def test_image_facts_read_the_root_partition_without_mounting(tmp_path):
     sb = shutil.which("sgdisk", path=SBIN_PATH)
     subprocess.run([sb, "-n", "1:2048:+1M", "-t", "1:EF02", "-n", "2:0:+4M", "-t", "2:EF00", "-n", "3:0:0",
                     "-t", "3:8304", str(disk)], check=True, capture_output=True)
-    offset, length = boottest.gpt_root_partition(disk)
+    offset, length = imagefiles.gpt_root_partition(disk)
     assert offset == (2048 + 2048 + 8192) * 512 and length > 40 << 20
     subprocess.run([shutil.which("mkfs.ext4", path=SBIN_PATH), "-q", "-d", str(tree), "-E", f"offset={offset}",
                     str(disk), f"{length // 1024}k"], check=True, capture_output=True)
@@ -546,7 +546,7 @@ def test_image_facts_read_the_root_partition_without_mounting(tmp_path):
                                                   "scope": "image"}]},
                 {"id": "NF-HARD-013", "checks": [{"kind": "absent", "path": "/var/log/*.log", "scope": "image"},
                                                  {"kind": "absent", "path": "/tmp/in_target.d", "scope": "image"}]}]
-    facts = boottest.image_facts(disk, controls, shutil.which("debugfs", path=SBIN_PATH))
+    facts = imagefiles.image_facts(disk, controls, shutil.which("debugfs", path=SBIN_PATH))
     assert facts["globs"] == {"/etc/ssh/ssh_host_*_key": ["/etc/ssh/ssh_host_ed25519_key"],
                               "/var/lib/dbus/machine-id": [], "/var/log/*.log": ["/var/log/dpkg.log"],
                               "/tmp/in_target.d": []}
