@@ -62,15 +62,12 @@ import hashlib
 import json
 import logging
 import math
-import os
-import socket
 import time
-from pathlib import Path
 from typing import Iterable
 
 from nodeforge import plan as PL, transport
-from nodeforge.base import qemuimg, runner
-from nodeforge.errors import NodeforgeError, UsageError
+from nodeforge.base import fs
+from nodeforge.errors import UsageError
 from nodeforge.imagebuild import contents
 from nodeforge.imageverify import attest, verifyreport
 from nodeforge.imageverify.builddir import BuildDir, VariantImage, VerifyStatus
@@ -84,11 +81,11 @@ from nodeforge.publish.glance_api import (  # noqa: F401 - re-exported
     download_verify_report, find_image,
     get_image, list_images, patch_image, put_data, scope_of, set_ops, tag_k8s, tag_variant)
 from nodeforge.publish.retention import RetentionPolicy
+from nodeforge.publish.upload import HashingReader, uploader_alive, uploader_id, virtual_size
 from nodeforge.scope import scope_problem
 
 log = logging.getLogger(__name__)
 
-CHUNK = 1 << 20
 
 # Limits a production Glance enforces or a MySQL/MariaDB schema implies; the
 # local SQLite-backed Glance enforces none of them, so nodeforge checks here.
@@ -148,67 +145,6 @@ class ScopeConflict(PublishError):
 class UploadInProgress(PublishError):
     message = ("{image}: image {image_id} is being uploaded right now by process {pid} on this host; "
                "wait for it or stop it, then publish again")
-
-
-# --------------------------------------------------------------------------
-# Streaming
-
-class HashingReader:
-    """A file-like request body: reads ``path`` in 1 MiB chunks, feeding every
-    hash object in ``hashers`` as it goes. ``requests`` sends it with a
-    Content-Length (``__len__``) and calls ``read`` until it returns b""."""
-
-    def __init__(self, path: Path, hashers: dict[str, object], progress=None):
-        self._f = open(path, "rb")  # noqa: SIM115 - closed by close()/__exit__
-        self._size = os.fstat(self._f.fileno()).st_size
-        self.hashers = hashers
-        self.sent = 0
-        self._progress = progress
-
-    def __len__(self) -> int:
-        return self._size
-
-    def read(self, n: int = -1) -> bytes:
-        # Ignore the caller's 16 KiB hint: bigger chunks mean far fewer
-        # Python-level calls for multi-GiB images.
-        chunk = self._f.read(CHUNK)
-        if chunk:
-            for h in self.hashers.values():
-                h.update(chunk)
-            self.sent += len(chunk)
-            if self._progress:
-                self._progress(len(chunk))
-        return chunk
-
-    def close(self) -> None:
-        self._f.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def digests(self) -> dict[str, str]:
-        return {name: h.hexdigest() for name, h in self.hashers.items()}
-
-
-def read_pass(path: Path, hashers: dict[str, object]) -> dict[str, str]:
-    """Hash ``path`` once with all of ``hashers`` (no upload)."""
-    with HashingReader(path, hashers) as r:
-        while r.read():
-            pass
-        return r.digests()
-
-
-def virtual_size(image: VariantImage) -> int:
-    """The disk size a server needs: qcow2's virtual size, a raw file's size."""
-    if image.disk_format == "qcow2" and runner.which(qemuimg.TOOL):
-        try:
-            return qemuimg.virtual_size(image.path, "qcow2", timeout=60)
-        except (NodeforgeError, ValueError, KeyError, OSError):
-            log.warning("qemu-img info failed on %s; min_disk from the file size", image.path)
-    return image.size
 
 
 # --------------------------------------------------------------------------
@@ -299,36 +235,6 @@ def check_properties(name: str, props: dict, *, core: int = 0) -> None:
 
 def tags_for(build: BuildDir, variant: str, approved: bool = False) -> list[str]:
     return [TAG, tag_k8s(build.k8s_minor), tag_variant(variant), TAG_APPROVED if approved else TAG_CANDIDATE]
-
-
-# --------------------------------------------------------------------------
-# Uploader identity: who owns an image in flight
-
-def _proc_start(pid: int) -> str | None:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
-
-
-def uploader_id() -> str:
-    pid = os.getpid()
-    return f"{socket.gethostname()}:{pid}:{_proc_start(pid) or 0}"
-
-
-def uploader_alive(owner: str | None) -> int | None:
-    """The pid of the live process on this host that owns an upload, else None."""
-    if not owner:
-        return None
-    try:
-        host, pid_s, start = owner.rsplit(":", 2)
-        pid = int(pid_s)
-    except ValueError:
-        return None
-    if host != socket.gethostname() or pid == os.getpid():
-        return None
-    return pid if _proc_start(pid) == start else None
 
 
 # --------------------------------------------------------------------------
@@ -700,12 +606,9 @@ class Publisher:
             # The signature must be on the image before its data arrives, so
             # sign in the pass that checks the local file against SHA*SUMS.
             signer = self.sign.signer
-            pre = dict(hashers)
-            if signer.hash_name not in pre:
-                pre[signer.hash_name] = signer.hasher()
-            local = read_pass(image.path, pre)
+            local = fs.digest_file(image.path, sorted({"sha512", signer.hash_name}))     # one read pass
             self._check_local(image, local, name)
-            props.update(signer.properties(signer.sign(pre[signer.hash_name].digest()), self.sign.cert_id))
+            props.update(signer.properties(signer.sign(bytes.fromhex(local[signer.hash_name])), self.sign.cert_id))
             hashers = {"sha512": hashlib.sha512()}
         # Signed SLSA provenance (nodeforge/publish/provenance.py) and the per-file manifest (for
         # 'image diff') beside the manifest, linked from the image.
