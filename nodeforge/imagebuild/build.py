@@ -43,8 +43,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import glob
-import json
 import logging
 import os
 import shutil
@@ -55,7 +53,7 @@ from pathlib import Path
 from typing import Callable
 
 from nodeforge.base import fs, runner
-from nodeforge.errors import ConfigError, NodeforgeError
+from nodeforge.errors import NodeforgeError
 from nodeforge.imagebuild.steps import Step, run_steps
 from nodeforge.imagebuild import checksums, contents, disk, manifest as mf, package_base as pb, render as rd
 from nodeforge.imagebuild import pyc, reproducible
@@ -476,7 +474,7 @@ def _dib_cache_lock(dib_cache: Path, logf: _Log):
 def package_base_spec(plan: Plan, rendered: rd.Rendered, base_elements: Path) -> pb.BaseSpec:
     """What the package base is built from (its cache key); nothing Kubernetes-specific. With an OS
     package lock the mirrors are not part of it (see :func:`pb.spec_mirrors`)."""
-    return _base_spec(plan, rendered.distro, rendered_env(rendered.env_file),
+    return _base_spec(plan, rendered.distro, rd.rendered_env(rendered.env_file),
                       pb.union_packages(rendered.elements, list(rd.NODEFORGE_ELEMENTS)), rd.tree_digest(base_elements))
 
 
@@ -503,10 +501,10 @@ def package_base_plan(bp: BuildPlan) -> PackageBasePlan:
     not re-hashed, locked or removed)."""
     plan, req = bp.plan, bp.plan.request
     if plan.rendered is not None:
-        elements, renv, distro = plan.rendered.elements, rendered_env(plan.rendered.env_file), plan.rendered.distro
+        elements, renv, distro = plan.rendered.elements, rd.rendered_env(plan.rendered.env_file), plan.rendered.distro
     else:
         tree = rd.tree(plan.lock, req.minor, arch=req.arch)
-        elements, renv, distro = tree.element_files(), parse_env(tree.read("nodeforge.env").decode()), tree.distro
+        elements, renv, distro = tree.element_files(), rd.parse_env(tree.read("nodeforge.env").decode()), tree.distro
     packages = pb.union_packages(elements, list(rd.NODEFORGE_ELEMENTS))
     spec = _base_spec(plan, distro, renv, packages,
                       rd.entries_digest(pb.element_entries(packages, elements, os_lock=plan.os_lock)))
@@ -626,13 +624,13 @@ def _step_package_base(b: _Build) -> None:
 def _step_rootfs(b: _Build) -> None:
     """One root filesystem (a tar), by diskimage-builder from the package base."""
     plan, req, rendered = b.plan, b.plan.request, b.rendered
-    b.elements = rendered_env(rendered.env_file)["NODEFORGE_ELEMENTS"].split()
+    b.elements = rd.rendered_env(rendered.env_file)["NODEFORGE_ELEMENTS"].split()
     b.args = ["-a", req.arch.value, "-t", "tar", "-o", str(b.work / "rootfs"), *b.elements]
     image_cache = pb.image_cache_for(b.base, b.work / "dib-image-cache", plan.dib_cache,
                                      distro_name=plan.lock.base_os.distro, release=rendered.distro.release,
                                      arch=req.arch.value)
     env = _dib_env(plan, rendered.elements, image_cache, {
-        **rendered_env(rendered.env_file),
+        **rd.rendered_env(rendered.env_file),
         "DIB_DEBOOTSTRAP_CACHE": "0",
         "DIB_NODEFORGE_ARTIFACT_CACHE": str(plan.cache.root.absolute()),
         "DIB_NODEFORGE_ACTIVATE_VARIANT": ""})
@@ -711,10 +709,11 @@ def _step_manifest(b: _Build) -> None:
         # The lock itself beside the manifest: publish's provenance lists every .deb digest from it.
         shutil.copyfile(plan.os_lock.path, b.stage / "os-packages.lock.yaml")
     manifest["files"] = b.files
-    manifest["reproducible"] = _reproducible_record(manifest, b.epoch, b.epoch_source, b.normalised)
+    manifest["reproducible"] = reproducible.record(manifest, b.epoch, b.epoch_source, b.normalised,
+                                                   FILE_MANIFEST_EXCLUDE)
     text = mf.dumps(manifest)
     disk.replace_file(b.rootfs / mf.IN_IMAGE_PATH, text)
-    _clamp_paths(b.rootfs, b.epoch, [mf.IN_IMAGE_PATH, str(Path(mf.IN_IMAGE_PATH).parent)])
+    reproducible.clamp_paths(b.rootfs, b.epoch, [mf.IN_IMAGE_PATH, str(Path(mf.IN_IMAGE_PATH).parent)])
     (b.stage / "manifest.json").write_text(text)
     b.manifest = manifest
 
@@ -787,49 +786,9 @@ def _file_manifest(rootfs: Path, logf: _Log) -> list[dict]:
     return contents.scan(rootfs, exclude=FILE_MANIFEST_EXCLUDE, workers=2)
 
 
-def _clamp_paths(rootfs: Path, epoch: int, rels: list[str]) -> None:
-    for rel in rels:
-        path = rootfs / rel
-        st = os.lstat(path)
-        when = min(int(st.st_mtime), epoch) * 1_000_000_000
-        os.utime(path, ns=(when, when), follow_symlinks=False)
-
-
-def _reproducible_record(manifest: dict, epoch: int, source: str, done: dict) -> dict:
-    """What the content is a function of (``inputs``, digested), the epoch, and the normalisation."""
-    inputs = {
-        "lockfile_sha256": manifest["lockfile"]["sha256"],
-        "os_package_lock": (manifest.get("os_package_lock") or {}).get("digest"),
-        "element_tree_sha256": manifest["element_tree"]["sha256"],
-        "package_base_key": (manifest.get("package_base") or {}).get("key"),
-        "diskimage_builder": manifest["diskimage_builder"]["version"],
-        "arch": manifest["arch"], "kubernetes": manifest["kubernetes"]["version"],
-        "artifacts": sorted(a["sha256"] for a in manifest["artifacts"]),
-    }
-    return {"source_date_epoch": epoch, "source_date": reproducible.iso(epoch), "source_date_from": source,
-            "inputs": inputs, "inputs_sha256": reproducible.inputs_digest(inputs),
-            "file_manifest_excludes": list(FILE_MANIFEST_EXCLUDE),
-            "normalised": {"removed": len(done["removed"]), "truncated_logs": done["truncated_logs"],
-                           "clamped": done["clamped"]}}
-
-
 def _same_fs(a: Path, b: Path) -> bool:
     return os.stat(a).st_dev == os.stat(b).st_dev
 
 
 def image_name(version: str, variant: str) -> str:
     return f"nodeforge-k8s-{version}-{variant}." + ("qcow2" if variant == "vm" else "raw")
-
-
-def rendered_env(path: Path) -> dict[str, str]:
-    return parse_env(Path(path).read_text())
-
-
-def parse_env(text: str) -> dict[str, str]:
-    """The ``export KEY=value`` lines of a rendered ``nodeforge.env``."""
-    out = {}
-    for line in text.splitlines():
-        if line.startswith("export ") and "=" in line:
-            key, _, value = line[len("export "):].partition("=")
-            out[key] = value.strip('"')
-    return out

@@ -557,3 +557,17 @@ def _digest(lines: dict[str, str]) -> str:
     for rel in sorted(lines):
         h.update(lines[rel].encode())
     return h.hexdigest()
+
+
+def rendered_env(path: Path) -> dict[str, str]:
+    return parse_env(Path(path).read_text())
+
+
+def parse_env(text: str) -> dict[str, str]:
+    """The ``export KEY=value`` lines of a rendered ``nodeforge.env``."""
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("export ") and "=" in line:
+            key, _, value = line[len("export "):].partition("=")
+            out[key] = value.strip('"')
+    return out

@@ -275,3 +275,30 @@ def clamp_times(root: Path, epoch: int) -> int:
                 fix(full, st)
     fix(str(root), os.lstat(root))
     return newer
+
+
+def clamp_paths(rootfs: Path, epoch: int, rels: list[str]) -> None:
+    for rel in rels:
+        path = rootfs / rel
+        st = os.lstat(path)
+        when = min(int(st.st_mtime), epoch) * 1_000_000_000
+        os.utime(path, ns=(when, when), follow_symlinks=False)
+
+
+def record(manifest: dict, epoch: int, source: str, done: dict, excludes) -> dict:
+    """A build manifest's ``reproducible``: what the content is a function of (``inputs``, digested),
+    the epoch, the per-file manifest's ``excludes`` and the normalisation ``done``."""
+    inputs = {
+        "lockfile_sha256": manifest["lockfile"]["sha256"],
+        "os_package_lock": (manifest.get("os_package_lock") or {}).get("digest"),
+        "element_tree_sha256": manifest["element_tree"]["sha256"],
+        "package_base_key": (manifest.get("package_base") or {}).get("key"),
+        "diskimage_builder": manifest["diskimage_builder"]["version"],
+        "arch": manifest["arch"], "kubernetes": manifest["kubernetes"]["version"],
+        "artifacts": sorted(a["sha256"] for a in manifest["artifacts"]),
+    }
+    return {"source_date_epoch": epoch, "source_date": iso(epoch), "source_date_from": source,
+            "inputs": inputs, "inputs_sha256": inputs_digest(inputs),
+            "file_manifest_excludes": list(excludes),
+            "normalised": {"removed": len(done["removed"]), "truncated_logs": done["truncated_logs"],
+                           "clamped": done["clamped"]}}
