@@ -32,6 +32,18 @@ def _stage_rows(doc: dict) -> list[dict]:
     return rows
 
 
+
+def _cloud_in_use(app, *, say: bool) -> str:
+    """The cloud the run uses and where its name came from (option, $OS_CLOUD, the only cloud in
+    clouds.yaml), said on stderr (``say``) and recorded in the run's inputs."""
+    from_option = click.get_current_context().find_root().get_parameter_source("os_cloud") is \
+        click.core.ParameterSource.COMMANDLINE
+    name, source = cloud_mod.cloud_named(["--os-cloud", app.os_cloud] if from_option else [], os.environ)
+    if say:
+        log.say(f"cloud '{name}' ({source})", level="info")
+    return f"{name} ({source})"
+
+
 def emit_run(app, doc: dict) -> None:
     output.emit(doc, app.output, rows=_stage_rows(doc), columns=STAGE_COLUMNS,
                 title=f"pipeline run {doc['run_id']}: {doc['status']}")
@@ -123,17 +135,13 @@ def run(app, minors, resume_id, runs_dir, lockfile_path, sources_file, cache_dir
         raise click.UsageError("--resume takes the run's recorded inputs; it goes without "
                                "--minor/--dry-run/--scope/--no-packages/--sign-key")
     options.check_signing(sign_key, passphrase_ref, sign_cert_id)
-    from_option = click.get_current_context().find_root().get_parameter_source("os_cloud") is \
-        click.core.ParameterSource.COMMANDLINE
-    cloud_name, cloud_source = cloud_mod.cloud_named(["--os-cloud", app.os_cloud] if from_option else [], os.environ)
-    if not dry_run and not resume_id:
-        log.say(f"cloud '{cloud_name}' ({cloud_source})", level="info")
+    cloud_source = _cloud_in_use(app, say=not dry_run and not resume_id)
     config = PipelineConfig(lockfile=lockfile_path, sources_file=sources_file, cache_dir=cache_dir,
                             os_cloud=app.os_cloud, retention=retention_path, work_dir=work_dir,
                             dib_cache=dib_cache, verify_timeout=verify_timeout, fixture=fixture_label, scope=scope,
                             packages=not no_packages, sign_key=sign_key, sign_key_passphrase=passphrase_ref,
                             sign_cert_id=sign_cert_id, canary_policy=policy_path, baremetal_cloud=baremetal_cloud,
-                            cloud_source=f"{cloud_name} ({cloud_source})")
+                            cloud_source=cloud_source)
     pipe = Pipeline(config, runs_dir=runs_dir, say=lambda line: log.say(line, level="info", prefix=False))
     if dry_run:
         plan = pipe.plan(list(minors))
