@@ -20,7 +20,7 @@ from nodeforge.redact import scrub
 
 # The command groups: name -> the module defining it (nodeforge/commands/<name>.py).
 GROUPS = {name: f"nodeforge.commands.{name}" for name in
-          ("devcloud", "release", "image", "baremetal", "flavor", "template", "pipeline")}
+          ("devcloud", "release", "image", "baremetal", "flavor", "template", "pipeline", "report")}
 
 
 class LazyGroup(click.Group):

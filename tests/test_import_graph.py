@@ -57,6 +57,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("nodeforge.magnum",),
     # orchestration and the local cloud
     ("nodeforge.pipeline", "nodeforge.devcloud"),
+    # reports: HTML made from the JSON documents the features above write
+    ("nodeforge.report",),
     # the CLI: options shared by several commands (their defaults and choices come from the features)
     ("nodeforge.commands.options",),
     ("nodeforge.commands",),

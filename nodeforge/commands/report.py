@@ -1,0 +1,39 @@
+"""``nodeforge report html``: a static, self-contained HTML site from the JSON documents of a run
+directory (nodeforge/report/, docs/reports.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from nodeforge import output
+from nodeforge.commands import options
+
+
+@click.group()
+def report():
+    """Reports to look at: HTML pages made from the JSON documents nodeforge writes."""
+
+
+@report.command("html")
+@click.argument("run_dir", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--dest", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Directory the site is written into (created; its pages replaced).")
+@options.dry_run
+@options.pass_app
+def html(app, run_dir, dest, dry_run):
+    """Write a static site (HTML and inline CSS, no script, nothing fetched) for the documents in
+    RUN_DIR: the pipeline's run record (run.json) as a timeline with one bar per stage, and each
+    enrollment report (baremetal enroll --report FILE.json) as a rack with one tile per node.
+    Pages say only what the documents say; prints the pages written (--dry-run: would write)."""
+    from nodeforge.report import documents, site
+
+    docs = documents.find(run_dir)
+    pages = site.plan(docs)
+    if not dry_run:
+        site.write(docs, dest)
+    rows = [{"page": str(dest / p.name), "kind": p.kind, "title": p.title} for p in pages]
+    output.emit({"dry_run": dry_run, "dest": str(dest), "pages": rows, "skipped": docs.skipped}, app.output,
+                rows=rows, columns=["page", "kind", "title"],
+                title=f"report pages {'to write (dry run)' if dry_run else 'written'} in {dest}")

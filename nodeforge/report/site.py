@@ -1,0 +1,134 @@
+"""The static site: one page per document (the run as a timeline, each enrollment batch as a
+rack of tiles) and an index, rendered by jinja2 with the CSS inline, plain SVG for the timeline and
+no script at all: a node's details open with ``<details>`` (keyboard and screen readers included),
+states are written as text beside their colour, and nothing is fetched from anywhere."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import re
+from pathlib import Path
+
+import jinja2
+
+from nodeforge.base.fs import atomic_write
+from nodeforge.redact import scrub
+from nodeforge.report.documents import Documents
+
+TEMPLATES = Path(__file__).with_name("templates")
+# A node's provision state (or its failure) as one of the rack's categories, each with a colour.
+CATEGORIES = ("available", "enrolled", "inspecting", "cleaning", "deploying", "active", "failed", "maintenance",
+              "other")
+_STATE_CATEGORY = (
+    (re.compile(r"fail|error"), "failed"),
+    (re.compile(r"^(enroll|manageable|verifying)$"), "enrolled"),
+    (re.compile(r"inspect"), "inspecting"),
+    (re.compile(r"clean"), "cleaning"),
+    (re.compile(r"deploy|wait call-back"), "deploying"),
+    (re.compile(r"^active$"), "active"),
+    (re.compile(r"^available$"), "available"),
+)
+TIMELINE_WIDTH = 900
+
+
+@dataclasses.dataclass
+class Page:
+    name: str            # file name in the site
+    title: str
+    kind: str            # run | batch | index
+
+
+def category(node: dict) -> str:
+    """The rack category of an enrollment report's node: failed when it failed, else by its state."""
+    if not node.get("ok", True):
+        return "failed"
+    if node.get("maintenance"):
+        return "maintenance"
+    state = str(node.get("state") or "").lower()
+    for pattern, name in _STATE_CATEGORY:
+        if pattern.search(state):
+            return name
+    return "other"
+
+
+def _parse_time(value) -> datetime.datetime | None:
+    try:
+        return datetime.datetime.strptime(str(value), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.timezone.utc)
+    except ValueError:
+        return None
+
+
+def timeline(run: dict) -> dict:
+    """One bar per recorded stage, placed at its start (from the run's creation) and as long as its
+    recorded ``seconds`` (the bar's label and ``data-seconds`` are exactly the record's figure)."""
+    created = _parse_time(run.get("created"))
+    bars, cursor = [], 0.0
+    for i, s in enumerate(run.get("stages") or []):
+        if not isinstance(s, dict):
+            continue
+        seconds = s.get("seconds") if isinstance(s.get("seconds"), (int, float)) else None
+        started = _parse_time(s.get("started"))
+        start = (started - created).total_seconds() if started and created else cursor
+        cursor = max(cursor, start + (seconds or 0))
+        label = f"{s.get('name')}" + (f" [{s.get('minor')}]" if s.get("minor") else "")
+        error = s.get("error")
+        bars.append({"index": i, "label": label, "status": str(s.get("status")), "seconds": seconds,
+                     "start": max(start, 0.0), "attempts": s.get("attempts"),
+                     "error": (error.get("message") or str(error)) if isinstance(error, dict) else (error or "")})
+    span = max([b["start"] + (b["seconds"] or 0) for b in bars] + [1.0])
+    scale = (TIMELINE_WIDTH - 260) / span
+    for row, b in enumerate(bars):
+        b.update(y=row * 26 + 10, x=260 + b["start"] * scale, width=max((b["seconds"] or 0) * scale, 2))
+    return {"bars": bars, "span": span, "height": len(bars) * 26 + 30, "width": TIMELINE_WIDTH}
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True,
+                             undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
+                             # every string shown is masked once more (the documents were redacted already)
+                             finalize=lambda v: scrub(v) if isinstance(v, str) else v)
+    env.filters["seconds"] = lambda v: "" if v is None else f"{v:.1f} s"
+    return env
+
+
+def plan(docs: Documents) -> list[Page]:
+    """The pages ``docs`` make (what ``--dry-run`` shows)."""
+    pages = [Page("index.html", "nodeforge report", "index")]
+    if docs.run is not None:
+        pages.append(Page("run.html", f"Run {docs.run.get('run_id')}", "run"))
+    for name in docs.batches:
+        pages.append(Page(f"batch-{Path(name).stem}.html", f"Batch {name}", "batch"))
+    return pages
+
+
+def render(docs: Documents) -> dict[str, str]:
+    """``{file name: HTML}`` of the site."""
+    env = _environment()
+    pages = plan(docs)
+    out = {}
+    for page in pages:
+        context = {"page": page, "pages": pages, "source": str(docs.root), "skipped": docs.skipped}
+        if page.kind == "run":
+            approved = docs.run.get("approved") if isinstance(docs.run.get("approved"), dict) else {}
+            rows = [(minor, variant, image) for minor, variants in approved.items() if isinstance(variants, dict)
+                    for variant, image in variants.items()]
+            context |= {"run": docs.run, "timeline": timeline(docs.run), "approved": rows}
+        elif page.kind == "batch":
+            batch = docs.batches[page.title.removeprefix("Batch ")]
+            nodes = [dict(n, category=category(n)) for n in batch.get("nodes") or [] if isinstance(n, dict)]
+            counts = {c: sum(1 for n in nodes if n["category"] == c) for c in CATEGORIES}
+            context |= {"batch": batch, "nodes": nodes, "counts": {c: n for c, n in counts.items() if n},
+                        "categories": CATEGORIES}
+        out[page.name] = env.get_template(f"{page.kind}.html.j2").render(**context)
+    return out
+
+
+def write(docs: Documents, dest: Path | str) -> list[Path]:
+    """Write the site into ``dest`` (created; each page replaced atomically); the paths written."""
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, html in render(docs).items():
+        written.append(atomic_write(dest / name, html))
+    return written
