@@ -33,6 +33,22 @@ def _stage_rows(doc: dict) -> list[dict]:
 
 
 
+def write_report(run_dir: Path) -> Path | None:
+    """The run's HTML report in RUN_DIR/report (docs/reports.md), its path said on stderr; a report
+    that cannot be written is a warning, never the run's failure."""
+    from nodeforge.errors import NodeforgeError
+    from nodeforge.report import documents, site
+
+    try:
+        site.write(documents.find(run_dir), run_dir / "report")
+    except (NodeforgeError, OSError) as exc:
+        log.say(f"no HTML report for {run_dir}: {exc}")
+        return None
+    index = run_dir / "report" / "index.html"
+    log.say(f"report: {index}", level="info")
+    return index
+
+
 def _cloud_in_use(app, *, say: bool) -> str:
     """The cloud the run uses and where its name came from (option, $OS_CLOUD, the only cloud in
     clouds.yaml), said on stderr (``say``) and recorded in the run's inputs."""
@@ -151,6 +167,7 @@ def run(app, minors, resume_id, runs_dir, lockfile_path, sources_file, cache_dir
             emit_packages(plan.packages, title="OS package changes the bump would make (lock not written)")
         return
     record = pipe.resume(resume_id) if resume_id else pipe.run(list(minors))
+    write_report(record.root)
     emit_run(app, record.to_dict())
 
 

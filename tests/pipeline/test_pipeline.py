@@ -254,6 +254,10 @@ def test_cli_dry_run_and_nothing_new(upstream, tmp_path, capsys):
     assert "nothing new upstream" in out.err
     [row] = rr.list_runs(tmp_path / "runs")
     assert row["status"] == "nothing-to-do"
+    # The run's HTML report is written beside its record, and its path said (docs/reports.md).
+    index = tmp_path / "runs" / row["run_id"] / "report" / "index.html"
+    assert f"report: {index}" in out.err and index.is_file()
+    assert "data-stage=\"check\"" in (index.parent / "run.html").read_text()
     assert cli.main(["pipeline", "show", row["run_id"], "--runs-dir", str(tmp_path / "runs"), "-o", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["status"] == "nothing-to-do"
     assert cli.main(["pipeline", "run", "--resume", "x", "--minor", "1.36"]) == 2
