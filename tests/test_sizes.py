@@ -26,7 +26,6 @@ LONG = {
     ("publish/provenance.py", "statement"): 81,
     ("compute/flavors.py", "load"): 75,
     ("devcloud/bmc/redfish_emulator.py", "make_machine_driver_class"): 72,
-    ("ironic/profiles.py", "_parse"): 71,
     ("schema/fastyaml.py", "prepass"): 69,
     ("commands/pipeline.py", "run"): 69,
     ("publish/provenance.py", "verify"): 63,

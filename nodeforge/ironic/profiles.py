@@ -36,6 +36,7 @@ from typing import Annotated, Any, Literal, Optional
 
 from pydantic import Field, ValidationError
 
+from nodeforge.ironic import baseline as bl
 from nodeforge import schema
 from nodeforge.schema import Declared, Rule, register, vocab
 from nodeforge.schema.loader import plain
@@ -424,6 +425,7 @@ class Profile:
     lists: tuple[ListRule, ...]
     description: str | None = None
     line: int | None = None
+    baseline: bl.Baseline | None = None
 
     @property
     def placement_class(self) -> str:
@@ -494,6 +496,8 @@ class ProfileDecl(Declared):
     resource_class: vocab.ResourceClass = Field(description="Ironic resource class; Nova sees CUSTOM_<upper case>")
     traits: list[vocab.CustomTrait] = Field(default_factory=list, description="traits a matching node gets")
     match: Annotated[dict[str, Any], Field(min_length=1), Rule(FACTS_RULE)]
+    baseline: Optional[bl.BaselineDecl] = Field(None, description="BIOS, RAID and root device, firmware its nodes "
+                                                                  "must have (nodeforge/ironic/baseline.py)")
 
 
 class ProfilesFile(Declared):
@@ -522,6 +526,7 @@ def parse(doc, label: str = "<profiles>") -> ProfileSet:
 
 def _parse(document: schema.Document) -> ProfileSet:
     label, data = document.path, document.data
+    base_dir = Path(label).parent
     if not isinstance(data, dict):
         raise schema.SchemaError(label, [document.problem((), "must be a mapping with 'version: 1' and 'profiles:'")])
     problems: list[schema.Problem] = []
@@ -551,46 +556,53 @@ def _parse(document: schema.Document) -> ProfileSet:
                 problems.append(document.problem((*at, "resource_class"), f"'{rc}' and '{classes[pc]}' are the "
                                                                           f"same Placement class {pc}"))
             classes.setdefault(pc, rc)
-        match = raw.get("match") if isinstance(raw.get("match"), dict) else {}
-        scalars, lists = [], []
-        for fact, cond in match.items():
-            fkey = (*at, "match", fact)
-            if fact in SCALAR_FACTS:
-                scalars.append((fact, _condition(document, fkey, cond, problems)))
-            elif fact in LIST_FACTS:
-                rules = cond if isinstance(cond, list) else [cond]
-                for j, rule in enumerate(rules):
-                    rkey = (*fkey, j) if isinstance(cond, list) else fkey
-                    if not isinstance(rule, dict):
-                        problems.append(document.problem(rkey, "must be a mapping with count and/or where"))
-                        continue
-                    for key in sorted(set(map(str, rule)) - _LIST_KEYS):
-                        problems.append(document.problem((*rkey, key), "unknown key (allowed: count, where)"))
-                    item_fields = {f.name for f in dataclasses.fields(LIST_FACTS[fact])}
-                    wh = rule.get("where") or {}
-                    if not isinstance(wh, dict):
-                        problems.append(document.problem((*rkey, "where"), "must be a mapping"))
-                        wh = {}
-                    conds = []
-                    for k, c in wh.items():
-                        if k not in item_fields:
-                            problems.append(document.problem((*rkey, "where", k), f"unknown {fact} field "
-                                                             f"(one of {', '.join(sorted(item_fields))})"))
-                            continue
-                        conds.append((k, _condition(document, (*rkey, "where", k), c, problems)))
-                    count = _condition(document, (*rkey, "count"), rule.get("count", {"min": 1}), problems)
-                    lists.append(ListRule(fact, count, tuple(conds)))
-            else:
-                problems.append(document.problem(fkey, "unknown fact (one of "
-                                                       f"{', '.join(SCALAR_FACTS + tuple(LIST_FACTS))})"))
+        scalars, lists = _match_rules(document, at, raw, problems)
+        baseline = bl.parse(document, (*at, "baseline"), raw.get("baseline"), base_dir, problems)
         out.append(Profile(name=str(name), resource_class=str(rc),
                            traits=tuple(sorted(set(map(str, raw.get("traits") or [])))) if isinstance(
                                raw.get("traits"), list) else (),
                            scalars=tuple(scalars), lists=tuple(lists), description=raw.get("description"),
-                           line=document.line(at)))
+                           line=document.line(at), baseline=baseline))
     if problems:
         raise schema.SchemaError(label, sorted(problems, key=lambda p: p.line or 0))
     return ProfileSet(label, tuple(out))
+
+
+def _match_rules(document: schema.Document, at: tuple, raw: dict, problems: list) -> tuple[list, list]:
+    """A profile's ``match``: its scalar conditions and its list rules (problems appended)."""
+    match = raw.get("match") if isinstance(raw.get("match"), dict) else {}
+    scalars, lists = [], []
+    for fact, cond in match.items():
+        fkey = (*at, "match", fact)
+        if fact in SCALAR_FACTS:
+            scalars.append((fact, _condition(document, fkey, cond, problems)))
+        elif fact in LIST_FACTS:
+            rules = cond if isinstance(cond, list) else [cond]
+            for j, rule in enumerate(rules):
+                rkey = (*fkey, j) if isinstance(cond, list) else fkey
+                if not isinstance(rule, dict):
+                    problems.append(document.problem(rkey, "must be a mapping with count and/or where"))
+                    continue
+                for key in sorted(set(map(str, rule)) - _LIST_KEYS):
+                    problems.append(document.problem((*rkey, key), "unknown key (allowed: count, where)"))
+                item_fields = {f.name for f in dataclasses.fields(LIST_FACTS[fact])}
+                wh = rule.get("where") or {}
+                if not isinstance(wh, dict):
+                    problems.append(document.problem((*rkey, "where"), "must be a mapping"))
+                    wh = {}
+                conds = []
+                for k, c in wh.items():
+                    if k not in item_fields:
+                        problems.append(document.problem((*rkey, "where", k), f"unknown {fact} field "
+                                                         f"(one of {', '.join(sorted(item_fields))})"))
+                        continue
+                    conds.append((k, _condition(document, (*rkey, "where", k), c, problems)))
+                count = _condition(document, (*rkey, "count"), rule.get("count", {"min": 1}), problems)
+                lists.append(ListRule(fact, count, tuple(conds)))
+        else:
+            problems.append(document.problem(fkey, "unknown fact (one of "
+                                                   f"{', '.join(SCALAR_FACTS + tuple(LIST_FACTS))})"))
+    return scalars, lists
 
 
 def _condition(document, keypath: tuple, raw, problems: list) -> Condition:
