@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.skip_baremetal:
         say("\n== 2/4 enroll the emulated BMC batch (Redfish, with inspection) and classify it")
         inv = write_inventory(state, paths)
-        rc = nf("--os-cloud", SYSTEM_CLOUD, "baremetal", "enroll", str(inv), "--concurrency", "5")
+        rc = nf("--os-cloud", SYSTEM_CLOUD, "baremetal", "enroll", str(inv), *enroll_options(record))
         rc = rc or nf("--os-cloud", SYSTEM_CLOUD, "baremetal", "classify", "--node", f"{NODE_PREFIX}*")
         code = code or rc
         say("\n== 3/4 sync the bare-metal flavors")
@@ -243,12 +243,29 @@ def main(argv: list[str] | None = None) -> int:
     lat = record.latency.get(MINOR) if record.latency else None
     if lat and lat.get("latency_seconds") is not None:
         say(f"  patch latency {lat['version']}: {lat['latency_seconds']:.0f}s (release on the mirror -> approved image)")
-    say(f"  report: {record.summary_path}  (record: {record.json_path})")
+    say_reports(record)
     if record.status == "nothing-to-do":
         built = _latest_succeeded(args.runs_dir, config.lockfile)
         if built:
             say(f"  the run that built and approved them: {built.summary_path}")
     return code
+
+
+def enroll_options(record: rr.RunRecord) -> list[str]:
+    """Five nodes at a time, and the batch's JSON report in the run directory (the HTML report shows
+    it as a rack)."""
+    return ["--concurrency", "5", "--report", str(record.root / "enroll-report.json")]
+
+
+def say_reports(record: rr.RunRecord) -> None:
+    """The run's summary, its record, and its HTML report (written here: the run and, when the batch
+    was enrolled, the batch; docs/reports.md)."""
+    from nodeforge.commands.pipeline import write_report
+
+    say(f"  report: {record.summary_path}  (record: {record.json_path})")
+    index = write_report(record.root)
+    if index is not None:
+        say(f"  HTML report: {index}")
 
 
 def applied_templates(conn) -> list[dict]:
