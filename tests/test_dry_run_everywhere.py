@@ -27,6 +27,7 @@ READ_ONLY = {
     "pipeline list": "reads the run records",
     "pipeline show": "reads a run record",
     "release check": "compares the locks with upstream and the mirror",
+    "report serve": "serves a written report on loopback; writes nothing",
     "template check": "audits templates and clusters",
     "template render": "prints the template body and the equivalent commands",
     "template upgrade-plan": "prints the upgrade plan and its commands",

@@ -37,3 +37,20 @@ def html(app, run_dir, dest, dry_run):
     output.emit({"dry_run": dry_run, "dest": str(dest), "pages": rows, "skipped": docs.skipped}, app.output,
                 rows=rows, columns=["page", "kind", "title"],
                 title=f"report pages {'to write (dry run)' if dry_run else 'written'} in {dest}")
+
+
+@report.command("serve")
+@click.argument("site_dir", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--port", type=click.IntRange(1, 65535), default=8000, show_default=True, help="Port on 127.0.0.1.")
+def serve(site_dir, port):
+    """Serve a written report (SITE_DIR, the --dest of report html) on 127.0.0.1 for a quick look;
+    Ctrl-C stops it."""
+    from nodeforge import log
+    from nodeforge.report import site
+
+    httpd = site.server(site_dir, port)
+    log.say(f"serving {site_dir} on http://127.0.0.1:{httpd.server_address[1]}/ (Ctrl-C stops)", level="info")
+    try:
+        httpd.serve_forever()
+    finally:
+        httpd.server_close()

@@ -13,6 +13,7 @@ from pathlib import Path
 import jinja2
 
 from nodeforge.base.fs import atomic_write
+from nodeforge.errors import ConfigError
 from nodeforge.redact import scrub
 from nodeforge.report.documents import Documents
 
@@ -132,3 +133,25 @@ def write(docs: Documents, dest: Path | str) -> list[Path]:
     for name, html in render(docs).items():
         written.append(atomic_write(dest / name, html))
     return written
+
+
+def server(site_dir: Path | str, port: int = 8000, host: str = "127.0.0.1"):
+    """An HTTP server for a written site, on loopback only (``report serve``): the caller runs
+    ``serve_forever`` and closes it. Only files inside ``site_dir`` are served (the standard library's
+    static handler, which refuses paths leading out)."""
+    import functools
+    import http.server
+
+    site_dir = Path(site_dir)
+    if not (site_dir / "index.html").is_file():
+        raise ConfigError(path=str(site_dir), detail="no index.html: write the site first (report html RUN_DIR "
+                                                     "--dest DIR)")
+    if host not in ("127.0.0.1", "::1", "localhost"):
+        raise ConfigError(path=host, detail="report serve listens on loopback only")
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):      # requests are not logged (a report is local and read-only)
+            pass
+
+    handler = functools.partial(Quiet, directory=str(site_dir))
+    return http.server.ThreadingHTTPServer((host, port), handler)

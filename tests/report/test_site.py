@@ -137,3 +137,25 @@ def test_a_document_that_cannot_be_read_is_listed_not_raised(tmp_path, capsys):
     out = json.loads(capsys.readouterr().out)
     assert [s for s in out["skipped"] if s.startswith("broken.json: ") and "nested more than" in s]
     assert "broken.json" in (dest / "index.html").read_text()
+
+
+def test_the_site_is_served_on_loopback_and_nothing_outside_it(site):
+    import threading
+    import urllib.error
+    import urllib.request
+
+    from nodeforge.report import site as site_mod
+
+    (site["dest"].parent / "outside.txt").write_text("not served")
+    httpd = site_mod.server(site["dest"], 0)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        base = f"http://127.0.0.1:{httpd.server_address[1]}"
+        assert "Run 20261204T000000Z-abcd" in urllib.request.urlopen(f"{base}/run.html", timeout=10).read().decode()
+        with pytest.raises(urllib.error.HTTPError):
+            urllib.request.urlopen(f"{base}/../outside.txt", timeout=10)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    with pytest.raises(Exception, match="listens on loopback only"):
+        site_mod.server(site["dest"], 0, host="0.0.0.0")
