@@ -122,6 +122,14 @@ class Baseline:
     root_device: dict | None
     firmware: tuple[dict, ...]
     registry: str | None = None
+    # Where it was declared: the file, and the key path of each item (plan-time problems name them).
+    path: str = ""
+    at: tuple = ()
+    lines: dict = dataclasses.field(default_factory=dict, compare=False)
+
+    def problem(self, keypath: tuple, detail: str) -> schema.Problem:
+        full = (*self.at, *keypath)
+        return schema.Problem(self.path, self.lines.get(full), full, detail)
 
     def target_raid_config(self) -> dict | None:
         """Ironic's ``target_raid_config`` for this baseline (None: the profile sets no RAID)."""
@@ -175,8 +183,11 @@ def parse(document: schema.Document, at: tuple, raw, base_dir: Path, problems: l
     for i, c in enumerate(seen):
         if c in seen[:i]:
             problems.append(document.problem((*at, "firmware", i, "component"), f"{c} is pinned twice"))
+    keys = [("bios", n) for n in bios] + [("raid", i, "size_gb") for i in range(len(raid or []))] + \
+        [("firmware", i) for i in range(len(firmware))] + [("raid",), ("firmware",)]
+    lines = {(*at, *k): document.line((*at, *k)) for k in keys}
     return Baseline(dict(bios), tuple(raid) if raid else None, root_device, tuple(firmware),
-                    registry_name if isinstance(registry_name, str) else None)
+                    registry_name if isinstance(registry_name, str) else None, document.path, at, lines)
 
 
 def _check_bios(document, at: tuple, bios: dict, registry_path: Path, problems: list) -> None:
@@ -196,3 +207,143 @@ def _check_bios(document, at: tuple, bios: dict, registry_path: Path, problems: 
         why = attr.problem(value)
         if why:
             problems.append(document.problem((*at, "bios", name), why))
+
+
+
+# --- plan: one node against its profile's baseline ------------------------------------------
+
+# Disks a RAID level needs at least, and the share of their capacity it offers.
+_RAID = {"0": (1, lambda n: n), "1": (2, lambda n: 1), "2": (3, lambda n: n - 1), "5": (3, lambda n: n - 1),
+         "6": (4, lambda n: n - 2), "1+0": (4, lambda n: n // 2), "5+0": (6, lambda n: n - 2),
+         "6+0": (8, lambda n: n - 4), "JBOD": (1, lambda n: n)}
+BIOS_STEP = ("bios", "apply_configuration")
+RAID_STEPS = (("raid", "delete_configuration"), ("raid", "create_configuration"))
+FIRMWARE_STEP = ("firmware", "update")
+
+
+@dataclasses.dataclass
+class Item:
+    """One difference between a node and its baseline, and the Ironic step that removes it."""
+
+    item: str                     # bios.ProcTurboMode, raid, firmware.bmc
+    current: Any
+    wanted: Any
+    steps: tuple[tuple[str, str], ...]
+    reboot: bool = True           # the step reboots the node (BIOS, RAID, firmware all do)
+    needs_agent: bool = False     # Ironic 39: Redfish RAID and firmware steps run with the agent
+
+    def to_dict(self) -> dict:
+        return {"item": self.item, "current": self.current, "wanted": self.wanted,
+                "steps": [f"{i}.{s}" for i, s in self.steps], "reboot": self.reboot, "needs_agent": self.needs_agent}
+
+
+@dataclasses.dataclass
+class NodePlan:
+    node: str
+    items: list[Item]
+    problems: list[schema.Problem]
+    deferred: bool = False        # the node is active (serving a cluster): drift reported, not changed
+
+    def clean_steps(self) -> list[dict]:
+        """The manual cleaning steps that bring the node to its baseline (none when deferred)."""
+        if self.deferred or self.problems:
+            return []
+        out = []
+        bios = {i.item.split(".", 1)[1]: i.wanted for i in self.items if i.item.startswith("bios.")}
+        if bios:
+            out.append({"interface": "bios", "step": "apply_configuration",
+                        "args": {"settings": [{"name": k, "value": v} for k, v in sorted(bios.items())]}})
+        if any(i.item == "raid" for i in self.items):
+            out += [{"interface": "raid", "step": "delete_configuration"},
+                    {"interface": "raid", "step": "create_configuration"}]
+        fw = [i.wanted for i in self.items if i.item.startswith("firmware.")]
+        if fw:
+            out.append({"interface": "firmware", "step": "update",
+                        "args": {"settings": [{"component": f["component"], "url": f["url"]} for f in fw]}})
+        return out
+
+
+def _version(v) -> tuple:
+    return tuple(int(x) for x in re.findall(r"\d+", str(v))) or (str(v),)
+
+
+def raid_capacity_gb(level: str, disk_sizes_gb: list[int]) -> int | None:
+    """What ``level`` offers over these disks (None: too few disks for it)."""
+    need, share = _RAID[level]
+    if len(disk_sizes_gb) < need:
+        return None
+    return share(len(disk_sizes_gb)) * min(disk_sizes_gb) if level not in ("0", "JBOD") else sum(disk_sizes_gb)
+
+
+def plan_node(baseline: Baseline, node: str, *, bios: list[dict] | None = None, disks: list[dict] | None = None,
+              raid_config: dict | None = None, firmware: list[dict] | None = None,
+              provision_state: str | None = None) -> NodePlan:
+    """``node`` (Ironic's views: its BIOS settings with their registry fields, its inspected disks in
+    bytes, its current ``raid_config``, its firmware components) against ``baseline``: each
+    difference with the step that removes it; a value outside the node's own registry, or a RAID
+    layout its disks cannot hold, is a problem naming the profile's file, line and field. An
+    ``active`` node (serving a cluster) is planned but deferred: drift reported, nothing changed."""
+    plan = NodePlan(node, [], [], deferred=provision_state == "active")
+    _plan_bios(plan, baseline, bios)
+    if baseline.raid:
+        _plan_raid(plan, baseline, disks, raid_config)
+    _plan_firmware(plan, baseline, firmware)
+    return plan
+
+
+def _differs(current, wanted) -> bool:
+    if isinstance(wanted, bool):
+        return str(current).lower() != str(wanted).lower()
+    return str(current) != str(wanted)
+
+
+def _plan_bios(plan: NodePlan, baseline: Baseline, bios: list[dict] | None) -> None:
+    settings = {b.get("name"): b for b in bios or []}
+    for name, wanted in baseline.bios.items():
+        have = settings.get(name)
+        if bios is not None and have is None:
+            plan.problems.append(baseline.problem(("bios", name), f"node {plan.node}'s BIOS has no setting {name}"))
+            continue
+        allowed = (have or {}).get("allowable_values")
+        if allowed and str(wanted) not in map(str, allowed):
+            plan.problems.append(baseline.problem(("bios", name), f"{wanted!r} is outside node {plan.node}'s "
+                                                                  f"registry ({', '.join(map(str, allowed))})"))
+            continue
+        current = (have or {}).get("value")
+        if _differs(current, wanted):
+            plan.items.append(Item(f"bios.{name}", current, wanted, (BIOS_STEP,)))
+
+
+def _raid_key(d: dict) -> dict:
+    return {"size_gb": d.get("size_gb"), "raid_level": d.get("raid_level"),
+            "is_root_volume": bool(d.get("is_root_volume"))}
+
+
+def _plan_raid(plan: NodePlan, baseline: Baseline, disks: list[dict] | None, raid_config: dict | None) -> None:
+    sizes = sorted(int(d.get("size") or 0) // 10 ** 9 for d in disks or [])
+    for i, ld in enumerate(baseline.raid):
+        if disks is None:
+            break
+        level, cap = ld["raid_level"], raid_capacity_gb(ld["raid_level"], sizes)
+        if cap is None:
+            plan.problems.append(baseline.problem(("raid", i, "size_gb"), f"RAID {level} needs {_RAID[level][0]} "
+                                                                          f"disks; node {plan.node} has {len(sizes)}"))
+        elif ld["size_gb"] != "MAX" and ld["size_gb"] > cap:
+            plan.problems.append(baseline.problem(("raid", i, "size_gb"), f"{ld['size_gb']} GB is more than RAID "
+                                                  f"{level} over node {plan.node}'s disks holds ({cap} GB)"))
+    current = list((raid_config or {}).get("logical_disks") or [])
+    if [_raid_key(d) for d in current] != [_raid_key(d) for d in baseline.raid]:
+        plan.items.append(Item("raid", current, [dict(d) for d in baseline.raid], RAID_STEPS, needs_agent=True))
+
+
+def _plan_firmware(plan: NodePlan, baseline: Baseline, firmware: list[dict] | None) -> None:
+    have = {f.get("component"): f.get("current_version") for f in firmware or []}
+    for f in baseline.firmware:
+        current = have.get(f["component"])
+        if f.get("match", "minimum") == "minimum":
+            ok = current is not None and _version(current) >= _version(f["version"])
+        else:
+            ok = str(current) == str(f["version"])
+        if not ok:
+            plan.items.append(Item(f"firmware.{f['component']}", current, dict(f), (FIRMWARE_STEP,),
+                                   needs_agent=True))

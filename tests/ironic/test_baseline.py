@@ -72,3 +72,94 @@ def test_a_bad_baseline_is_refused_when_loaded_naming_file_line_and_field(tmp_pa
         profiles.load(path)
     text = str(exc.value)
     assert f"{path}:{line}: profiles[0].{keypath}" in text and words in text, text
+
+
+# --- plan: one node against the baseline (Ironic's views of the node as its API returns them) ----
+
+def _bios(**values) -> list[dict]:
+    registry = {"ProcTurboMode": ["Enabled", "Disabled"], "NumCores": None, "QuietBoot": None}
+    return [{"name": k, "value": v, "allowable_values": registry.get(k), "read_only": False}
+            for k, v in values.items()]
+
+
+GB = 10 ** 9
+DISKS = [{"name": "/dev/sda", "size": 480 * GB}, {"name": "/dev/sdb", "size": 480 * GB}]
+FIRMWARE = [{"component": "bmc", "current_version": "1.0.9"}, {"component": "bios", "current_version": "2.4"}]
+
+
+@pytest.fixture
+def example():
+    [p] = profiles.load(EXAMPLES / "hardware-profiles-baseline.yaml").profiles
+    return p.baseline
+
+
+def test_a_node_at_its_baseline_has_nothing_to_do(example):
+    plan = profiles_plan(example, bios=_bios(ProcTurboMode="Disabled", NumCores="2", QuietBoot="false"),
+                         raid_config={"logical_disks": [{"size_gb": "MAX", "raid_level": "1", "is_root_volume": True}]},
+                         firmware=[{"component": "bmc", "current_version": "1.2.0"}])
+    assert plan.items == [] and plan.problems == [] and plan.clean_steps() == []
+
+
+def test_each_difference_is_an_item_with_its_step_and_the_steps_are_ironic_s(example):
+    plan = profiles_plan(example, bios=_bios(ProcTurboMode="Enabled", NumCores="2", QuietBoot="true"),
+                         raid_config=None, firmware=FIRMWARE)
+    assert [(i.item, i.current, i.steps) for i in plan.items] == [
+        ("bios.ProcTurboMode", "Enabled", (("bios", "apply_configuration"),)),
+        ("bios.QuietBoot", "true", (("bios", "apply_configuration"),)),
+        ("raid", [], (("raid", "delete_configuration"), ("raid", "create_configuration"))),
+        ("firmware.bmc", "1.0.9", (("firmware", "update"),))]
+    assert [i.needs_agent for i in plan.items] == [False, False, True, True]
+    steps = plan.clean_steps()
+    assert steps[0] == {"interface": "bios", "step": "apply_configuration",
+                        "args": {"settings": [{"name": "ProcTurboMode", "value": "Disabled"},
+                                              {"name": "QuietBoot", "value": False}]}}
+    assert [s["step"] for s in steps[1:]] == ["delete_configuration", "create_configuration", "update"]
+    assert steps[3]["args"]["settings"] == [{"component": "bmc",
+                                             "url": "http://10.0.2.100:8080/firmware/bmc-1.1.0.bin"}]
+
+
+def test_an_active_node_is_planned_but_deferred(example):
+    plan = profiles_plan(example, bios=_bios(ProcTurboMode="Enabled", NumCores="2", QuietBoot="false"),
+                         provision_state="active")
+    assert plan.deferred and [i.item for i in plan.items][0] == "bios.ProcTurboMode" and plan.clean_steps() == []
+
+
+def test_plan_time_problems_name_the_profile_file_line_and_field(example):
+    path = EXAMPLES / "hardware-profiles-baseline.yaml"
+    narrow = [{"name": "ProcTurboMode", "value": "Enabled", "allowable_values": ["Enabled"]},
+              {"name": "NumCores", "value": "2"}]          # no QuietBoot on this node
+    plan = profiles_plan(example, bios=narrow, disks=DISKS[:1])
+    text = [str(p) for p in plan.problems]
+    assert any(t.startswith(f"{path}:16: profiles[0].baseline.bios.ProcTurboMode: 'Disabled' is outside node n1's "
+                            "registry (Enabled)") for t in text), text
+    assert any("baseline.bios.QuietBoot: node n1's BIOS has no setting QuietBoot" in t for t in text), text
+    assert any(t.startswith(f"{path}:18: profiles[0].baseline.raid[0].size_gb: RAID 1 needs 2 disks; node n1 has 1")
+               for t in text), text
+    assert plan.clean_steps() == []                       # nothing is applied while the plan has problems
+
+
+def test_a_raid_size_larger_than_the_disks_hold_is_a_plan_problem(tmp_path):
+    path = _profile(tmp_path, "raid:\n  - {size_gb: 900, raid_level: '1', is_root_volume: true}")
+    [p] = profiles.load(path).profiles
+    plan = profiles_plan(p.baseline, disks=DISKS)
+    [problem] = plan.problems
+    assert str(problem).startswith(f"{path}:8: profiles[0].baseline.raid[0].size_gb: 900 GB is more than RAID 1 "
+                                   "over node n1's disks holds (480 GB)"), str(problem)
+
+
+def test_firmware_exact_and_minimum(tmp_path):
+    from nodeforge.ironic import baseline as bl
+
+    for match, current, differs in (("minimum", "1.10", False), ("minimum", "1.1.9", True), ("exact", "1.10", True),
+                                    ("exact", "1.2", False)):
+        path = _profile(tmp_path, f"firmware:\n  - {{component: bmc, version: '1.2', match: {match}, "
+                                  f"url: 'https://fw.example/bmc.bin', sha256: {SHA}}}")
+        [p] = profiles.load(path).profiles
+        plan = bl.plan_node(p.baseline, "n1", firmware=[{"component": "bmc", "current_version": current}])
+        assert bool(plan.items) is differs, (match, current)
+
+
+def profiles_plan(baseline, **node):
+    from nodeforge.ironic import baseline as bl
+
+    return bl.plan_node(baseline, "n1", **node)
