@@ -335,7 +335,9 @@ def _load_yaml(path: str, text: str, limits: Limits) -> Document:
         # libyaml built the tree (a large plain file): the same data and positions as the
         # round-trip parser's, ~20x faster (10,000 inventory nodes: docs/inventory.md).
         check_tree(path, built, limits)
-        return Document(path, "yaml", built, plain(built), text)
+        document = Document(path, "yaml", built, plain(built), text)
+        check_numbers(document)
+        return document
     if not read:
         # Without libyaml's verdict: the pure-Python scan (only when there are enough brackets to matter).
         if text.count("[") + text.count("{") > limits.max_depth:

@@ -113,3 +113,20 @@ def test_a_package_lock_version_is_a_debian_version(tmp_path):
     with pytest.raises(SchemaError, match=r"x.lock.yaml:\d+: packages\[0\].version: expected a Debian version"):
         lock.loads(bad, tmp_path / "x.lock.yaml")
     assert lock.loads(text, tmp_path / "x.lock.yaml").packages
+
+
+def test_a_large_yaml_file_gets_the_same_number_check(tmp_path, env):
+    """A YAML file of 32 KiB or more has its tree built from libyaml's events (schema/fastyaml.py):
+    the number and surrogate checks apply to it as to a small one."""
+    lines = ["version: 1", "nodes:"]
+    for i in range(600):
+        memory = "99999999999999999999999" if i == 500 else "1024"
+        lines += [f"  - name: node-{i:04d}", f"    bmc: {{address: 'ipmi://10.0.{i // 250}.{i % 250 + 1}', username: u, "
+                                             "password: 'env:NODEFORGE_SECRET_SC'}",
+                  f"    properties: {{cpus: 4, memory_mb: {memory}}}"]
+    path = tmp_path / "big.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    assert path.stat().st_size > 32 << 10
+    run = run_cli(["baremetal", "validate", path], env=env)
+    check(run, codes=(2,))
+    assert f"{path}:1505: nodes[500].properties.memory_mb: a number out of range" in run.err, run.err
