@@ -261,8 +261,8 @@ class BaseCache:
 
     def _check(self, key: str, path: Path, *, rehash: bool = True) -> str | None:
         try:
-            meta = json.loads((path / META).read_text())
-        except (OSError, ValueError) as exc:
+            meta = loader.read_json(path / META)
+        except ConfigError as exc:
             return f"unreadable {META}: {exc}"
         if not isinstance(meta, dict) or meta.get("key") != key:
             return "key mismatch"

@@ -31,6 +31,7 @@ from nodeforge.base import fs, runner, sums
 from nodeforge.errors import NodeforgeError
 from nodeforge.imagebuild import build as build_mod
 from nodeforge.imagebuild.render import tree_digest
+from nodeforge.schema import loader
 
 REPO = Path(__file__).resolve().parents[2]
 LOCK = REPO / "manifests" / "agent-ramdisk.lock.txt"
@@ -176,7 +177,7 @@ def build(p: RamdiskPlan, *, work_dir: Path | None = None, log: Callable[[str], 
 
 def record(p: RamdiskPlan) -> dict:
     """The cached ramdisk's record (``ramdisk.json``); the plan must be ``cached``."""
-    return json.loads((p.cache / RECORD).read_text())
+    return loader.read_json(p.cache / RECORD)
 
 
 def glance_files(p: RamdiskPlan) -> dict[str, Path]:

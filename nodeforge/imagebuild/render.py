@@ -448,12 +448,12 @@ def load(root: Path, lock: Lockfile, minor: str, *, arch: Arch = Arch.AMD64, src
 
     if not (root / MARKER).is_file() or not (root / "elements").is_dir():
         stale("not a nodeforge render (no .nodeforge-render and elements/)")
-    try:
-        record = json.loads((root / RECORD).read_text())
-    except FileNotFoundError:
+    if not (root / RECORD).exists():
         stale(f"no {RECORD}: rendered by an older nodeforge")
-    except (ValueError, UnicodeDecodeError) as exc:
-        stale(f"{RECORD} is not JSON ({exc})")
+    try:
+        record = loader.read_json(root / RECORD)
+    except ConfigError as exc:
+        stale(f"{RECORD} cannot be read ({exc})")
     if not isinstance(record, dict) or record.get("schema") != RECORD_SCHEMA:
         stale(f"{RECORD}: schema is not {RECORD_SCHEMA}")
     lock_sha = sha256_file(lock.path)

@@ -47,8 +47,9 @@ from typing import Callable
 
 from nodeforge.base import runner
 from nodeforge.base.fs import atomic_write, cache_home, locked
-from nodeforge.errors import NodeforgeError
+from nodeforge.errors import ConfigError, NodeforgeError
 from nodeforge.imageverify.bootwatch import ConsoleWatch, Limits
+from nodeforge.schema import loader
 
 log = logging.getLogger(__name__)
 
@@ -263,8 +264,8 @@ def _cache_file(cache_dir: Path, key: dict) -> Path:
 
 def _read_cached(path: Path, key: dict) -> dict | None:
     try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError):
+        doc = loader.read_json(path)
+    except ConfigError:
         return None
     if not isinstance(doc, dict) or doc.get("format") != CACHE_FORMAT or doc.get("key") != key \
             or doc.get("accel") not in ("kvm", "tcg"):
