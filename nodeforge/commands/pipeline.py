@@ -32,7 +32,6 @@ def _stage_rows(doc: dict) -> list[dict]:
     return rows
 
 
-
 def write_report(run_dir: Path) -> Path | None:
     """The run's HTML report in RUN_DIR/report (docs/reports.md), its path said on stderr; a report
     that cannot be written is a warning, never the run's failure."""

@@ -53,7 +53,7 @@ from typing import Callable
 
 from nodeforge.base import qemuimg, runner
 from nodeforge.base.fs import atomic_write
-from nodeforge.errors import ConfigError, MissingToolError, NodeforgeError
+from nodeforge.errors import MissingToolError, NodeforgeError
 from nodeforge.imagebuild import checksums, manifest as manifest_mod
 from nodeforge.imageverify import attest, builddir
 from nodeforge.imageverify import accel as accel_mod, verify_guest, verifychecks as vc, verifyreport
@@ -763,7 +763,7 @@ def write_report(root: Path, build: builddir.BuildDir, results: list[VariantResu
     variants: dict = {}
     if path.is_file():
         try:
-            old = verifyreport.parse(_read_report(path), str(path))
+            old = verifyreport.parse(builddir.read_report_bytes(root), str(path))
         except verifyreport.VerifyReportError as exc:
             log.info("replacing %s: %s", path, exc)
         else:
@@ -785,16 +785,8 @@ def read_report(root: Path) -> dict:
     FileNotFoundError if absent, :class:`verifyreport.VerifyReportError` if invalid). Whether it
     is this build's and for these image bytes is :func:`builddir.load`'s verdict."""
     path = Path(root) / builddir.VERIFY
-    if not path.exists():
+    raw = builddir.read_report_bytes(Path(root))
+    if raw is None:
         raise FileNotFoundError(path)
-    return verifyreport.parse(_read_report(path), str(path))
+    return verifyreport.parse(raw, str(path))
 
-
-def _read_report(path: Path) -> bytes:
-    """``verify.json``: a regular file read up to one byte past its limit (longer: "larger than")."""
-    from nodeforge.schema import loader
-
-    try:
-        return loader.read_bytes(path, loader.Limits(max_bytes=verifyreport.MAX_BYTES))
-    except ConfigError as exc:
-        raise verifyreport.VerifyReportError(source=str(path), detail=exc.kwargs.get("detail", str(exc))) from None

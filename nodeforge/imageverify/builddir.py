@@ -192,7 +192,7 @@ def _read_sums(path: Path) -> dict[str, str]:
             for name, digest in sums_mod.read_sums(path, missing_ok=True, error=BuildDirError).items()}
 
 
-def _read_report(root: Path, name: str) -> bytes | None:
+def read_report_bytes(root: Path, name: str = VERIFY) -> bytes | None:
     """``verify.json`` or its signed envelope (None when absent): a regular file inside the build
     directory, read up to one byte past :data:`verifyreport.MAX_BYTES` (a longer report is judged
     "larger than", a failed verification, by :mod:`verifyreport`; never read whole)."""
@@ -231,8 +231,8 @@ def load(path: Path | str) -> BuildDir:
     arch = _DEB_ARCH.get(manifest.arch, manifest.arch)
     build_time = _parse_time(manifest.build_time, manifest_path)
 
-    verify_raw = _read_report(root, VERIFY)
-    attestation = _read_report(root, attest.ENVELOPE)
+    verify_raw = read_report_bytes(root, VERIFY)
+    attestation = read_report_bytes(root, attest.ENVELOPE)
     sums = {algo: _read_sums(root / fname) for algo, fname in SUMS.items()}
     variants: dict[str, VariantImage] = {}
     for variant, fname in manifest.images.items():

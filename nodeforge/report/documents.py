@@ -9,9 +9,9 @@ from pathlib import Path
 
 from nodeforge import schema
 from nodeforge.errors import ConfigError
+from nodeforge.pipeline.runrecord import SCHEMA as RUN_SCHEMA
 from nodeforge.redact import scrub_obj
 
-RUN_SCHEMA = "nodeforge-pipeline-run/1"
 LIMITS = schema.Limits(max_bytes=32 << 20, max_values=2_000_000)
 MAX_FILES = 200
 

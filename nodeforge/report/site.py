@@ -14,6 +14,7 @@ import jinja2
 
 from nodeforge.base.fs import atomic_write
 from nodeforge.errors import ConfigError
+from nodeforge.pipeline import runrecord
 from nodeforge.redact import scrub
 from nodeforge.report.documents import Documents
 
@@ -38,6 +39,7 @@ class Page:
     name: str            # file name in the site
     title: str
     kind: str            # run | batch | index
+    source: str | None = None   # the document's file name in the run directory (a batch)
 
 
 def category(node: dict) -> str:
@@ -55,7 +57,7 @@ def category(node: dict) -> str:
 
 def _parse_time(value) -> datetime.datetime | None:
     try:
-        return datetime.datetime.strptime(str(value), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.timezone.utc)
+        return runrecord.parse_iso(value) if isinstance(value, str) else None
     except ValueError:
         return None
 
@@ -99,7 +101,7 @@ def plan(docs: Documents) -> list[Page]:
     if docs.run is not None:
         pages.append(Page("run.html", f"Run {docs.run.get('run_id')}", "run"))
     for name in docs.batches:
-        pages.append(Page(f"batch-{Path(name).stem}.html", f"Batch {name}", "batch"))
+        pages.append(Page(f"batch-{Path(name).stem}.html", f"Batch {name}", "batch", source=name))
     return pages
 
 
@@ -116,7 +118,7 @@ def render(docs: Documents) -> dict[str, str]:
                     for variant, image in variants.items()]
             context |= {"run": docs.run, "timeline": timeline(docs.run), "approved": rows}
         elif page.kind == "batch":
-            batch = docs.batches[page.title.removeprefix("Batch ")]
+            batch = docs.batches[page.source]
             nodes = [dict(n, category=category(n)) for n in batch.get("nodes") or [] if isinstance(n, dict)]
             counts = {c: sum(1 for n in nodes if n["category"] == c) for c in CATEGORIES}
             context |= {"batch": batch, "nodes": nodes, "counts": {c: n for c, n in counts.items() if n},

@@ -336,7 +336,7 @@ def _load_yaml(path: str, text: str, limits: Limits) -> Document:
         # round-trip parser's, ~20x faster (10,000 inventory nodes: docs/inventory.md).
         check_tree(path, built, limits)
         document = Document(path, "yaml", built, plain(built), text)
-        check_numbers(document)
+        check_scalars(document)
         return document
     if not read:
         # Without libyaml's verdict: the pure-Python scan (only when there are enough brackets to matter).
@@ -378,7 +378,7 @@ def _load_yaml(path: str, text: str, limits: Limits) -> Document:
     check_tree(path, doc, limits)
     document = Document(path, "yaml", doc, plain(doc), text)
     if isinstance(document.data, (dict, list)):
-        check_numbers(document)
+        check_scalars(document)
     return document
 
 
@@ -407,7 +407,7 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 _LONE = "a lone surrogate (\\ud800-\\udfff escape) is not a character; write the character itself"
 
 
-def check_numbers(document: "Document") -> None:
+def check_scalars(document: "Document") -> None:
     """Refuse a number no nodeforge field can hold (wider than 64 bits, infinite, not a number) and
     text holding a lone surrogate (an escape such as ``"\\ud800"``: no character, unprintable and
     unwritable as UTF-8), the same for YAML and JSON, named ``file:line: key.path`` (a SchemaError,
@@ -528,7 +528,7 @@ def _no_constant(name: str):
 
 def strict_json(text: str | bytes, *, constants: bool = False) -> tuple[Any, list[str]]:
     """``json.loads`` as nodeforge reads JSON: NaN/Infinity refused (ValueError; with ``constants``
-    read as floats, for :func:`check_numbers` to name by key path, as YAML's ``.nan``), and the keys
+    read as floats, for :func:`check_scalars` to name by key path, as YAML's ``.nan``), and the keys
     given twice in one object returned beside the data (JSON keeps only the last value)."""
     duplicates: list[str] = []
 
@@ -577,10 +577,10 @@ def _try_json(path: str, text: str, limits: Limits) -> Document | None:
     """``text`` read as JSON when it is JSON; None when it is not (YAML flow style: the YAML parser's)."""
     _json_values(path, text, limits)
     try:
-        strict_json(text, constants=True)
+        parsed = strict_json(text, constants=True)
     except (ValueError, RecursionError):
         return None
-    return _load_json(path, text, limits)
+    return _json_document(path, text, limits, *parsed)
 
 
 def _json_depth_line(text: str, max_depth: int) -> int | None:
@@ -604,13 +604,18 @@ def _load_json(path: str, text: str, limits: Limits) -> Document:
     # anything deeper than max_depth is refused by check_tree after parsing. Values: counted first.
     _json_values(path, text, limits)
     try:
-        data, problems = strict_json(text, constants=True)     # NaN, Infinity: refused by check_numbers
+        data, problems = strict_json(text, constants=True)     # NaN, Infinity: refused by check_scalars
     except json.JSONDecodeError as exc:
         raise ConfigError(path=f"{path}:{exc.lineno}", detail=f"invalid JSON: {exc.msg} (column {exc.colno})") from None
     except ValueError as exc:
         raise ConfigError(path=path, detail=f"invalid JSON: {exc}") from None
     except RecursionError:
         raise _depth_error(path, _json_depth_line(text, limits.max_depth)) from None
+    return _json_document(path, text, limits, data, problems)
+
+
+def _json_document(path: str, text: str, limits: Limits, data, problems: list[str]) -> Document:
+    """Parsed JSON as a document, once its duplicate keys, depth, size and scalars are judged."""
     document = Document(path, "json", data, data, text)
     if problems:
         raise SchemaError(path, [Problem(path, None, (k,), "duplicate key (JSON keeps only the last)")
@@ -622,7 +627,7 @@ def _load_json(path: str, text: str, limits: Limits) -> Document:
             raise
         raise _depth_error(path, _json_depth_line(text, limits.max_depth)) from None
     if isinstance(data, (dict, list)):
-        check_numbers(document)
+        check_scalars(document)
     return document
 
 
