@@ -246,6 +246,8 @@ def devcloud(tmp_path_factory):
 def _session_cloud(cloud: DevCloud, *, own: bool, env: dict[str, str]):
     with _env(**env):
         started: list[str] = []
+        # An owned cloud is stopped even if this session is killed before its teardown ends.
+        release = cloud.supervisor.tether() if own else (lambda: None)
         try:
             only = [g.strip() for g in os.environ.get(ONLY_ENV, "").split(",") if g.strip()]
             results = cloud.up(only or None)
@@ -255,6 +257,7 @@ def _session_cloud(cloud: DevCloud, *, own: bool, env: dict[str, str]):
         finally:
             if own:
                 cloud.down()
+                release()
                 left = [r["service"] for r in cloud.status() if r["running"]]
                 assert not left, f"the test session's local cloud did not stop: {left} still running"
             else:

@@ -16,6 +16,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
@@ -242,6 +243,25 @@ class Supervisor:
             self.pidfile(name).unlink(missing_ok=True)
             shutil.rmtree(self.tmpdir(name), ignore_errors=True)
         return list(groups)
+
+    def tether(self) -> Callable[[], None]:
+        """Start the watcher (:mod:`nodeforge.devcloud.reaper`) that stops every service of this
+        supervisor's pidfiles once the calling process is gone, by any means. Returns the release:
+        call it after stopping the services yourself; the watcher then finds nothing and exits."""
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.logfile("reaper"), "ab") as log:
+            proc = subprocess.Popen([sys.executable, "-m", "nodeforge.devcloud.reaper", str(self.run_dir),
+                                     str(self.log_dir)], stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
+                                    start_new_session=True, cwd=str(Path(__file__).resolve().parents[2]))
+
+        def release() -> None:
+            proc.stdin.close()
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                pass
+
+        return release
 
     def _reap(self, name: str, wait: bool = False) -> None:
         proc = getattr(self, "_procs", {}).get(name)

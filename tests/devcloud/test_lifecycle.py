@@ -295,3 +295,52 @@ def test_rabbitmq_down_stops_the_broker_and_its_own_epmd(second_cloud):
     assert all(_start_time(m) is None for m in members), "a broker process outlived 'down'"
     for port in rabbitmq.ports():
         assert _free(port), f"port {port} still bound after down"
+
+
+_OWNER = """
+import sys, time
+from pathlib import Path
+from nodeforge.devcloud.process import ServiceSpec, Supervisor
+root = Path(sys.argv[1])
+sup = Supervisor(root / "run", root / "log")
+sup.tether()
+stubborn = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)")
+sup.start(ServiceSpec(name="polite", argv=[sys.executable, "-c", "import time; time.sleep(600)"], ports=[],
+                      health=lambda: None))
+sup.start(ServiceSpec(name="stubborn", argv=[sys.executable, "-c", stubborn], ports=[], health=lambda: None,
+                      stop_timeout=1.0))
+print("up", flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGINT])
+def test_a_tethered_cloud_is_stopped_when_its_owner_dies_without_teardown(tmp_path, how):
+    """What an interrupted test session leaves: its owner (a pytest worker) killed before or during
+    its teardown. The watcher ``Supervisor.tether`` starts stops every service of the cloud, the one that
+    ignores SIGTERM too, and touches nothing else (a service of another cloud keeps running)."""
+    other = Supervisor(tmp_path / "other" / "run", tmp_path / "other" / "log")
+    other.start(ServiceSpec(name="bystander", argv=[sys.executable, "-c", "import time; time.sleep(600)"],
+                            ports=[], health=lambda: None))
+    owner = subprocess.Popen([sys.executable, "-c", _OWNER, str(tmp_path / "cloud")], stdout=subprocess.PIPE,
+                             text=True, cwd=str(Path(__file__).parents[2]), start_new_session=True)
+    try:
+        assert owner.stdout.readline().strip() == "up"
+        sup = Supervisor(tmp_path / "cloud" / "run", tmp_path / "cloud" / "log")
+        pids = [sup.running_pid("polite"), sup.running_pid("stubborn")]
+        assert all(pids)
+        os.killpg(owner.pid, how)          # the owner's group only: services live in sessions of their own
+        owner.wait(timeout=30)
+        log = tmp_path / "cloud" / "log" / "reaper.log"
+        for _ in range(600):               # a bound, not a timing: SIGTERM, 1 s grace, SIGKILL
+            if "stopped" in log.read_text():
+                break
+            time.sleep(0.05)
+        assert log.read_text() == "owner gone; stopped polite, stubborn\n"
+        assert [_start_time(pid) for pid in pids] == [None, None]
+        assert not list((tmp_path / "cloud" / "run").glob("*.pid"))
+        assert other.running_pid("bystander"), "the watcher stopped a service of another cloud"
+    finally:
+        owner.kill()
+        other.stop_all(["bystander"])
+        Supervisor(tmp_path / "cloud" / "run", tmp_path / "cloud" / "log").stop_all(["polite", "stubborn"])
