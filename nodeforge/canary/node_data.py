@@ -18,11 +18,12 @@ The image's own checks (artifacts, hardening, units) come from
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 
+from nodeforge.errors import ConfigError
 from nodeforge.imageverify import boottest
 from nodeforge.imageverify import verifychecks as vc
+from nodeforge.schema import loader
 
 # A root partition counts as grown to the disk when at most this much of the disk lies
 # outside it: the ESP and BIOS boot partitions, GPT's tail, and the config drive Ironic writes
@@ -90,8 +91,8 @@ def _out(guest: dict, name: str) -> str | None:
 
 def _json(text: str | None):
     try:
-        return json.loads(text) if text else None
-    except ValueError:
+        return loader.parse_json("the node's data", text) if text else None
+    except ConfigError:
         return None
 
 

@@ -248,7 +248,7 @@ class BaseCache:
             return None
         problem = self._check(key, path)
         if problem is None:
-            return Entry(key, path, json.loads((path / META).read_text()))
+            return Entry(key, path, loader.read_json(path / META))
         if evict:
             self._remove(path)
         return None

@@ -12,10 +12,10 @@ path beside the lockfile :func:`nodeforge.pins.release.package_lock_path`.
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 from typing import Iterable
 
+from nodeforge.errors import ConfigError
 from nodeforge.imagebuild import render as rd
 from nodeforge.oslock import lock as ol, watch
 from nodeforge.oslock.lock import PackageLock, Resolve
@@ -77,10 +77,10 @@ def element_packages(start: Iterable[str], arch: str, dirs: Iterable[Path],
         mapping: dict = {}
         if (elem / "pkg-map").is_file():
             try:
-                pm = json.loads((elem / "pkg-map").read_text())
+                pm = loader.read_json(elem / "pkg-map")
                 mapping = {**pm.get("default", {}), **pm.get("family", {}).get(distro, {}),
                            **pm.get("distro", {}).get(distro, {})}
-            except ValueError:
+            except (ConfigError, AttributeError, TypeError):
                 mapping = {}
         pi = elem / "package-installs.yaml"
         if pi.is_file():

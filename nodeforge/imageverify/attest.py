@@ -28,7 +28,6 @@ import base64
 import dataclasses
 import datetime
 import hashlib
-import json
 import os
 import stat
 from pathlib import Path
@@ -37,8 +36,9 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
 from nodeforge.base import dsse, fs
-from nodeforge.errors import NodeforgeError
+from nodeforge.errors import ConfigError, NodeforgeError
 from nodeforge.imageverify import verifyreport
+from nodeforge.schema import loader
 
 ENVELOPE = "verify.intoto.json"
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
@@ -190,10 +190,10 @@ def open_report(data: bytes, source: str, keys: dict | None = None) -> Opened:
     except dsse.EnvelopeError as exc:
         raise AttestationError(source=source, detail=f"{exc.check}: {exc.detail}") from None
     try:
-        stmt = json.loads(env.payload)
+        stmt = loader.parse_json(f"{source} (payload)", env.payload, loader.Limits(max_bytes=dsse.MAX_BYTES))
         config = {c.get("name"): c for c in stmt["predicate"]["configuration"] if isinstance(c, dict)}
         report = base64.b64decode(config[verifyreport.SOURCE]["content"], validate=True)
-    except (ValueError, TypeError, KeyError, AttributeError):
+    except (ConfigError, ValueError, TypeError, KeyError, AttributeError):
         raise AttestationError(source=source, detail="the signed statement carries no verify report") from None
     try:
         doc = verifyreport.parse(report, f"{source} (signed report)")

@@ -53,13 +53,14 @@ from typing import Callable
 
 from nodeforge.base import qemuimg, runner
 from nodeforge.base.fs import atomic_write
-from nodeforge.errors import MissingToolError, NodeforgeError
+from nodeforge.errors import ConfigError, MissingToolError, NodeforgeError
 from nodeforge.imagebuild import checksums, manifest as manifest_mod
 from nodeforge.imageverify import attest, builddir
 from nodeforge.imageverify import accel as accel_mod, verify_guest, verifychecks as vc, verifyreport
 from nodeforge.imageverify.bootwatch import ConsoleWatch, Limits
 from nodeforge.imageverify.imagefiles import image_facts, probe_kernel
 from nodeforge.pins.cache import Cache
+from nodeforge.schema import loader
 
 log = logging.getLogger(__name__)
 
@@ -308,7 +309,10 @@ def parse_report(text: str) -> dict | None:
         raise ReportError(detail=f"damaged base64 ({exc})") from None
     if len(payload) != int(head[3]) or hashlib.sha256(payload).hexdigest() != head[2]:
         raise ReportError(detail="payload does not match its sha256 (serial output damaged)")
-    return json.loads(payload)
+    try:
+        return loader.parse_json("the guest's report", payload)
+    except ConfigError as exc:
+        raise ReportError(detail=str(exc)) from None
 
 
 def boot(argv: list[str], *, console: Path, report: Path, timeout: float, variant: str,
@@ -473,7 +477,7 @@ def plan(req: VerifyRequest) -> VerifyPlan:
     firmware = ovmf() if "baremetal" in names else None
     _say(req)(f"checking {build.path.name}: SHA256SUMS and SHA512SUMS")
     refuse_bad_checksums(build.path)
-    manifest = json.loads(build.manifest_path.read_text())
+    manifest = build.manifest_data()
     accel, _, accel_note = accel_mod.planned(req.accel)
     repo = repository_controls(manifest, req.profile_path)
     controls = [c["id"] for c in repo[0]] if repo is not None else None
@@ -737,7 +741,7 @@ def expectations(build_dir: Path, variant: str, *, cache_dir: Path | None = None
     canary deploy: :func:`verifychecks.probes` for its collector, :func:`verifychecks.evaluate`
     on its report). Writes nothing into the build."""
     build = builddir.load(build_dir)
-    manifest = json.loads(build.manifest_path.read_text())
+    manifest = build.manifest_data()
     tools = require_tools()
     work = Path(tempfile.mkdtemp(prefix=f"nodeforge-judge-{variant}-",
                                  dir=work_dir or os.environ.get(ENV_WORK_DIR) or None))

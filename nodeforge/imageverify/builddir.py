@@ -120,6 +120,16 @@ class BuildDir:
             raise BuildDirError(path=self.manifest_path, detail="changed since the build directory was read")
         return raw
 
+    def manifest_data(self) -> dict:
+        """:meth:`manifest_bytes` as plain data, parsed by the one bounded JSON reader (values,
+        depth and numbers limited as everywhere else)."""
+        from nodeforge.imagebuild import manifest as mf
+        from nodeforge.schema import loader
+
+        text = loader.decode(self.manifest_path, self.manifest_bytes())
+        return loader.load(self.manifest_path, text, format="json",
+                           limits=loader.Limits(max_bytes=mf.MAX_BYTES)).data
+
     @property
     def k8s_minor(self) -> str:
         return ".".join(self.k8s_version.split(".")[:2])

@@ -16,9 +16,11 @@ import os
 import socket
 from pathlib import Path
 
-from nodeforge.errors import NodeforgeError
+from nodeforge.errors import ConfigError, NodeforgeError
+from nodeforge.schema import loader
 
 LOCK_NAME = ".lock"
+HOLDER_MAX_BYTES = 64 << 10     # the holder record nodeforge writes is one short JSON line
 
 
 class PipelineLocked(NodeforgeError):
@@ -41,9 +43,10 @@ class RunLock:
 
     def read_holder(self) -> dict:
         try:
-            return json.loads(self.path.read_text() or "{}")
-        except (OSError, ValueError):
+            holder = loader.read_json(self.path, loader.Limits(max_bytes=HOLDER_MAX_BYTES))
+        except ConfigError:      # empty (being written), damaged or not a file: holder unknown
             return {}
+        return holder if isinstance(holder, dict) else {}
 
     def acquire(self) -> "RunLock":
         self.path.parent.mkdir(parents=True, exist_ok=True)

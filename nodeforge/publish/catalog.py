@@ -24,15 +24,15 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import json
 import logging
 
 from nodeforge import plan as PL
-from nodeforge.errors import NodeforgeError
+from nodeforge.errors import ConfigError, NodeforgeError
 from nodeforge.imageverify import attest, verifyreport
 from nodeforge.publish import glance as g
 from nodeforge.magnum import client as magnum_client
 from nodeforge.publish.retention import Expire, RetentionPolicy, magnum_hold
+from nodeforge.schema import loader
 
 log = logging.getLogger(__name__)
 P = g.P
@@ -127,8 +127,8 @@ def check_canary(conn, image: dict, classes: tuple[str, ...] | list[str]) -> Non
         raise PromoteRefused(image=name, detail=f"no passing canary deploy on {', '.join(missing)} (the canary policy "
                                                 "asks for one); run 'nodeforge image canary' first")
     try:
-        report = json.loads(g.download_canary_report(conn, image))
-    except (g.PublishError, ValueError) as exc:
+        report = loader.parse_json(f"image {name}'s canary report", g.download_canary_report(conn, image))
+    except (g.PublishError, ConfigError) as exc:
         raise PromoteRefused(image=name, detail=f"its canary report cannot be trusted: {exc}") from None
     results = {r.get("resource_class"): r for r in report.get("results", []) if isinstance(r, dict)}
     wrong = [rc for rc in classes if report.get("image_id") != image["id"] or not (results.get(rc) or {}).get("passed")]

@@ -157,11 +157,8 @@ def image_name(build: BuildDir, variant: str) -> str:
 def manifest_scope(build: BuildDir) -> str | None:
     """The ``scope`` the build's manifest records (None: a manifest from before scopes). Read
     from the bytes :func:`builddir.load` digested; an invalid value is refused."""
-    raw = build.manifest_bytes()
-    try:
-        value = json.loads(raw).get("scope")
-    except (ValueError, AttributeError):
-        return None
+    data = build.manifest_data()
+    value = data.get("scope") if isinstance(data, dict) else None
     if value is None:
         return None
     problem = scope_problem(value)

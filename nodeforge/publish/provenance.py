@@ -47,7 +47,6 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import hashlib
-import json
 import logging
 import time
 from pathlib import Path
@@ -57,9 +56,10 @@ from cryptography.hazmat.primitives import hashes, serialization
 import nodeforge
 from nodeforge import transport
 from nodeforge.base import dsse
-from nodeforge.errors import NodeforgeError
+from nodeforge.errors import ConfigError, NodeforgeError
 from nodeforge.imageverify.builddir import BuildDir
 from nodeforge.publish import glance_api as g, signing
+from nodeforge.schema import loader
 
 log = logging.getLogger(__name__)
 
@@ -151,7 +151,7 @@ def verify_signature(env: Envelope, public_key, image: str, cert_label: str) -> 
 # The statement
 
 def _manifest(build: BuildDir) -> dict:
-    return json.loads(build.manifest_bytes())
+    return build.manifest_data()
 
 
 def find_package_lock(build: BuildDir, manifest: dict, path: Path | None = None):
@@ -282,9 +282,9 @@ def parse_statement(payload: bytes, image: str) -> dict:
         return ProvenanceInvalid(image=image, check="statement", detail=detail)
 
     try:
-        doc = json.loads(payload)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise bad(f"payload is not JSON ({exc})") from None
+        doc = loader.parse_json(f"{image}'s provenance statement", payload, loader.Limits(max_bytes=dsse.MAX_BYTES))
+    except ConfigError as exc:
+        raise bad(f"payload is not JSON nodeforge reads ({exc})") from None
     if not isinstance(doc, dict) or doc.get("_type") != STATEMENT_TYPE:
         raise bad(f"_type is not {STATEMENT_TYPE}")
     if doc.get("predicateType") != PREDICATE_TYPE:

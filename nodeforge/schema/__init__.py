@@ -82,11 +82,12 @@ from nodeforge.schema.declare import (SECRET, Declared, FileKind, Rule, is_secre
                                       kinds, load_file, problems_of, register, secret_field, secret_fields, validate,
                                       validate_data)
 from nodeforge.schema.loader import (DEFAULT_LIMITS, MAX_DEPTH, Document, Limits, check_tree, collector_paused,
-                                     decode, dumps, line_of, load, plain, read_bytes, read_json, read_text,
-                                     tree_line)
+                                     decode, dumps, line_of, load, parse_json, plain, read_bytes, read_json,
+                                     read_text, tree_line)
 from nodeforge.schema.problems import Problem, SchemaError, keypath_str
 
 __all__ = ["SECRET", "Declared", "FileKind", "Rule", "is_secret", "kind", "kind_of", "kind_word", "kinds", "load_file",
            "problems_of", "register", "secret_field", "secret_fields", "validate", "validate_data",
            "DEFAULT_LIMITS", "MAX_DEPTH", "Document", "Limits", "check_tree", "collector_paused", "decode", "dumps",
-           "line_of", "load", "plain", "read_bytes", "read_json", "read_text", "tree_line", "Problem", "SchemaError", "keypath_str"]
+           "line_of", "load", "parse_json", "plain", "read_bytes", "read_json", "read_text", "tree_line", "Problem",
+           "SchemaError", "keypath_str"]

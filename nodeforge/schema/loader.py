@@ -317,6 +317,16 @@ def read_json(path, limits: Limits = DEFAULT_LIMITS) -> Any:
     return load(path, format="json", limits=limits).data
 
 
+def parse_json(label: str, data: bytes | str, limits: Limits = DEFAULT_LIMITS) -> Any:
+    """The plain data of JSON that came from somewhere other than a file (a payload from a
+    service, an envelope or a guest's report) under the same limits as a file's: size, UTF-8,
+    values, depth, numbers. A ConfigError names ``label`` (and line)."""
+    if len(data) > limits.max_bytes:
+        raise _too_big(label, limits.max_bytes)
+    text = decode(label, data) if isinstance(data, (bytes, bytearray)) else data
+    return load(label, text, format="json", limits=limits).data
+
+
 def load_yaml_tree(path, text: str | None = None, limits: Limits = DEFAULT_LIMITS):
     """Only the round-trip tree of a YAML file (what a round-trip rewrite needs)."""
     return load(path, text, format="yaml", limits=limits).doc
