@@ -82,7 +82,7 @@ def check_lock(lock: Path) -> list[str]:
     """The requirements of ``lock`` (``name==version``), each pinned exactly and with at least one
     sha256 hash; :class:`RamdiskError` naming the line of the first that is not."""
     pins, current = [], None
-    for n, raw in enumerate(lock.read_text().splitlines(), 1):
+    for n, raw in enumerate(loader.read_text(lock).splitlines(), 1):
         line = raw.split("#", 1)[0].strip()
         if not line:
             continue
@@ -106,7 +106,7 @@ def check_lock(lock: Path) -> list[str]:
 
 
 def locked_version(lock: Path, package: str = "ironic-python-agent") -> str:
-    for line in lock.read_text().splitlines():
+    for line in loader.read_text(lock).splitlines():
         if line.split("==")[0].strip().lower() == package:
             return line.split("==", 1)[1].split()[0].strip(" \\")
     raise RamdiskError(detail=f"{lock}: {package} is not pinned")
@@ -116,7 +116,7 @@ def input_digest(lock: Path = LOCK, element: Path = ELEMENT) -> tuple[str, dict]
     """(sha256 over every input, the inputs named)."""
     from importlib.metadata import version
 
-    inputs = {"lock_sha256": hashlib.sha256(lock.read_bytes()).hexdigest(), "element_tree": tree_digest(element),
+    inputs = {"lock_sha256": fs.sha256_file(lock), "element_tree": tree_digest(element),
               "builder": version(BUILDER), "builder_elements": tree_digest(builder_elements() / "ironic-ramdisk-base"),
               "diskimage_builder": version("diskimage-builder"), "release": RELEASE, "arch": ARCH, "schema": SCHEMA}
     return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest(), inputs

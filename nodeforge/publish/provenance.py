@@ -55,7 +55,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 
 import nodeforge
 from nodeforge import transport
-from nodeforge.base import dsse
+from nodeforge.base import dsse, fs
 from nodeforge.errors import ConfigError, NodeforgeError
 from nodeforge.imageverify.builddir import BuildDir
 from nodeforge.publish import glance_api as g, signing
@@ -208,7 +208,7 @@ def statement(build: BuildDir, *, package_lock: Path | None = None) -> dict:
                      "annotations": {"kind": "lockfile"}})
     lock = find_package_lock(build, m, package_lock)
     if lock is not None:
-        file_sha = hashlib.sha256(Path(lock.path).read_bytes()).hexdigest()
+        file_sha = fs.sha256_file(lock.path)
         deps.append({"name": PACKAGE_LOCK_FILE, "digest": {"sha256": file_sha},
                      "annotations": {"kind": "os-package-lock", "canonical_sha256": lock.digest(),
                                      "packages": len(lock.packages)}})
@@ -245,7 +245,7 @@ def statement(build: BuildDir, *, package_lock: Path | None = None) -> dict:
     byproducts = [{"name": "manifest.json", "digest": {"sha256": build.manifest_sha256}}]
     sbom = build.path / "sbom.cdx.json"
     if sbom.is_file():
-        byproducts.append({"name": sbom.name, "digest": {"sha256": hashlib.sha256(sbom.read_bytes()).hexdigest()}})
+        byproducts.append({"name": sbom.name, "digest": {"sha256": fs.sha256_file(sbom)}})
     return {
         "_type": STATEMENT_TYPE,
         "subject": subjects,
@@ -364,7 +364,7 @@ def _hash_image_data(conn, image_id: str, algos: tuple[str, ...]) -> tuple[dict[
 
 def _certificate(conn, image: dict, cert_path: Path | None, cert_id: str | None, label: str):
     if cert_path is not None:
-        pem = Path(cert_path).read_bytes()
+        pem = loader.read_bytes(cert_path, signing.KEY_FILE_LIMITS)    # a PEM certificate: a small regular file
         return signing.load_certificate(pem, str(cert_path)), f"certificate {cert_path}", None
     ref = cert_id or image.get("img_signature_certificate_uuid")
     if not ref:

@@ -66,3 +66,19 @@ def test_a_guest_report_of_hostile_json_is_a_report_error(name):
 
 def test_a_guest_report_framed_as_the_guest_frames_it_is_read():
     assert boottest.parse_report(verify_guest.frame({"a": [1, "b"]})) == {"a": [1, "b"]}
+
+
+@pytest.mark.parametrize("path", ["/dev/zero", "fifo", "big"])
+def test_a_certificate_given_to_provenance_is_read_bounded(path, tmp_path):
+    """``image provenance --cert FILE``: a device, a FIFO (a hang) or a large file is refused by name."""
+    import os
+
+    if path == "fifo":
+        path = tmp_path / "cert.pem"
+        os.mkfifo(path)
+    elif path == "big":
+        path = tmp_path / "cert.pem"
+        path.write_bytes(b"-" * (1 << 20))
+    with pytest.raises(ConfigError) as err:
+        provenance._certificate(None, {}, path, None, "img-1")
+    assert str(path) in str(err.value)
