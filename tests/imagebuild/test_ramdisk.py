@@ -5,10 +5,7 @@ URL on its kernel command line (slow)."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
-import subprocess
 import time
 from pathlib import Path
 
@@ -16,7 +13,6 @@ import pytest
 
 from nodeforge import cli
 from nodeforge.imagebuild import ramdisk
-from nodeforge.imageverify import accel
 
 
 def _copy_inputs(tmp_path: Path) -> tuple[Path, Path]:
@@ -76,43 +72,20 @@ def test_plan_says_build_then_reuse_and_the_dry_run_writes_nothing(tmp_path, mon
         ramdisk.build(again)
 
 
-def _console_until(path: Path, needles: tuple[str, ...], proc: subprocess.Popen, timeout: float) -> str:
-    deadline = time.monotonic() + timeout
-    text = ""
-    while time.monotonic() < deadline and proc.poll() is None:
-        text = path.read_text(errors="replace") if path.exists() else ""
-        if all(n in text for n in needles):
-            return text
-        time.sleep(2)
-    return text
-
-
 @pytest.mark.slow
-def test_a_real_build_boots_and_the_agent_calls_the_ironic_api(tmp_path):
+def test_a_real_build_is_recorded_and_cached(tmp_path):
     """Built by diskimage-builder from the locked wheels (or taken from the cache of an identical
-    build), booted with QEMU's -kernel/-initrd under TCG: ironic-python-agent starts and tries the
-    ``ipa-api-url`` it was given (nothing listens there: the attempt is what shows)."""
+    build): the record names the locked agent and the input digest, and a second plan reuses the
+    entry. That the agent in it boots and calls the Ironic API is proven where Ironic boots it:
+    ``tests/canary/test_canary_machine.py`` inspects, cleans and deploys the machine with it (a
+    separate ``-kernel/-initrd`` boot here repeated that under TCG for about two minutes)."""
     p = ramdisk.plan(tmp_path / "out")
     started = time.monotonic()
     record = ramdisk.build(p, log=print)
     print(f"agent ramdisk: {'cached' if p.cached else 'built'} in {time.monotonic() - started:.0f} s, "
           f"initramfs {record['files'][ramdisk.INITRAMFS]['bytes'] / (1 << 20):.1f} MiB")
     assert record["ipa_version"] == "13.0.0" and record["digest"] == p.digest
-    console = tmp_path / "console.log"
-    url = "http://10.0.2.100:6399"
-    argv = ["qemu-system-x86_64", "-machine", "q35", "-accel", "tcg", "-cpu", accel.CPU["tcg"], "-smp", "2",
-            "-m", "3072", "-kernel", str(tmp_path / "out" / ramdisk.KERNEL),
-            "-initrd", str(tmp_path / "out" / ramdisk.INITRAMFS),
-            "-append", f"console=ttyS0 ipa-api-url={url} ipa-insecure=1 ipa-debug=1",
-            "-display", "none", "-serial", f"file:{console}", "-netdev", "user,id=n0",
-            "-device", "virtio-net-pci,netdev=n0", "-no-reboot"]
-    booted = time.monotonic()
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-    try:
-        text = _console_until(console, ("ironic-python-agent[", "host='10.0.2.100', port=6399"), proc, 600)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    print(f"agent ramdisk: boot to the agent's first API call {time.monotonic() - booted:.0f} s under TCG")
-    assert "ironic-python-agent[" in text, text[-3000:]
-    assert "host='10.0.2.100', port=6399" in text, text[-3000:]
+    for name in (ramdisk.KERNEL, ramdisk.INITRAMFS):
+        assert record["files"][name]["bytes"] == (tmp_path / "out" / name).stat().st_size > 0
+    again = ramdisk.plan(tmp_path / "again")
+    assert again.cached and again.digest == p.digest
