@@ -40,8 +40,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("nodeforge.base.sums", "nodeforge.base.qemuimg", "nodeforge.base.ipmitool", "nodeforge.base.dsse"),
     ("nodeforge.schema", "nodeforge.transport"),
     ("nodeforge.plan",),
-    # service clients and data every feature above may read: Magnum's REST calls and driver table
-    ("nodeforge.magnum.client", "nodeforge.magnum.drivers"),
+    # service clients (one module per OpenStack service) and data every feature above may read
+    ("nodeforge.clients", "nodeforge.magnum.drivers"),
     # the image pipeline, in stage order (the OS package lock beside the pins, below them)
     ("nodeforge.oslock",),
     ("nodeforge.pins",),
@@ -216,7 +216,7 @@ def test_the_rule_catches_an_upward_a_sideways_and_a_private_import(tmp_path):
     up = Edge("nodeforge.pins.release", "nodeforge.imagebuild.render", None, f, 1)
     sideways = Edge("nodeforge.pipeline.run", "nodeforge.devcloud.cloud", None, f, 2)
     private = Edge("nodeforge.publish.glance", "nodeforge.imageverify.builddir", "_first", f, 3)
-    down = Edge("nodeforge.publish.catalog", "nodeforge.magnum.client", "image_users", f, 4)
+    down = Edge("nodeforge.publish.catalog", "nodeforge.clients.container_infra", "image_users", f, 4)
     base_up = Edge("nodeforge.base.runner", "nodeforge.imagebuild.disk", None, f, 5)
     bad = layer_violations([up, sideways, private, down, base_up])
     assert len(bad) == 4 and ":1:" in bad[0] and "up" in bad[0] and "sideways" in bad[1]

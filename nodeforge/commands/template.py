@@ -115,7 +115,8 @@ def apply(app, names, templates_dir, baremetal_cloud, dry_run):
     flavor or network, a node group the driver cannot serve) refuses the whole
     run before any write (exit 2). Exit 0: applied (or nothing to do); 3: some
     templates broken (no approved image, ...) or a write failed."""
-    from nodeforge.magnum import apply as ap, client as mc
+    from nodeforge.clients import container_infra as mc
+    from nodeforge.magnum import apply as ap
 
     templates = tpl.select(tpl.load_all(templates_dir), list(names))
     state = _state(app, baremetal_cloud)

@@ -271,7 +271,8 @@ def say_reports(record: rr.RunRecord) -> None:
 def applied_templates(conn) -> list[dict]:
     """The current (not hidden) Magnum versions of the demo's templates, made by their files' scopes."""
     from nodeforge.magnum import templates as tpl
-    from nodeforge.magnum import apply as ap, client as mc
+    from nodeforge.clients import container_infra as mc
+    from nodeforge.magnum import apply as ap
 
     declared = tpl.load_all(REPO / tpl.DEFAULT_DIR)
     owners = [(declared[name].ownership_scope, name) for name in TEMPLATES]

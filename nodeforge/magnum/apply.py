@@ -1,7 +1,7 @@
 """``template apply``: declared cluster templates written to Magnum, as versions.
 
 Plan (pure: resolutions + Magnum's templates and clusters as plain dicts, see
-:mod:`nodeforge.magnum.client`), then apply. Rules (docs/flavors-and-templates.md,
+:mod:`nodeforge.clients.container_infra`), then apply. Rules (docs/flavors-and-templates.md,
 "template apply"):
 
 * **Naming.** A template file ``NAME`` becomes Magnum templates ``NAME-v1``,
@@ -42,7 +42,7 @@ from typing import Any
 from nodeforge import plan as PL
 from nodeforge.magnum import templates as T
 from nodeforge.errors import ConfigError, ExitCode
-from nodeforge.magnum import client as mc
+from nodeforge.clients import container_infra as mc
 
 log = logging.getLogger(__name__)
 

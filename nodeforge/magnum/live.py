@@ -7,7 +7,7 @@ functions a test can feed from a table.
 
 Reads are plain REST through the openstacksdk adapters (the SDK's Magnum
 resources do not model every field Magnum 23 returns, e.g. ``driver``;
-Magnum through :mod:`nodeforge.magnum.client`):
+Magnum through :mod:`nodeforge.clients.container_infra`):
 
 * ``GET /v1/clustertemplates/detail`` and ``GET /v1/clusters/detail`` (paged
   by Magnum's ``next`` link),
@@ -30,8 +30,8 @@ import re
 from urllib.parse import urlsplit
 
 from nodeforge.errors import NodeforgeError
-from nodeforge.magnum import client
-from nodeforge.magnum.client import (SERVICE_TYPE, has_magnum, image_users,  # noqa: F401 - re-exported
+from nodeforge.clients import container_infra as client
+from nodeforge.clients.container_infra import (SERVICE_TYPE, has_magnum, image_users,  # noqa: F401 - re-exported
                                      read_clusters, users_of)
 
 log = logging.getLogger(__name__)
@@ -43,7 +43,7 @@ class NoMagnum(NodeforgeError):
 
 
 def read_templates(conn) -> list[dict]:
-    """Every cluster template the connection can see (:func:`nodeforge.magnum.client.read_templates`)."""
+    """Every cluster template the connection can see (:func:`nodeforge.clients.container_infra.read_templates`)."""
     return client.read_templates(conn)
 
 

@@ -30,7 +30,7 @@ from nodeforge import plan as PL
 from nodeforge.errors import ConfigError, NodeforgeError
 from nodeforge.imageverify import attest, verifyreport
 from nodeforge.publish import glance as g
-from nodeforge.magnum import client as magnum_client
+from nodeforge.clients import container_infra
 from nodeforge.publish.retention import Expire, RetentionPolicy, magnum_hold
 from nodeforge.schema import loader
 
@@ -321,7 +321,7 @@ def summary(image: dict) -> dict:
 
 def _users(conn, images: list[dict]) -> dict[str, list[str]] | None:
     """Image ID -> Magnum templates and clusters using it; None when the cloud has no Magnum."""
-    return magnum_client.image_users(conn, images)
+    return container_infra.image_users(conn, images)
 
 
 def list_catalog(conn, *, approved: bool = False, k8s: str | None = None, variant: str | None = None,

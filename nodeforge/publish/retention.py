@@ -6,7 +6,7 @@ and names the file, line and key of each problem.
 
 Retention never deactivates or deletes an image that Magnum uses: when the
 cloud has a container-infra endpoint, promote reads every cluster template
-and cluster once (:func:`nodeforge.magnum.client.image_users`) and an image
+and cluster once (:func:`nodeforge.clients.container_infra.image_users`) and an image
 beyond ``keep`` that a template (or a cluster through its template) uses is
 only hidden, with the users named (:func:`magnum_hold`). A cloud without
 Magnum is said so in the log, and retention proceeds as before.
@@ -112,7 +112,7 @@ def load(path: Path | str = DEFAULT_PATH) -> RetentionPolicy:
 
 def magnum_hold(image_id: str, users: dict[str, list[str]] | None) -> str | None:
     """Why retention must not deactivate or delete ``image_id``: the Magnum templates and
-    clusters that use it (``users``: :func:`nodeforge.magnum.client.image_users`; None when the
+    clusters that use it (``users``: :func:`nodeforge.clients.container_infra.image_users`; None when the
     cloud has no Magnum), or None when nothing does."""
     used = (users or {}).get(image_id)
     if not used:

@@ -46,6 +46,6 @@ class _NoMagnumConn:
 
 
 def test_image_users_without_container_infra_says_so(caplog):
-    with caplog.at_level(logging.INFO, logger="nodeforge.magnum.client"):
+    with caplog.at_level(logging.INFO, logger="nodeforge.clients.container_infra"):
         assert live.image_users(_NoMagnumConn()) is None
     assert "no container-infra (Magnum) endpoint" in caplog.text and "proceeds without" in caplog.text

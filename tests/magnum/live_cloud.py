@@ -10,7 +10,7 @@ import time
 
 from nodeforge.compute import flavors as F
 from nodeforge.publish import glance as g
-from nodeforge.magnum import client
+from nodeforge.clients import container_infra as client
 
 DRIVER = "k8s_cluster_api_debian"
 # How long a test waits for the conductor to record a cluster's create. It gets to each within

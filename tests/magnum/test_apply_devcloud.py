@@ -37,7 +37,7 @@ from nodeforge.devcloud import magnum as dc_magnum
 from nodeforge.imageverify import builddir
 from nodeforge.publish import catalog, glance as g
 from nodeforge.publish.retention import RetentionPolicy
-from nodeforge.magnum import client as mc
+from nodeforge.clients import container_infra as mc
 from tests.imagebuild.builddir_factory import make_build_dir
 from tests.imagebuild.glance_fixtures import Tracker
 from tests.magnum.live_cloud import RECORD_TIMEOUT, conductor_errors

@@ -1,0 +1,6 @@
+"""One module per OpenStack service nodeforge calls, over openstacksdk's connection and
+:mod:`nodeforge.transport`: the service's URLs, request bodies, paging, microversions and the
+mapping of its failures to nodeforge's errors live here, not in the features that use them.
+
+* :mod:`nodeforge.clients.container_infra`: Magnum (cluster templates and clusters).
+"""
