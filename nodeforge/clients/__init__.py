@@ -3,4 +3,5 @@
 mapping of its failures to nodeforge's errors live here, not in the features that use them.
 
 * :mod:`nodeforge.clients.container_infra`: Magnum (cluster templates and clusters).
+* :mod:`nodeforge.clients.image`: Glance (images and their data).
 """
