@@ -24,6 +24,7 @@ import yaml
 
 from nodeforge import cli
 from nodeforge.compute import flavors as F
+from nodeforge.clients import compute as nova
 from nodeforge.imageverify import builddir
 from nodeforge.publish import catalog, glance as g
 from nodeforge.publish.retention import RetentionPolicy
@@ -87,7 +88,7 @@ def chain(devcloud, bmc_pool, tmp_path_factory):
         delete_nodes(system, prefix)
         for f in F.list_flavors(admin):
             if f["name"].startswith(prefix):
-                F._call(admin, "DELETE", f"/flavors/{f['id']}", "cleanup", missing_ok=True)
+                nova.call(admin, "DELETE", f"/flavors/{f['id']}", "cleanup", missing_ok=True)
         tracker.cleanup()
 
 
@@ -150,7 +151,7 @@ def test_chain(chain, capsys):
     g.patch_image(admin, chain["image"], [{"op": "replace", "path": "/os_hidden", "value": False}], "unhide")
     # 2. a flavor is removed
     storage = next(f for f in F.list_flavors(admin) if f["name"] == f"{p}bm.storage")
-    F._call(admin, "DELETE", f"/flavors/{storage['id']}", "delete")
+    nova.call(admin, "DELETE", f"/flavors/{storage['id']}", "delete")
     assert broken() == [f"flavor: flavor '{p}bm.storage' not found in Nova"]
     assert nf("flavor", "sync", "--flavors", str(chain["flavors"])) == 0
     assert nf("template", "check", *t) == 0

@@ -2,6 +2,7 @@
 :mod:`nodeforge.transport`: the service's URLs, request bodies, paging, microversions and the
 mapping of its failures to nodeforge's errors live here, not in the features that use them.
 
+* :mod:`nodeforge.clients.compute`: Nova (flavors, extra specs, flavor access).
 * :mod:`nodeforge.clients.container_infra`: Magnum (cluster templates and clusters).
 * :mod:`nodeforge.clients.image`: Glance (images and their data).
 """

@@ -26,9 +26,8 @@ scopes) are reported as ``legacy`` and never touched, unless
 unmarked flavor the file lists by name is taken into the file's scope (the
 plan shows the added ``nodeforge:scope``).
 
-Every call sends compute microversion :data:`MICROVERSION` (2.86): from
-2.86 on, Nova validates extra specs and refuses a malformed one (HTTP 400)
-instead of storing it.
+Nova is called through :mod:`nodeforge.clients.compute` (microversion 2.86: Nova
+validates extra specs and refuses a malformed one, HTTP 400, instead of storing it).
 """
 
 from __future__ import annotations
@@ -37,11 +36,13 @@ import dataclasses
 import logging
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal, Optional, Union
+from typing import Annotated, Literal, Optional, Union
 
 from pydantic import AfterValidator, Field, ValidationError, WrapValidator
 
-from nodeforge import plan as PL, schema, transport
+from nodeforge import plan as PL, schema
+from nodeforge.clients import compute as nova
+from nodeforge.clients.compute import MICROVERSION, NovaError, read_flavors  # noqa: F401 - re-exported
 from nodeforge.errors import ConfigError, ExitCode, NodeforgeError
 from nodeforge.schema import Declared, Rule, register, vocab
 from nodeforge.ironic import constants as C
@@ -51,7 +52,6 @@ from nodeforge.ironic import profiles as hw
 log = logging.getLogger(__name__)
 
 DEFAULT_PATH = Path("manifests/flavors.yaml")
-MICROVERSION = "2.86"
 MANAGED_KEY = "nodeforge:managed"
 SCOPE_KEY = "nodeforge:scope"
 RESERVED_PREFIX = "nodeforge:"
@@ -60,10 +60,6 @@ IMMUTABLE = ("vcpus", "ram", "disk", "ephemeral", "swap", "is_public")
 _RC_SPEC = re.compile(r"^resources(\d*):(CUSTOM_[A-Z0-9_]+)$")
 _TRAIT_SPEC = re.compile(r"^trait(\d*):([A-Z0-9_]+)$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._ -]{0,254}$")
-
-
-class NovaError(NodeforgeError):
-    message = "Nova {what} failed (HTTP {status}): {detail}"
 
 
 class ScopeConflict(NodeforgeError):
@@ -303,42 +299,15 @@ def load(path: Path | str = DEFAULT_PATH, profiles_path: Path | str | None = Non
     return FlavorFile(str(path), tuple(out), scope, scope_source)
 
 
-# ----------------------------------------------------------------------------- Nova REST
-
-def _error(failure: transport.Failure, what: str) -> NovaError:
-    return NovaError(what=what, status=failure.status or "no answer", detail=failure.detail[:500])
-
-
-def _call(conn, method: str, url: str, what: str, *, body: Any = None, missing_ok: bool = False):
-    """One Nova call (:func:`nodeforge.transport.request`: the API retry policy, Nova's
-    message in :class:`NovaError`); ``missing_ok``: a 404 is None."""
-    resp = transport.request(conn.compute, method, url, what=what, error=_error, missing_ok=missing_ok, json=body,
-                             microversion=MICROVERSION)
-    return transport.json_of(resp)
-
-
-def read_flavors(conn) -> list[dict]:
-    """Every flavor (public and private) with its extra specs (microversion 2.86 includes them),
-    in one paged listing."""
-    out = transport.paged(conn.compute, "/flavors/detail?is_public=None&limit=1000", "flavors", what="flavor list",
-                          next_url=transport.links_next("flavors_links"), error=_error, microversion=MICROVERSION)
-    for f in out:
-        f.setdefault("extra_specs", {})
-    return out
-
+# ----------------------------------------------------------------------------- Nova (clients.compute)
 
 def list_flavors(conn) -> list[dict]:
     """Every flavor (public and private) with its extra specs (and, for
     private ones, the projects with access)."""
-    out = read_flavors(conn)
+    out = nova.read_flavors(conn)
     for f in out:
-        f["projects"] = [] if f.get("os-flavor-access:is_public", True) else flavor_access(conn, f["id"])
+        f["projects"] = [] if f.get("os-flavor-access:is_public", True) else nova.flavor_access(conn, f["id"])
     return out
-
-
-def flavor_access(conn, flavor_id: str) -> list[str]:
-    data = _call(conn, "GET", f"/flavors/{flavor_id}/os-flavor-access", "flavor access list")
-    return sorted(a["tenant_id"] for a in data.get("flavor_access", []))
 
 
 def resolve_projects(conn, refs: tuple[str, ...]) -> tuple[str, ...]:
@@ -509,20 +478,19 @@ def plan(conn, flavor_file: FlavorFile, *, replace: bool = False, prune: bool = 
 # ----------------------------------------------------------------------------- apply
 
 def _create(conn, spec: FlavorSpec, project_ids: tuple[str, ...], flavor_id: str | None) -> dict:
-    body = {"flavor": {"name": spec.name, "vcpus": spec.vcpus, "ram": spec.ram, "disk": spec.disk,
-                       "OS-FLV-EXT-DATA:ephemeral": 0, "swap": 0, "os-flavor-access:is_public": spec.is_public,
-                       "description": spec.description}}
+    body = {"name": spec.name, "vcpus": spec.vcpus, "ram": spec.ram, "disk": spec.disk,
+            "OS-FLV-EXT-DATA:ephemeral": 0, "swap": 0, "os-flavor-access:is_public": spec.is_public,
+            "description": spec.description}
     if flavor_id:
-        body["flavor"]["id"] = flavor_id
-    flavor = _call(conn, "POST", "/flavors", f"create flavor {spec.name}", body=body)["flavor"]
+        body["id"] = flavor_id
+    flavor = nova.create_flavor(conn, body)
     try:
         _set_specs(conn, flavor["id"], spec.name, spec.extra_specs())
         for pid in project_ids:
-            _call(conn, "POST", f"/flavors/{flavor['id']}/action", f"access of {spec.name}",
-                  body={"addTenantAccess": {"tenant": pid}})
+            nova.add_access(conn, flavor["id"], spec.name, pid)
     except NovaError:
         # A half-made flavor would schedule onto anything: remove it.
-        _call(conn, "DELETE", f"/flavors/{flavor['id']}", f"delete flavor {spec.name}", missing_ok=True)
+        nova.delete_flavor(conn, flavor["id"], spec.name)
         raise
     return flavor
 
@@ -531,14 +499,12 @@ def _set_specs(conn, flavor_id: str, name: str, specs: dict[str, str]) -> None:
     """Set extra specs in one call; when Nova refuses them (its message does
     not name the key), find and name the refused ones."""
     try:
-        _call(conn, "POST", f"/flavors/{flavor_id}/os-extra_specs", f"extra specs of {name}",
-              body={"extra_specs": specs})
+        nova.set_extra_specs(conn, flavor_id, f"extra specs of {name}", specs)
     except NovaError as exc:
         if "(HTTP 400)" not in str(exc) or len(specs) == 1:
             raise
         for key, value in specs.items():   # raises at the first refused key
-            _call(conn, "POST", f"/flavors/{flavor_id}/os-extra_specs", f"extra spec {key}={value} of {name}",
-                  body={"extra_specs": {key: value}})
+            nova.set_extra_specs(conn, flavor_id, f"extra spec {key}={value} of {name}", {key: value})
         raise
 
 
@@ -546,24 +512,19 @@ def _update(conn, p: FlavorPlan) -> None:
     fid = p.current["id"]
     for c in p.changes:
         if c.field == "description":
-            _call(conn, "PUT", f"/flavors/{fid}", f"description of {p.name}",
-                  body={"flavor": {"description": c.desired}})
+            nova.set_description(conn, fid, p.name, c.desired)
     sets = {c.field.split(".", 1)[1]: c.desired for c in p.changes
             if c.field.startswith("extra_specs.") and c.desired is not None}
     if sets:
         _set_specs(conn, fid, p.name, sets)
     for c in p.changes:
         if c.field.startswith("extra_specs.") and c.desired is None:
-            key = c.field.split(".", 1)[1]
-            _call(conn, "DELETE", f"/flavors/{fid}/os-extra_specs/{key}", f"unset {key} of {p.name}",
-                  missing_ok=True)
+            nova.unset_extra_spec(conn, fid, p.name, c.field.split(".", 1)[1])
         if c.field == "projects":
             for pid in sorted(set(c.desired) - set(c.current)):
-                _call(conn, "POST", f"/flavors/{fid}/action", f"access of {p.name}",
-                      body={"addTenantAccess": {"tenant": pid}})
+                nova.add_access(conn, fid, p.name, pid)
             for pid in sorted(set(c.current) - set(c.desired)):
-                _call(conn, "POST", f"/flavors/{fid}/action", f"access of {p.name}",
-                      body={"removeTenantAccess": {"tenant": pid}})
+                nova.remove_access(conn, fid, p.name, pid)
 
 
 @dataclasses.dataclass
@@ -607,11 +568,11 @@ def apply(conn, plan_: Plan) -> list[Result]:
                 fid = p.current["id"]
             elif p.action is Action.REPLACE:
                 fid = p.spec.id or p.current["id"]
-                _call(conn, "DELETE", f"/flavors/{p.current['id']}", f"delete flavor {p.name}", missing_ok=True)
+                nova.delete_flavor(conn, p.current["id"], p.name)
                 _create(conn, p.spec, p.project_ids, fid)
             elif p.action is Action.PRUNE:
                 fid = p.current["id"]
-                _call(conn, "DELETE", f"/flavors/{fid}", f"delete flavor {p.name}", missing_ok=True)
+                nova.delete_flavor(conn, fid, p.name)
             else:
                 ok = p.action in (Action.NOOP, Action.LEGACY)     # legacy: reported, not a failure
                 results.append(Result(p.name, p.action, p.flavor_id, ok, None if ok else p.note))

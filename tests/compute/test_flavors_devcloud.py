@@ -23,6 +23,7 @@ import yaml
 
 from nodeforge import cli
 from nodeforge.compute import flavors as F
+from nodeforge.clients import compute as nova
 from nodeforge.ironic import constants as C
 
 pytestmark = pytest.mark.devcloud
@@ -43,7 +44,7 @@ def prefix(admin):
     for f in F.list_flavors(admin):
         if f["name"].startswith(p):
             try:
-                F._call(admin, "DELETE", f"/flavors/{f['id']}", "cleanup", missing_ok=True)
+                nova.call(admin, "DELETE", f"/flavors/{f['id']}", "cleanup", missing_ok=True)
             except F.NovaError as exc:
                 failures.append(f"{f['name']}: {exc}")
     left = sorted(f["name"] for f in F.list_flavors(admin) if f["name"].startswith(p))
@@ -227,9 +228,9 @@ def test_a_file_without_scope_marks_its_flavors_with_the_derived_scope(admin, pr
 
 def test_legacy_flavor_is_reported_and_left_alone(admin, prefix, tmp_path, capsys):
     """What `make demo` before scopes left behind: managed=true, no scope."""
-    old = F._call(admin, "POST", "/flavors", "create", body={"flavor": {
+    old = nova.call(admin, "POST", "/flavors", "create", body={"flavor": {
         "name": prefix + "old", "vcpus": 1, "ram": 512, "disk": 0}})["flavor"]
-    F._call(admin, "POST", f"/flavors/{old['id']}/os-extra_specs", "specs",
+    nova.call(admin, "POST", f"/flavors/{old['id']}/os-extra_specs", "specs",
             body={"extra_specs": {"resources:CUSTOM_NFTEST_OLD": "1", "nodeforge:managed": "true"}})
     f = write(tmp_path / "flavors.yaml", prefix, [{"name": "new", "resource_class": "nftest-new"}],
               scope=prefix + "s")

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import time
 
-from nodeforge.compute import flavors as F
+
+from nodeforge.clients import compute as nova
 from nodeforge.publish import glance as g
 from nodeforge.clients import container_infra as client
 
@@ -63,11 +64,11 @@ class LiveCloud:
         return g.get_image(self.admin, img["id"])
 
     def flavor(self, name: str, *, disk: int = 10, extra_specs: dict | None = None) -> dict:
-        f = F._call(self.admin, "POST", "/flavors", "create flavor",
+        f = nova.call(self.admin, "POST", "/flavors", "create flavor",
                     body={"flavor": {"name": self.prefix + name, "ram": 1024, "vcpus": 1, "disk": disk}})["flavor"]
         self.flavors.append(f["id"])
         if extra_specs:
-            F._call(self.admin, "POST", f"/flavors/{f['id']}/os-extra_specs", "extra specs",
+            nova.call(self.admin, "POST", f"/flavors/{f['id']}/os-extra_specs", "extra specs",
                     body={"extra_specs": extra_specs})
         return f
 
@@ -113,7 +114,7 @@ class LiveCloud:
         for t in self.templates:
             client.delete_template(self.admin, t)
         for f in self.flavors:
-            F._call(self.admin, "DELETE", f"/flavors/{f}", "cleanup", missing_ok=True)
+            nova.call(self.admin, "DELETE", f"/flavors/{f}", "cleanup", missing_ok=True)
         for i in self.images:
             g.delete_image(self.admin, i)
         left = [t["name"] for t in client.read_templates(self.admin) if t["name"].startswith(self.prefix)]

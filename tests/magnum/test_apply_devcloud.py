@@ -33,6 +33,7 @@ import yaml
 
 from nodeforge import cli
 from nodeforge.compute import flavors as F
+from nodeforge.clients import compute as nova
 from nodeforge.devcloud import magnum as dc_magnum
 from nodeforge.imageverify import builddir
 from nodeforge.publish import catalog, glance as g
@@ -100,7 +101,7 @@ def world(devcloud, tmp_path_factory):
                      F.FlavorSpec(name=f"{prefix}bm.storage", resource_class="baremetal-storage",
                                   required_traits=("CUSTOM_HDD_POOL",), disk=893, scope=f"{prefix}flavors")):
             made_flavors.append(F._create(admin, spec, (), None)["id"])
-        made_flavors.append(F._call(admin, "POST", "/flavors", "vm flavor", body={"flavor": {
+        made_flavors.append(nova.call(admin, "POST", "/flavors", "vm flavor", body={"flavor": {
             "name": f"{prefix}m1.medium", "vcpus": 2, "ram": 4096, "disk": 20}})["flavor"]["id"])
         tdir = tmp / "templates"
         tdir.mkdir()
@@ -129,7 +130,7 @@ def world(devcloud, tmp_path_factory):
             mc.delete_template(admin, t["uuid"])
         left += list(mine(admin, prefix))
         for fid in made_flavors:
-            F._call(admin, "DELETE", f"/flavors/{fid}", "cleanup", missing_ok=True)
+            nova.call(admin, "DELETE", f"/flavors/{fid}", "cleanup", missing_ok=True)
         tracker.cleanup()
         assert len(purged) == len(clusters) and not left, (purged, clusters, left)
 
