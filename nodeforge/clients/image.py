@@ -116,6 +116,17 @@ def put_data(conn, image_id: str, data, what: str):
 SIDE_MAX_BYTES = 64 << 20
 
 
+def stream_data(conn, image_id: str, chunk: int = 1 << 20):
+    """An image's data as it streams from Glance, ``chunk`` bytes at a time (for hashing an image
+    of any size without holding it)."""
+    resp = transport.request(conn.image, "GET", f"/images/{image_id}/file", what=f"downloading image {image_id}",
+                             stream=True)
+    try:
+        yield from resp.iter_content(chunk)
+    finally:
+        resp.close()
+
+
 def download(conn, image_id: str, what: str, max_bytes: int | None = None) -> bytes | None:
     """An image's data (None: the image is gone, or holds no data); with ``max_bytes``, a larger
     image is a PublishError after reading at most that many bytes."""

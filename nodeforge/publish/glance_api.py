@@ -20,7 +20,7 @@ import hashlib
 from nodeforge.clients.image import (  # noqa: F401 - re-exported: the publish stage's one Glance module
     ACTIVE, DEACTIVATED, FAILED, SIDE_MAX_BYTES, TRANSIENT, ForbiddenError, GlanceError, call, create_image,
     deactivate_image, delete_image, download, error, find_image, get_image, list_images, patch_image, put_data,
-    set_ops)
+    set_ops, stream_data)
 from nodeforge.clients.image import ImageError as PublishError   # the publish stage's name for it
 
 P = "nodeforge_"  # namespace of nodeforge's own properties

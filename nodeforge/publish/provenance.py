@@ -54,7 +54,6 @@ from pathlib import Path
 from cryptography.hazmat.primitives import hashes, serialization
 
 import nodeforge
-from nodeforge import transport
 from nodeforge.base import dsse, fs
 from nodeforge.errors import ConfigError, NodeforgeError
 from nodeforge.imageverify.builddir import BuildDir
@@ -350,15 +349,10 @@ def _hash_image_data(conn, image_id: str, algos: tuple[str, ...]) -> tuple[dict[
     """Stream the image data Glance serves and hash it; (digests, bytes, seconds)."""
     hashers = {a: hashlib.new(a) for a in algos}
     t0, size = time.monotonic(), 0
-    resp = transport.request(conn.image, "GET", f"/images/{image_id}/file", what=f"downloading image {image_id}",
-                             stream=True)
-    try:
-        for chunk in resp.iter_content(1 << 20):
-            size += len(chunk)
-            for h in hashers.values():
-                h.update(chunk)
-    finally:
-        resp.close()
+    for chunk in g.stream_data(conn, image_id):
+        size += len(chunk)
+        for h in hashers.values():
+            h.update(chunk)
     return {a: h.hexdigest() for a, h in hashers.items()}, size, round(time.monotonic() - t0, 3)
 
 

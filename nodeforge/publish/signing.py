@@ -34,6 +34,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa, utils
 
 from nodeforge import transport
+from nodeforge.clients import key_manager
 from nodeforge.errors import NodeforgeError
 from nodeforge.schema import loader
 
@@ -198,9 +199,8 @@ def plan_certificate(cert_path: Path | str, name: str | None = None) -> CertUplo
 
 def apply_certificate(conn, plan: CertUpload) -> CertInfo:
     """Store the planned certificate in Barbican; its info with the new ID."""
-    resp = transport.request(conn.key_manager, "POST", "/secrets", what=f"storing certificate {plan.name}",
-                             error=_barbican_error, json=plan.body)
-    return plan.info(resp.json()["secret_ref"].rsplit("/", 1)[1])
+    return plan.info(key_manager.store_secret(conn, plan.body, f"storing certificate {plan.name}",
+                                              error=_barbican_error))
 
 
 def upload_certificate(conn, cert_path: Path | str, name: str | None = None) -> CertInfo:
@@ -222,17 +222,15 @@ def fetch_certificate(conn, cert_id: str) -> x509.Certificate:
         return SigningError(detail=f"cannot read certificate {cert_id} from Barbican "
                                    f"(HTTP {failure.status or 'no answer'})")
 
-    meta = transport.request(conn.key_manager, "GET", f"/secrets/{cert_id}", what=f"reading secret {cert_id}",
-                             error=cannot_read, missing_ok=True)
+    meta = key_manager.secret_metadata(conn, cert_id, error=cannot_read)
     if meta is None:
         raise SigningError(detail=f"no certificate {cert_id} in Barbican (upload one with "
                                   "'nodeforge image signing-cert upload CERT')")
-    resp = transport.request(conn.key_manager, "GET", f"/secrets/{cert_id}/payload", what=f"reading {cert_id}",
-                             error=cannot_read, expect=(200,), headers={"Accept": "application/octet-stream"})
-    secret_type = (transport.json_of(meta) or {}).get("secret_type")
+    payload = key_manager.secret_payload(conn, cert_id, error=cannot_read)
+    secret_type = meta.get("secret_type")
     if secret_type not in (None, "certificate"):
         raise SigningError(detail=f"Barbican secret {cert_id} is a {secret_type}, not a certificate")
-    return load_certificate(resp.content, f"Barbican secret {cert_id}")
+    return load_certificate(payload, f"Barbican secret {cert_id}")
 
 
 def check_key_matches(signer: Signer, cert: x509.Certificate, cert_id: str) -> None:
