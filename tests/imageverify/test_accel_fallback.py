@@ -32,7 +32,7 @@ import pytest
 
 from nodeforge.imageverify import accel, boottest, builddir
 from nodeforge.imageverify.bootwatch import Limits
-from tests.imagebuild.realbuild import ARTIFACT_CACHE, linked_copy, verify
+from tests.imagebuild.realbuild import linked_copy, verify
 from tests.prereq import require_tools
 
 WRAPPER = '''
@@ -96,25 +96,23 @@ def _section(d: Path, variant: str) -> dict:
 @pytest.mark.slow
 @pytest.mark.devcloud
 def test_a_kvm_that_freezes_every_guest_is_refused_by_the_probe(built_image, hanging_kvm, tmp_path):
-    """verify's own decision (``boottest.decide_accel``: the probe boots the image's kernel under
-    BIOS, then UEFI): both probe guests freeze, KVM is refused within the default bounds, and the
-    boots would start under TCG. (The boot after a decision is the next test's: there KVM is
-    trusted, stalls, and the variant passes under TCG with the reason recorded.)"""
     hanging_kvm("freeze-all")
     d = linked_copy(built_image.path, tmp_path / "frozen")
     lines: list[str] = []
-    req = boottest.VerifyRequest(build_dir=d, variants=("vm",), cache_dir=ARTIFACT_CACHE,
-                                 accel_cache=tmp_path / "accel", stream=lines.append)
-    decision = boottest.decide_accel(req, boottest.plan(req))
-    assert decision.accel == "tcg" and not decision.cached
-    assert decision.reason.startswith("auto: KVM probe failed: bios"), decision.reason
-    assert "uefi" in decision.reason and "the guest stopped making progress" in decision.reason
-    assert decision.seconds < accel.Watchdog().probe_bound   # the default bounds: refused by the silence
-    # Remembered for this host boot: the next verify goes straight to TCG, without a probe.
-    again = accel.decide(None, qemu=boottest.QEMU, kernel=lambda: pytest.fail("probed again"), firmware=None,
-                         cache_dir=tmp_path / "accel")
-    assert again.cached and again.accel == "tcg" and again.reason.startswith("auto: KVM probe failed")
-    print(f"freeze-all: decided in {decision.seconds:.1f} s")
+    t0 = time.monotonic()
+    [result] = verify(d, variants=("vm",), accel_cache=tmp_path / "accel", stream=lines.append)
+    assert result.passed, result.error
+    assert result.accel == "tcg" and result.fallback is None
+    assert result.accel_reason.startswith("auto: KVM probe failed: bios")
+    assert "uefi" in result.accel_reason and "the guest stopped making progress" in result.accel_reason
+    probe_line = next(line for line in lines if line.startswith("accelerator: tcg"))
+    decided = float(probe_line.rsplit("decided in ", 1)[1].split(" s")[0])
+    assert decided < accel.Watchdog().probe_bound          # the default bounds: refused by the silence
+    section = _section(d, "vm")
+    assert section["accel"] == "tcg" and section["accel_reason"] == result.accel_reason
+    assert {"kernel", "userspace", "checks", "report"} <= set(section["timeline"])
+    assert builddir.load(d).variant("vm").verify is builddir.VerifyStatus.PASSED
+    print(f"freeze-all: decided in {decided:.1f} s, verify {time.monotonic() - t0:.0f} s")
 
 
 @pytest.mark.slow
