@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -32,12 +33,22 @@ def _stage_rows(doc: dict) -> list[dict]:
     return rows
 
 
-def write_report(run_dir: Path) -> Path | None:
-    """The run's HTML report in RUN_DIR/report (docs/reports.md), its path said on stderr; a report
-    that cannot be written is a warning, never the run's failure."""
+def write_report(run_dir: Path, conn=None, cloud: str | None = None) -> Path | None:
+    """The run's HTML report in RUN_DIR/report (docs/reports.md), its path said on stderr; with a
+    connection, the image catalog as the run left it is saved first (RUN_DIR/catalog.json, the
+    catalog page's document). A report or snapshot that cannot be made is a warning, never the
+    run's failure."""
+    from nodeforge.base.fs import atomic_write
     from nodeforge.errors import NodeforgeError
+    from nodeforge.publish import catalog
     from nodeforge.report import documents, site
 
+    if conn is not None:
+        try:
+            doc = catalog.snapshot(conn, cloud=cloud)
+            atomic_write(run_dir / "catalog.json", json.dumps(doc, indent=1, sort_keys=True) + "\n")
+        except (NodeforgeError, OSError) as exc:
+            log.say(f"no catalog snapshot for {run_dir}: {exc}")
     try:
         site.write(documents.find(run_dir), run_dir / "report")
     except (NodeforgeError, OSError) as exc:
@@ -46,6 +57,17 @@ def write_report(run_dir: Path) -> Path | None:
     index = run_dir / "report" / "index.html"
     log.say(f"report: {index}", level="info")
     return index
+
+
+def _connection_or_none(app):
+    """The run's cloud for the catalog snapshot, or None (said) when it cannot be reached now."""
+    from nodeforge.errors import NodeforgeError
+
+    try:
+        return app.connect()
+    except NodeforgeError as exc:
+        log.say(f"no catalog snapshot: {exc}")
+        return None
 
 
 def _cloud_in_use(app, *, say: bool) -> str:
@@ -166,7 +188,9 @@ def run(app, minors, resume_id, runs_dir, lockfile_path, sources_file, cache_dir
             emit_packages(plan.packages, title="OS package changes the bump would make (lock not written)")
         return
     record = pipe.resume(resume_id) if resume_id else pipe.run(list(minors))
-    write_report(record.root)
+    # The catalog as the run left it (a run that found nothing new touched no image: no snapshot).
+    conn = _connection_or_none(app) if record.status != "nothing-to-do" else None
+    write_report(record.root, conn, cloud_source.split(" (", 1)[0])
     emit_run(app, record.to_dict())
 
 

@@ -20,16 +20,27 @@ def report():
 @click.argument("run_dir", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--dest", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Directory the site is written into (created; its pages replaced).")
+@click.option("--cloud", "cloud_name", metavar="NAME",
+              help="Take a fresh snapshot of the image catalog from this cloud (clouds.yaml name) for the "
+                   "catalog page, in place of a saved catalog.json (read only; nothing is written there).")
 @options.dry_run
 @options.pass_app
-def html(app, run_dir, dest, dry_run):
+def html(app, run_dir, dest, cloud_name, dry_run):
     """Write a static site (HTML and inline CSS, no script, nothing fetched) for the documents in
-    RUN_DIR: the pipeline's run record (run.json) as a timeline with one bar per stage, and each
-    enrollment report (baremetal enroll --report FILE.json) as a rack with one tile per node.
-    Pages say only what the documents say; prints the pages written (--dry-run: would write)."""
+    RUN_DIR: the pipeline's run record (run.json) as a timeline with one bar per stage, each
+    enrollment report (baremetal enroll --report FILE.json) as a rack with one tile per node, and
+    the image catalog (catalog.json, or image list -o json saved to a file) as a table per
+    Kubernetes minor. Pages say only what the documents say; prints the pages written (--dry-run:
+    would write)."""
     from nodeforge.report import documents, site
 
-    docs = documents.find(run_dir)
+    catalog = None
+    if cloud_name:
+        from nodeforge import cloud
+        from nodeforge.publish import catalog as catalog_mod
+
+        catalog = catalog_mod.snapshot(cloud.connect(cloud_name), cloud=cloud_name)
+    docs = documents.find(run_dir, catalog)
     pages = site.plan(docs)
     if not dry_run:
         site.write(docs, dest)

@@ -243,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     lat = record.latency.get(MINOR) if record.latency else None
     if lat and lat.get("latency_seconds") is not None:
         say(f"  patch latency {lat['version']}: {lat['latency_seconds']:.0f}s (release on the mirror -> approved image)")
-    say_reports(record)
+    say_reports(record, config.connect())
     if record.status == "nothing-to-do":
         built = _latest_succeeded(args.runs_dir, config.lockfile)
         if built:
@@ -257,13 +257,13 @@ def enroll_options(record: rr.RunRecord) -> list[str]:
     return ["--concurrency", "5", "--report", str(record.root / "enroll-report.json")]
 
 
-def say_reports(record: rr.RunRecord) -> None:
-    """The run's summary, its record, and its HTML report (written here: the run and, when the batch
-    was enrolled, the batch; docs/reports.md)."""
+def say_reports(record: rr.RunRecord, conn=None) -> None:
+    """The run's summary, its record, and its HTML report (written here: the run, the batch when it
+    was enrolled, and the image catalog as the demo left it; docs/reports.md)."""
     from nodeforge.commands.pipeline import write_report
 
     say(f"  report: {record.summary_path}  (record: {record.json_path})")
-    index = write_report(record.root)
+    index = write_report(record.root, conn, ADMIN_CLOUD)
     if index is not None:
         say(f"  HTML report: {index}")
 

@@ -350,6 +350,20 @@ def list_catalog(conn, *, approved: bool = False, k8s: str | None = None, varian
     return rows
 
 
+CATALOG_SCHEMA = "nodeforge-catalog/1"
+
+
+def snapshot(conn, *, cloud: str | None = None, scope: str | None = None) -> dict:
+    """The catalog as one document (what a report's catalog page is made from): every nodeforge
+    node image the connection sees, hidden ones included, as :func:`list_catalog` rows, with when
+    and from which cloud it was taken."""
+    import datetime
+
+    taken = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {"schema": CATALOG_SCHEMA, "cloud": cloud, "scope": scope, "taken_at": taken,
+            "images": list_catalog(conn, include_hidden=True, scope=scope)}
+
+
 _CORE = {"id", "name", "status", "visibility", "os_hidden", "tags", "size", "virtual_size", "disk_format",
          "container_format", "checksum", "os_hash_algo", "os_hash_value", "min_disk", "min_ram", "owner",
          "protected", "created_at", "updated_at", "file", "schema", "self", "direct_url", "locations", "stores"}

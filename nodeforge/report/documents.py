@@ -1,6 +1,8 @@
 """The documents a report is made of, found in a run directory by their shape and read by the one
-bounded reader: a pipeline run record (``run.json``, schema ``nodeforge-pipeline-run/1``) and
-enrollment reports (``baremetal enroll --report FILE.json``: ``command`` and ``nodes``)."""
+bounded reader: a pipeline run record (``run.json``, schema ``nodeforge-pipeline-run/1``),
+enrollment reports (``baremetal enroll --report FILE.json``: ``command`` and ``nodes``) and a
+snapshot of the image catalog (``catalog.json``, schema ``nodeforge-catalog/1``, or what
+``image list -o json`` prints: a list of image rows)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from pathlib import Path
 from nodeforge import schema
 from nodeforge.errors import ConfigError
 from nodeforge.pipeline.runrecord import SCHEMA as RUN_SCHEMA
+from nodeforge.publish.catalog import CATALOG_SCHEMA
 from nodeforge.redact import scrub_obj
 
 LIMITS = schema.Limits(max_bytes=32 << 20, max_values=2_000_000)
@@ -21,16 +24,25 @@ class Documents:
     root: Path
     run: dict | None = None                  # the pipeline run record
     batches: dict[str, dict] = dataclasses.field(default_factory=dict)   # file name -> enrollment report
+    catalog: dict | None = None              # the image catalog snapshot (images: image list rows)
     skipped: list[str] = dataclasses.field(default_factory=list)        # JSON files that are neither
 
     def __bool__(self) -> bool:
-        return self.run is not None or bool(self.batches)
+        return self.run is not None or bool(self.batches) or self.catalog is not None
+
+
+_ROW_KEYS = {"id", "k8s", "variant", "state"}
 
 
 def kind_of(doc) -> str | None:
-    """``run``, ``batch`` or None (not a document a report is made of)."""
+    """``run``, ``batch``, ``catalog`` or None (not a document a report is made of)."""
+    if isinstance(doc, list):       # image list -o json: rows of the catalog
+        ok = bool(doc) and all(isinstance(r, dict) and _ROW_KEYS <= r.keys() for r in doc)
+        return "catalog" if ok else None
     if not isinstance(doc, dict):
         return None
+    if doc.get("schema") == CATALOG_SCHEMA and isinstance(doc.get("images"), list):
+        return "catalog"
     if doc.get("schema") == RUN_SCHEMA and isinstance(doc.get("stages"), list):
         return "run"
     if isinstance(doc.get("command"), str) and isinstance(doc.get("nodes"), list):
@@ -38,9 +50,10 @@ def kind_of(doc) -> str | None:
     return None
 
 
-def find(root: Path | str) -> Documents:
+def find(root: Path | str, catalog: dict | None = None) -> Documents:
     """Every report document directly in ``root`` (a run directory, or one holding enroll reports);
-    each is re-scrubbed (the writers scrubbed them: a second mask costs nothing)."""
+    each is re-scrubbed (the writers scrubbed them: a second mask costs nothing). ``catalog``: a
+    fresh snapshot (``report html --cloud``), in place of a saved one."""
     root = Path(root)
     if not root.is_dir():
         raise ConfigError(path=str(root), detail="not a directory (give a pipeline run directory, or one "
@@ -60,9 +73,22 @@ def find(root: Path | str) -> Documents:
             docs.run = scrub_obj(doc)
         elif kind == "batch":
             docs.batches[path.name] = scrub_obj(doc)
+        elif kind == "catalog":
+            docs.catalog = scrub_obj(as_catalog(doc, path.name))
         else:
-            docs.skipped.append(f"{path.name}: not a run record or an enrollment report")
+            docs.skipped.append(f"{path.name}: not a run record, an enrollment report or a catalog")
+    if catalog is not None:
+        docs.catalog = scrub_obj(as_catalog(catalog, "the cloud, now"))
     if not docs:
-        raise ConfigError(path=str(root), detail="holds no run record (run.json) and no enrollment report "
-                                                 "(baremetal enroll --report FILE.json)")
+        raise ConfigError(path=str(root), detail="holds no run record (run.json), no enrollment report "
+                                                 "(baremetal enroll --report FILE.json) and no catalog "
+                                                 "(catalog.json)")
     return docs
+
+
+def as_catalog(doc, source: str) -> dict:
+    """A catalog document from either shape (the snapshot, or image list rows)."""
+    if isinstance(doc, list):
+        return {"schema": CATALOG_SCHEMA, "cloud": None, "scope": None, "taken_at": None, "images": doc,
+                "source": source}
+    return dict(doc, source=source)

@@ -1,7 +1,8 @@
 """The static site: one page per document (the run as a timeline, each enrollment batch as a
-rack of tiles) and an index, rendered by jinja2 with the CSS inline, plain SVG for the timeline and
-no script at all: a node's details open with ``<details>`` (keyboard and screen readers included),
-states are written as text beside their colour, and nothing is fetched from anywhere."""
+rack of tiles, the image catalog as a table per Kubernetes minor) and an index, rendered by
+jinja2 with the CSS inline, plain SVG for the timeline and no script at all: a node's details
+open with ``<details>`` (keyboard and screen readers included), states are written as text
+beside their colour, and nothing is fetched from anywhere."""
 
 from __future__ import annotations
 
@@ -102,7 +103,33 @@ def plan(docs: Documents) -> list[Page]:
         pages.append(Page("run.html", f"Run {docs.run.get('run_id')}", "run"))
     for name in docs.batches:
         pages.append(Page(f"batch-{Path(name).stem}.html", f"Batch {name}", "batch", source=name))
+    if docs.catalog is not None:
+        cloud = docs.catalog.get("cloud")
+        pages.append(Page("catalog.html", "Image catalog" + (f" of {cloud}" if cloud else ""), "catalog",
+                          source=docs.catalog.get("source")))
     return pages
+
+
+def catalog_groups(catalog: dict) -> list[dict]:
+    """The catalog's images by Kubernetes minor (newest first), each group's rows newest first,
+    with the counts of approved and in-use images."""
+    groups: dict[str, list[dict]] = {}
+    for row in catalog.get("images") or []:
+        if isinstance(row, dict):
+            k8s = str(row.get("k8s") or "")
+            groups.setdefault(".".join(k8s.lstrip("v").split(".")[:2]) or "unknown", []).append(row)
+
+    def minor_key(minor: str):
+        return tuple(int(p) if p.isdigit() else -1 for p in minor.split("."))
+
+    out = []
+    for minor in sorted(groups, key=minor_key, reverse=True):
+        rows = sorted(groups[minor], key=lambda r: (str(r.get("build_date") or ""), str(r.get("variant") or "")),
+                      reverse=True)
+        used = [r for r in rows if isinstance(r.get("used_by"), list) and r["used_by"]]
+        out.append({"minor": minor, "rows": rows, "approved": sum(1 for r in rows if r.get("state") == "approved"),
+                    "in_use": len(used)})
+    return out
 
 
 def render(docs: Documents) -> dict[str, str]:
@@ -123,6 +150,8 @@ def render(docs: Documents) -> dict[str, str]:
             counts = {c: sum(1 for n in nodes if n["category"] == c) for c in CATEGORIES}
             context |= {"batch": batch, "nodes": nodes, "counts": {c: n for c, n in counts.items() if n},
                         "categories": CATEGORIES}
+        elif page.kind == "catalog":
+            context |= {"catalog": docs.catalog, "groups": catalog_groups(docs.catalog)}
         out[page.name] = env.get_template(f"{page.kind}.html.j2").render(**context)
     return out
 

@@ -131,6 +131,15 @@ def test_promote_newer_hides_older_and_list_shows_approved(tmp_path, admin, trac
     assert {r["id"]: r["state"] for r in json.loads(capsys.readouterr().out)} == {new: "approved", old: "superseded"}
     assert cli.main(["image", "manifest", new]) == 0
     assert json.loads(capsys.readouterr().out)["kubernetes"]["version"] == unique_k8s
+    # The report's catalog page from a fresh snapshot of the cloud: hidden images included, each state as text.
+    (tmp_path / "run").mkdir()
+    assert cli.main(["report", "html", str(tmp_path / "run"), "--dest", str(tmp_path / "site"),
+                     "--cloud", "nodeforge-dev-member"]) == 0
+    page = (tmp_path / "site" / "catalog.html").read_text()
+    assert f'data-minor="{minor}"' in page and "from cloud <code>nodeforge-dev-member</code>" in page
+    assert f'<tr data-image="{new}" data-state="approved">' in page
+    assert f'<tr data-image="{old}" data-state="superseded">' in page
+    assert not list((tmp_path / "run").iterdir())        # the snapshot is not written into the run directory
 
 
 @pytest.mark.devcloud

@@ -159,3 +159,46 @@ def test_the_site_is_served_on_loopback_and_nothing_outside_it(site):
         httpd.server_close()
     with pytest.raises(Exception, match="listens on loopback only"):
         site_mod.server(site["dest"], 0, host="0.0.0.0")
+
+
+def _catalog_rows() -> list[dict]:
+    """Rows as ``image list -o json`` prints them (catalog.summary of Glance image records)."""
+    from nodeforge.publish import catalog, glance_api as g
+
+    def image(i, minor, patch, variant, tags, used_by):
+        record = {"id": f"00000000-0000-0000-0000-00000000000{i}", "name": f"img-{i}",
+                  "kube_version": f"v{minor}.{patch}",
+                  g.P + "variant": variant, "os_distro": "debian", "os_version": "12", "tags": [g.TAG, *tags],
+                  "image_build_date": f"2026-12-0{i}", g.SCOPE: "team-a", g.P + "verify": "passed",
+                  "img_signature": "x", "visibility": "public", "status": "active"}
+        return dict(catalog.summary(record), used_by=used_by)
+
+    return [image(1, "1.35", 4, "vm", [g.TAG_APPROVED], ["k8s-1.35-vm-v3"]),
+            image(2, "1.36", 0, "baremetal", [g.TAG_APPROVED, g.TAG_SUPERSEDED], []),
+            image(3, "1.36", 1, "baremetal", [g.TAG_APPROVED], ["k8s-1.36-baremetal-v1", "cluster c1"]),
+            image(4, "1.36", 1, "vm", [g.TAG_CANDIDATE], [])]
+
+
+@pytest.mark.parametrize("shape", ["snapshot", "image list rows"])
+def test_the_catalog_is_a_table_per_minor_with_each_images_state_in_text(tmp_path, capsys, shape):
+    from nodeforge.publish.catalog import CATALOG_SCHEMA
+
+    rows = _catalog_rows()
+    root = tmp_path / "run"
+    root.mkdir()
+    doc = ({"schema": CATALOG_SCHEMA, "cloud": "prod", "scope": None, "taken_at": "2026-12-04T10:00:00Z",
+            "images": rows} if shape == "snapshot" else rows)
+    (root / "catalog.json").write_text(json.dumps(doc))
+    dest = tmp_path / "site"
+    assert main(["-o", "json", "report", "html", str(root), "--dest", str(dest)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [p["kind"] for p in out["pages"]] == ["index", "catalog"] and not out["skipped"]
+    page = Page((dest / "catalog.html").read_text())
+    assert [s["data-minor"] for s in page.all("section")] == ["1.36", "1.35"]
+    shown = {a["data-image"]: a["data-state"] for t, a in page.elements if t == "tr" and "data-image" in a}
+    assert shown == {r["id"]: r["state"] for r in rows}
+    assert {r["state"] for r in rows} >= {"approved", "superseded", "candidate"}
+    text = " ".join(page.text)
+    assert "k8s-1.36-baremetal-v1, cluster c1" in text and "3 images, 1 approved, 1 in use by Magnum" in text
+    assert ("from cloud" in text) == (shape == "snapshot")
+    assert "catalog.html" in (dest / "index.html").read_text()
