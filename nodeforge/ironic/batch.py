@@ -15,13 +15,17 @@ plan took, the stage it reached, its state, the last error with its
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from typing import Callable
 
-from nodeforge.ironic import enroll as enroll_mod, lifecycle
+from nodeforge.errors import NodeforgeError
+from nodeforge.ironic import constants as C, enroll as enroll_mod, lifecycle
 from nodeforge.ironic.inventory import Inventory
 from nodeforge.ironic.provisioner import Provisioner
 from nodeforge.ironic.report import NodeReport, Report
+
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,6 +38,7 @@ class Settings:
     max_recoveries: int = 1
     timeout: float = 3600.0                 # the whole run's, seconds
     macs_from_bmc: bool = True              # Redfish nodes without MACs: ports for the MACs their BMC reports
+    history: bool = True                    # each node's newest history events in its report row (reads)
 
     def policy(self) -> lifecycle.Policy:
         policy = lifecycle.Policy(max_recoveries=self.max_recoveries, overall_timeout=self.timeout)
@@ -101,8 +106,26 @@ def apply(plan_: enroll_mod.Plan, inventory: Inventory, prov: Provisioner, setti
     else:
         for w in works:
             reports[w.spec.name].state = "enroll"
+    if settings.history:
+        attach_history(prov, [r for r in reports.values() if r.uuid])
     return Report("enroll", list(reports.values()), seconds=clock() - start, writes=prov.writes,
                   retried=dict(prov.retried), pacing=prov.pacer.stats.to_dict() if getattr(prov, "pacer", None) else None)
+
+
+HISTORY_FIELDS = ("created_at", "severity", "event_type", "event")
+
+
+def attach_history(prov: Provisioner, reports: list[NodeReport]) -> None:
+    """Each node's newest :data:`C.HISTORY_EVENTS` history events onto its report row (what a
+    report's node opens to); a history that cannot be read leaves the row's ``history`` None and
+    the node's verdict unchanged."""
+    for rep in reports:
+        try:
+            events = prov.node_history(rep.uuid)
+        except NodeforgeError as exc:
+            log.debug("history of %s not read: %s", rep.name, exc)
+            continue
+        rep.history = [{k: e.get(k) for k in HISTORY_FIELDS} for e in events[-C.HISTORY_EVENTS:]]
 
 
 def preflight(inventory: Inventory, *, jobs: int = 16, clock: Callable[[], float] = time.monotonic):

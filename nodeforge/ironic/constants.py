@@ -15,6 +15,10 @@ API_VERSION = "1.70"
 
 # 1.81: GET /nodes/{node}/inventory (stored inspection data).
 INVENTORY_API_VERSION = "1.81"
+# Node history (the conductor's record of a node's errors and events): API 1.78.
+HISTORY_API_VERSION = "1.78"
+# The newest events of each node an enrollment report keeps.
+HISTORY_EVENTS = 20
 
 # Ironic lists at most this many items per page (``[api] max_limit``).
 PAGE_LIMIT = 1000

@@ -48,6 +48,9 @@ class NodeReport:
     error_type: str | None = None   # an ErrorKind's value
     error: str | None = None
     seconds: float | None = None
+    # The node's newest events from Ironic's history (created_at, severity, event_type, event), oldest
+    # first; None: not read (no node, or the history could not be read).
+    history: list[dict] | None = None
 
     def __post_init__(self):
         if self.error_type is not None:
@@ -67,6 +70,8 @@ class NodeReport:
         d = dataclasses.asdict(self)
         d["error_type"] = str(self.error_type) if self.error_type is not None else None
         d["error"] = scrub(self.error) if self.error else None
+        if self.history is not None:
+            d["history"] = [{k: scrub(v) if isinstance(v, str) else v for k, v in e.items()} for e in self.history]
         d["hint"] = self.hint
         return d
 

@@ -83,3 +83,40 @@ def test_plan_rows_mask_secrets(inventory, monkeypatch):
     rows = batch.plan_rows(plan)
     assert any("(rotated)" in r["changes"] for r in rows)
     assert "rotated-pw-4242" not in json.dumps(rows) + json.dumps(plan.to_dict())
+
+
+def test_each_node_row_carries_its_newest_history_events(inventory):
+    """What a report's node opens to: Ironic's history of the node (here the fake's record of the failed
+    manage), the newest C.HISTORY_EVENTS only, oldest first; a node never created has none read."""
+    from nodeforge.ironic import constants as C
+
+    fake = FakeProvisioner({"ipmi-node-01": {"manage": "fail:Failed to get power state: 401"}})
+    _, report = run(inventory, fake, macs_from_bmc=False)
+    by = {n.name: n.to_dict() for n in report.nodes}
+    [event] = by["ipmi-node-01"]["history"]
+    assert event == {"created_at": "2026-12-04T00:00:00+00:00", "severity": "ERROR", "event_type": "manage",
+                     "event": "Failed to get power state: 401"}
+    assert by["rf-node-001"]["history"] == []
+    uuid = by["ipmi-node-01"]["uuid"]
+    fake.history[uuid] = [dict(event, event=f"event {i}") for i in range(C.HISTORY_EVENTS + 5)]
+    _, again = run(inventory, fake, macs_from_bmc=False)
+    kept = {n.name: n for n in again.nodes}["ipmi-node-01"].history
+    recorded = fake.history[uuid]              # the 25 planted, and the re-run's failed manage
+    assert len(recorded) > C.HISTORY_EVENTS and [e["event"] for e in kept] == \
+        [e["event"] for e in recorded[-C.HISTORY_EVENTS:]]
+    _, off = run(inventory, fake, macs_from_bmc=False, history=False)
+    assert all(n.to_dict()["history"] is None for n in off.nodes)       # not read
+
+
+def test_a_history_that_cannot_be_read_leaves_the_row_without_one(inventory, monkeypatch):
+    from nodeforge.ironic.errorkind import ErrorKind
+    from nodeforge.ironic.provisioner import IronicError
+
+    fake = FakeProvisioner()
+
+    def refused(ident):
+        raise IronicError(operation="history", status=403, kind=ErrorKind.AUTH, detail="policy")
+
+    monkeypatch.setattr(fake, "node_history", refused)
+    _, report = run(inventory, fake, macs_from_bmc=False)
+    assert all(n.ok and n.history is None for n in report.nodes)

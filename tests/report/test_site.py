@@ -54,9 +54,11 @@ def _run_record(root) -> dict:
 
 
 def _enroll_report(path) -> dict:
-    nodes = [NodeReport("rf-001", "u-1", "create", "available", "available", True, seconds=12.5),
+    history = [{"created_at": "2026-12-04T00:01:00+00:00", "severity": "ERROR", "event_type": "cleaning",
+                "event": f"Failed to clean: BMC password {SECRET} refused"}]
+    nodes = [NodeReport("rf-001", "u-1", "create", "available", "available", True, seconds=12.5, history=[]),
              NodeReport("rf-002", "u-2", "create", "clean", "clean failed", False, error_type="clean-failed",
-                        error=f"cleaning failed, BMC password {SECRET} refused"),
+                        error=f"cleaning failed, BMC password {SECRET} refused", history=history),
              NodeReport("rf-003", "u-3", "create", "inspect", "inspect wait", True),
              NodeReport("ipmi-01", None, "create", "enroll", "enroll", True)]
     doc = Report("enroll", nodes, seconds=40.0).to_dict()
@@ -99,6 +101,10 @@ def test_the_batch_is_a_rack_with_one_tile_per_node_and_its_state_in_text(site):
     text = "".join(page.text)
     assert "rf-002: failed" in text and "rf-001: available" in text      # the state as text, not colour only
     assert "cleaning failed" in text and "parked in maintenance" in text     # the last error and its hint
+    # A node opens to its history in Ironic: events in order, severity as text; none read: no section.
+    assert [e["data-severity"] for e in page.all("li") if "data-severity" in e] == ["ERROR"]
+    assert "Failed to clean: BMC password" in text and "No events recorded." in text
+    assert text.count("History in Ironic") == 2            # rf-001 (none recorded) and rf-002; not the others
 
 
 def test_pages_are_self_contained_and_hold_no_secret(site):

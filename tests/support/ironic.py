@@ -34,6 +34,7 @@ class FakeProvisioner:
         self.pending: dict[str, Verb] = {}
         self.calls: list[tuple[str, str]] = []
         self.inventories: dict[str, dict] = {}   # node name -> stored inspection data
+        self.history: dict[str, list[dict]] = {}  # node uuid -> its events, as Ironic records failures
         self.writes = 0
         self.retries = 0
         self.retried: dict[str, int] = {}
@@ -57,6 +58,9 @@ class FakeProvisioner:
         if mode.startswith("fail:"):
             n["provision_state"] = self.FAILED[verb].value
             n["last_error"] = mode[5:]
+            self.history.setdefault(n["uuid"], []).append(
+                {"uuid": f"ev-{len(self.calls)}", "created_at": "2026-12-04T00:00:00+00:00", "severity": "ERROR",
+                 "event_type": verb.value, "event": mode[5:], "conductor": "fake", "user": None})
         else:
             n["provision_state"] = C.EXPECTED_STATE[verb].value
             n["last_error"] = None
@@ -77,6 +81,9 @@ class FakeProvisioner:
 
     def get_inventory(self, ident: str) -> dict | None:
         return self.inventories.get(self._node(ident)["name"])
+
+    def node_history(self, ident: str) -> list[dict]:
+        return [dict(e) for e in self.history.get(self._node(ident)["uuid"], [])]
 
     def _write(self, what: str, ident: str) -> None:
         self.writes += 1
