@@ -24,6 +24,7 @@ FAILED = frozenset({"killed"})
 ACTIVE = "active"
 DEACTIVATED = "deactivated"
 
+
 class GlanceError(NodeforgeError):
     message = "Glance {what} failed (HTTP {status}): {detail}"
 
