@@ -322,8 +322,11 @@ def test_a_tethered_cloud_is_stopped_when_its_owner_dies_without_teardown(tmp_pa
     other = Supervisor(tmp_path / "other" / "run", tmp_path / "other" / "log")
     other.start(ServiceSpec(name="bystander", argv=[sys.executable, "-c", "import time; time.sleep(600)"],
                             ports=[], health=lambda: None))
+    # As in a terminal: SIGINT does what it does by default (a session started in the background,
+    # as CI's may be, inherits it ignored).
     owner = subprocess.Popen([sys.executable, "-c", _OWNER, str(tmp_path / "cloud")], stdout=subprocess.PIPE,
-                             text=True, cwd=str(Path(__file__).parents[2]), start_new_session=True)
+                             text=True, cwd=str(Path(__file__).parents[2]), start_new_session=True,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         assert owner.stdout.readline().strip() == "up"
         sup = Supervisor(tmp_path / "cloud" / "run", tmp_path / "cloud" / "log")
