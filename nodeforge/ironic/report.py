@@ -71,7 +71,7 @@ class NodeReport:
         d["error_type"] = str(self.error_type) if self.error_type is not None else None
         d["error"] = scrub(self.error) if self.error else None
         if self.history is not None:
-            d["history"] = [{k: scrub(v) if isinstance(v, str) else v for k, v in e.items()} for e in self.history]
+            d["history"] = scrub_obj(self.history, free_text=True)
         d["hint"] = self.hint
         return d
 
