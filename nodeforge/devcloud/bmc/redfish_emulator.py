@@ -42,8 +42,12 @@ What it changes compared to stock sushy-tools 2.2.0 (``--fake``):
   factor: sushy-tools checks the hash on *every* request);
 * TLS 1.2+ with the local cloud's CA-signed certificate;
 * system state lives in memory (stock: SQLite, ~20 ms per system GET); the
-  SQLite state of the other resources (volumes, LEDs, virtual media) is
-  wiped at every launch.
+  SQLite state of the other resources (LEDs, virtual media) is wiped at
+  every launch;
+* a BIOS attribute registry (BIOS writes checked against it), volumes that
+  POST creates and DELETE removes, and a firmware inventory with a
+  SimpleUpdate that changes the BIOS or BMC version (``redfish_hardware.py``
+  next to this script, imported as ``redfish_hardware``).
 """
 
 from __future__ import annotations
@@ -112,14 +116,15 @@ def volumes_for(system: dict) -> list[dict]:
     if system["shape"] == "storage":
         ssd = [d for d in disks if d["media_type"] == "SSD"]
         hdd = [d for d in disks if d["media_type"] == "HDD"]
-        vols = [{"Id": "1", "Name": "os-mirror", "VolumeType": "Mirrored",
-                 "CapacityBytes": ssd[0]["capacity_bytes"]}]
-        if len(hdd) >= 3:
-            vols.append({"Id": "2", "Name": "data-raid6", "VolumeType": "StripedWithParity",
-                         "CapacityBytes": hdd[0]["capacity_bytes"] * (len(hdd) - 2)})
+        vols = [{"Id": "1", "Name": "os-mirror", "VolumeType": "Mirrored", "RAIDType": "RAID1",
+                 "CapacityBytes": ssd[0]["capacity_bytes"], "Drives": [d["id"] for d in ssd[:2]]}]
+        if len(hdd) >= 4:
+            vols.append({"Id": "2", "Name": "data-raid6", "VolumeType": "StripedWithParity", "RAIDType": "RAID6",
+                         "CapacityBytes": hdd[0]["capacity_bytes"] * (len(hdd) - 2),
+                         "Drives": [d["id"] for d in hdd]})
         return vols
     return [{"Id": "1", "Name": "boot", "VolumeType": "RawDevice",
-             "CapacityBytes": disks[0]["capacity_bytes"]}]
+             "CapacityBytes": disks[0]["capacity_bytes"], "Drives": [disks[0]["id"]]}]
 
 
 def sushy_config(cfg: dict, port: int) -> dict:
@@ -443,6 +448,8 @@ def build_app(cfg: dict, port: int, machine_mod=None):
             import machine as machine_mod     # machine.py beside this script (sys.path[0])
         machines = make_machines(cfg, machine_mod)
         driver_cls = make_machine_driver_class(driver_cls, error, machine_mod, machines)
+    import redfish_hardware as hw      # redfish_hardware.py beside this script: registry, volumes, firmware
+    driver_cls = hw.extend_driver(driver_cls, error)
 
     class NodeforgeApplication(sushy_main.Application):
         @property
@@ -454,7 +461,9 @@ def build_app(cfg: dict, port: int, machine_mod=None):
     # The module-level app already carries every route; swap in the
     # subclass so its `systems` property builds our driver.
     app.__class__ = NodeforgeApplication
-    app.configure(extra_config=sushy_config(cfg, port))
+    app.configure(extra_config=(stock := sushy_config(cfg, port)))
+    hw.install(app, flask=flask, error=error, api_utils=api_utils,
+               volumes=hw.Volumes(stock["SUSHY_EMULATOR_VOLUMES"], stock["SUSHY_EMULATOR_DRIVES"]))
 
     overlays = overlays_for(systems)
 
@@ -561,13 +570,18 @@ def build_app(cfg: dict, port: int, machine_mod=None):
     app.add_url_rule("/redfish/v1/Systems/<identity>/Memory/<dimm_id>", "nf_memory",
                      api_utils.ensure_instance_access(api_utils.returns_json(_memory)))
 
+    return app, server_tls(cfg), machines
+
+
+def server_tls(cfg: dict):
+    """TLS 1.2+ with the configured certificate (None: plain HTTP)."""
     tls = cfg.get("tls") or {}
-    ssl_context = None
-    if tls.get("cert") and tls.get("key"):
-        ssl_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        ssl_context.minimum_version = ssl.TLSVersion.TLSv1_2
-        ssl_context.load_cert_chain(tls["cert"], tls["key"])
-    return app, ssl_context, machines
+    if not (tls.get("cert") and tls.get("key")):
+        return None
+    ssl_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ssl_context.minimum_version = ssl.TLSVersion.TLSv1_2
+    ssl_context.load_cert_chain(tls["cert"], tls["key"])
+    return ssl_context
 
 
 def main(argv=None) -> int:
