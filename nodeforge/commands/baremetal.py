@@ -188,3 +188,6 @@ def encrypt(app, key_file):
 
 from nodeforge.commands.baremetal_classify import classify as _classify  # noqa: E402 - registered here
 baremetal.add_command(_classify)
+
+from nodeforge.commands.baremetal_audit import audit as _audit  # noqa: E402 - registered here
+baremetal.add_command(_audit)

@@ -17,6 +17,10 @@ API_VERSION = "1.70"
 INVENTORY_API_VERSION = "1.81"
 # Node history (the conductor's record of a node's errors and events): API 1.78.
 HISTORY_API_VERSION = "1.78"
+# GET /nodes/{node}/bios?detail=True (each setting with its registry fields): API 1.74.
+BIOS_API_VERSION = "1.74"
+# GET /nodes/{node}/firmware (the firmware components Ironic cached): API 1.86.
+FIRMWARE_API_VERSION = "1.86"
 # The newest events of each node an enrollment report keeps.
 HISTORY_EVENTS = 20
 

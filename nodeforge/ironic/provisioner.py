@@ -76,6 +76,8 @@ class Provisioner(Protocol):
     def get_node(self, ident: str) -> dict: ...
     def get_inventory(self, ident: str) -> dict | None: ...
     def node_history(self, ident: str) -> list[dict]: ...
+    def get_bios(self, ident: str) -> list[dict]: ...
+    def get_firmware(self, ident: str) -> list[dict]: ...
     def create_node(self, body: dict) -> dict: ...
     def patch_node(self, ident: str, patch: list[dict]) -> dict: ...
     def set_traits(self, ident: str, traits: list[str]) -> None: ...
@@ -168,6 +170,19 @@ class SdkProvisioner:
         ``event_type``, ``event``, ``conductor``, ``user``)."""
         return self._paged(f"/nodes/{ident}/history?detail=True&limit={C.PAGE_LIMIT}", "history",
                            microversion=C.HISTORY_API_VERSION)
+
+    def get_bios(self, ident: str) -> list[dict]:
+        """The BIOS settings Ironic cached (at verify, cleaning, servicing), each with its registry
+        fields (``allowable_values``, ``read_only``, ``lower_bound``... API 1.74)."""
+        data = self._call("GET", f"/nodes/{ident}/bios?detail=True", f"get BIOS settings of {ident}",
+                          microversion=C.BIOS_API_VERSION)
+        return list((data or {}).get("bios") or [])
+
+    def get_firmware(self, ident: str) -> list[dict]:
+        """The firmware components Ironic cached (``component``, ``current_version``... API 1.86)."""
+        data = self._call("GET", f"/nodes/{ident}/firmware", f"get firmware of {ident}",
+                          microversion=C.FIRMWARE_API_VERSION)
+        return list((data or {}).get("firmware") or [])
 
     # -- writes
     def create_node(self, body: dict) -> dict:
