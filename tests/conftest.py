@@ -70,10 +70,11 @@ RUN_ID = uuid.uuid4().hex[:6]
 # session with its own local cloud. A work unit is one module, so module fixtures are made once; the
 # modules whose tests read the run's one release-pipeline build (``built_image``, ``verified_build``,
 # ``release_run``) are one unit, so that build and its boots are made once; and the three long
-# units are handed out first: the release pipeline's and the machine canary's, one to each worker
-# (the canary enrolls its machine while the release build is made, then deploys that build), then
-# the security update's (a build and boots of its own) to the first worker free, so the rest of
-# the suite runs beside them. (Units come from module paths because the
+# units are handed out first: the release pipeline's to one worker and the security update's (a
+# build and boots of its own) to the other, then the machine canary's, which deploys the release
+# build: queued behind the security unit (xdist gives a worker its next unit when two of its tests
+# are left), it starts when that build is made instead of waiting for it, so the rest of the suite
+# runs beside them. (Units come from module paths because the
 # scheduler sees only node ids; pytest 9 ignores xdist's loadgroup suffix on node ids.)
 RELEASE_FIXTURES = frozenset({"built_image", "verified_build", "release_run"})
 RELEASE_GROUP, SECURITY_GROUP = "release-pipeline", "security-update"
@@ -85,7 +86,7 @@ RELEASE_MODULES = frozenset({
 })
 SECURITY_MODULE = "tests/pipeline/test_pipeline_security_e2e.py"
 CANARY_MODULE = "tests/canary/test_canary_machine.py"     # the machine's agent and two canary deploys
-FIRST_UNITS = (RELEASE_GROUP, CANARY_MODULE, SECURITY_GROUP)
+FIRST_UNITS = (RELEASE_GROUP, SECURITY_GROUP, CANARY_MODULE)
 
 
 def pytest_configure(config):
@@ -123,6 +124,23 @@ def pytest_collection_modifyitems(config, items):
     if hasattr(config, "workerinput"):            # an xdist worker: the scheduler takes the units in this order
         rank = {unit: i for i, unit in enumerate(FIRST_UNITS)}
         items.sort(key=lambda item: rank.get(work_unit(item.nodeid), len(rank)))   # stable
+
+
+TIMELINE_ENV = "NODEFORGE_TEST_TIMELINE"     # a file: one JSON line per test phase (worker, start, end)
+
+
+def pytest_runtest_logreport(report):
+    """With ``NODEFORGE_TEST_TIMELINE`` set, where a run's time went on each worker (for ordering
+    the work units, docs/ci.md); one appended line per phase, safe across workers."""
+    path = os.environ.get(TIMELINE_ENV)
+    if not path:
+        return
+    import json
+    line = json.dumps({"worker": os.environ.get("PYTEST_XDIST_WORKER", "main"), "test": report.nodeid,
+                       "phase": report.when, "start": round(report.start, 1), "stop": round(report.stop, 1),
+                       "outcome": report.outcome})
+    with open(path, "a") as fh:
+        fh.write(line + "\n")
 
 
 def cloud_ports(offset: int) -> set[int]:
