@@ -133,7 +133,7 @@ def pytest_runtest_logreport(report):
     """With ``NODEFORGE_TEST_TIMELINE`` set, where a run's time went on each worker (for ordering
     the work units, docs/ci.md); one appended line per phase, safe across workers."""
     path = os.environ.get(TIMELINE_ENV)
-    if not path:
+    if not path or hasattr(report, "node"):      # a worker's report relayed to xdist's controller: once
         return
     import json
     line = json.dumps({"worker": os.environ.get("PYTEST_XDIST_WORKER", "main"), "test": report.nodeid,

@@ -16,7 +16,6 @@ LONG = {
     ("devcloud/bmc/redfish_emulator.py", "build_app"): 143,
     ("devcloud/smoke.py", "_checks"): 113,
     ("devcloud/bmc/redfish_emulator.py", "make_driver_class"): 104,
-    ("demo/__main__.py", "main"): 100,
     ("devcloud/openstack.py", "ironic"): 99,
     ("ironic/lifecycle.py", "run"): 96,
     ("imagebuild/manifest.py", "upgrade"): 95,

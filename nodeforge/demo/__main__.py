@@ -1,16 +1,21 @@
 """``make demo``: the main job, end to end, on the embedded local cloud.
 
-1. the release pipeline for one minor (check -> bump -> prefetch -> render ->
-   build -> verify -> publish -> promote), against the Kubernetes release
+1. the bare-metal batch: nodeforge's agent ramdisk built (cached by its inputs) and put in Glance;
+   the emulated BMC batch (Redfish, out-of-band inspection) and the emulated machine behind a
+   Redfish BMC (in-band inspection by the agent, automated cleaning) enrolled into Ironic and
+   classified (the machine into the canary pool, ``baremetal-canary``);
+2. the release pipeline for one minor (check -> bump -> prefetch -> render ->
+   build -> verify -> publish -> canary -> promote), against the Kubernetes release
    servers when they answer, else against the local fixture mirror with its
-   own fixture lockfile (said so, and labelled on every image);
-2. the emulated BMC batch enrolled into Ironic (with inspection) and classified;
+   own fixture lockfile (said so, and labelled on every image); the canary deploys the
+   bare-metal image onto the machine through Ironic, checks it from the deployed disk and
+   cleans the node back to ``available`` before promote approves the image;
 3. the bare-metal flavors synced;
 4. the cluster templates applied to Magnum (``template apply``: versions
    ``k8s-1.36-baremetal-vN`` and ``k8s-1.36-vm-vN``, new only when their
    content changed), then every template and cluster in Magnum audited
    (``template check --live``, which must be clean);
-then the approved image IDs next to the Magnum template IDs, and where the
+then the approved image IDs next to the Magnum template IDs, the canary's times, and where the
 run report is.
 
 State lives in ``.demo/`` (git-ignored); the run record in ``runs/``. A second
@@ -31,7 +36,7 @@ import yaml
 
 from nodeforge import cli, log
 from nodeforge.cloud import connect
-from nodeforge.devcloud import bmc, signing_key
+from nodeforge.devcloud import bmc, openstack as dc_openstack, signing_key
 from nodeforge.devcloud.cloud import ADMIN_CLOUD, SYSTEM_CLOUD
 from nodeforge.devcloud.paths import Paths
 from nodeforge.demo.upstream_mirror import MirrorServer
@@ -49,6 +54,7 @@ FIXTURE_LABEL = "local fixture mirror (nodeforge.demo): upstream release servers
 # The demo's bare-metal batch: emulated Redfish systems no test claims (tests use 2-4 and 12-36).
 DEMO_SYSTEMS = (40, 41, 42, 43, 44)      # 40, 44: storage shape; 41-43: compute
 NODE_PREFIX = "nfdemo-"
+CANARY_CLASS = "baremetal-canary"        # manifests/hardware-profiles.yaml: profile 'canary' (the machine)
 
 
 def say(text: str = "") -> None:
@@ -124,7 +130,25 @@ def fixture_setup(state: Path) -> tuple[Path, "object"]:
 
 # --- 2.-4. bare metal, flavors, template --------------------------------------------------
 
-def write_inventory(state: Path, paths: Paths) -> Path:
+def agent_deploy_images() -> dict[str, str]:
+    """nodeforge's agent ramdisk, built once (cached by the digest of its pinned inputs) and in
+    Glance (once per digest): the ``deploy_kernel``/``deploy_ramdisk`` image IDs for the machine."""
+    from nodeforge.imagebuild import ramdisk
+    from nodeforge.publish import agent_images
+
+    p = ramdisk.plan()
+    say(f"  agent ramdisk {p.digest[:12]}: {'cached' if p.cached else 'building (about 3 minutes)'}")
+    record = ramdisk.build(p, log=lambda line: None)
+    conn = connect(ADMIN_CLOUD)
+    items = agent_images.apply(conn, record, agent_images.plan(conn, record, ramdisk.glance_files(p), ramdisk.SCOPE),
+                               ramdisk.SCOPE)
+    return agent_images.driver_info(items)
+
+
+def write_inventory(state: Path, paths: Paths, deploy_images: dict[str, str] | None) -> Path:
+    """The emulated Redfish batch (no machine behind it: out-of-band inspection, cleaning 'none'),
+    and, with ``deploy_images``, the machine behind a Redfish BMC as a hardware team enrolls a
+    server with the agent (virtual media, in-band inspection, automated cleaning)."""
     secrets = state / "baremetal"
     secrets.mkdir(parents=True, exist_ok=True)
     os.chmod(secrets, 0o700)
@@ -140,34 +164,56 @@ def write_inventory(state: Path, paths: Paths) -> Path:
                               "username": creds.redfish.username, "password": f"file:{pw}",
                               "verify_ca": str(bmc.ca_bundle(paths))},
                       "macs": list(s.macs), "resource_class": None, "inspect": True, "cleaning": "none"})
+    if deploy_images:
+        [machine] = bmc.redfish_machines()
+        nodes.append(bmc.machine_inventory_entry(paths, machine, name=f"{NODE_PREFIX}{machine.name}",
+                                                 password_ref=f"file:{pw}", deploy_images=deploy_images,
+                                                 kernel_append=dc_openstack.IRONIC_KERNEL_APPEND))
     inv = secrets / "inventory.yaml"
     inv.write_text(yaml.safe_dump({"version": 1, "nodes": nodes}, sort_keys=False))
     return inv
+
+
+def canary_policy(state: Path) -> Path:
+    """The demo's canary policy: a pass on the machine's class before promote (docs/canary.md)."""
+    path = state / "canary-policy.yaml"
+    path.write_text(yaml.safe_dump({"version": 1, "resource_classes": [{"resource_class": CANARY_CLASS}],
+                                    "timeouts": {"allocation": 120, "deploy": 2400, "first_boot": 1200,
+                                                 "clean": 2400}, "attempts": 1}, sort_keys=False))
+    return path
+
+
+def enroll_batch(state: Path, paths: Paths, report: Path) -> int:
+    """Step 1: the agent in Glance, the batch and the machine enrolled and classified."""
+    deploy_images = agent_deploy_images()
+    inv = write_inventory(state, paths, deploy_images)
+    rc = nf("--os-cloud", SYSTEM_CLOUD, "baremetal", "enroll", str(inv), "--concurrency", "5", "--timeout", "2400",
+            "--report", str(report))
+    return rc or nf("--os-cloud", SYSTEM_CLOUD, "baremetal", "classify", "--node", f"{NODE_PREFIX}*")
+
+
+def say_canary(record: rr.RunRecord) -> None:
+    stage = record.find("canary", MINOR)
+    out = (stage.outputs or {}) if stage else {}
+    if not out.get("asked"):
+        say(f"  canary: {out.get('summary') or 'not run in this pipeline run'}")
+        return
+    for rc, v in sorted((out.get("classes") or {}).items()):
+        s = v.get("seconds") or {}
+        times = ", ".join(f"{k.replace('_', ' ')} {s[k]:.0f}s" for k in ("allocate", "deploy", "first_boot", "checks",
+                                                                       "clean") if k in s)
+        say(f"  canary {rc}: {'passed' if v.get('passed') else 'FAILED'} on {v.get('node')}: {times} "
+            "(deploy by the agent that cleaned the node, fast-track; cleaning includes the agent's boot)")
 
 
 def nf(*args: str) -> int:
     return cli.main(list(args))
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m nodeforge.demo", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--state-dir", type=Path, default=REPO / ".demo")
-    parser.add_argument("--runs-dir", type=Path, default=REPO / "runs")
-    parser.add_argument("--skip-baremetal", action="store_true", help="Only the release pipeline.")
-    args = parser.parse_args(argv)
-    log.setup(0)
-    state = args.state_dir
-    state.mkdir(parents=True, exist_ok=True)
-    paths = Paths.default()
-    # The demo's own local cloud, whatever the environment points at (openstacksdk reads
-    # OS_CLIENT_CONFIG_FILE before any other clouds.yaml).
-    os.environ["OS_CLIENT_CONFIG_FILE"] = str(paths.clouds_yaml)
-    os.environ.pop("OS_CLOUD", None)
-    cache = REPO / ".cache" / "artifacts"
-
-    say(f"== 1/4 release pipeline for Kubernetes {MINOR}")
+def release_inputs(state: Path) -> tuple[Path, str | None, MirrorServer | None]:
+    """(the demo's lockfile, the fixture label or None, the fixture mirror to stop or None): the
+    Kubernetes release servers when they answer, else the local fixture mirror."""
     why = upstream_reachable()
-    server = None
     if why is None:
         lock = state / "upstream" / "manifests" / "versions.yaml"
         if not lock.is_file():   # a copy: the demo never writes the production lockfile
@@ -175,55 +221,54 @@ def main(argv: list[str] | None = None) -> int:
             shutil.copyfile(REPO / "manifests" / "versions.yaml", lock)
             shutil.copyfile(REPO / "manifests" / "sources.yaml", lock.parent / "sources.yaml")
         say(f"  upstream release servers answer: real artifacts; demo lockfile {lock} (a copy of manifests/versions.yaml)")
-        label = None
-    else:
-        lock, up = fixture_setup(state)
-        server = MirrorServer(up.root).start()
-        from nodeforge.demo.fixtures import write_sources
+        return lock, None, None
+    lock, up = fixture_setup(state)
+    server = MirrorServer(up.root).start()
+    from nodeforge.demo.fixtures import write_sources
 
-        write_sources(lock, server)
-        say(f"  upstream release servers unreachable ({why}):")
-        say(f"  using the LOCAL FIXTURE MIRROR {server.url} (stand-in binaries of the real shape)")
-        say(f"  with its own FIXTURE LOCKFILE {lock}; manifests/versions.yaml is not touched;")
-        say("  images are labelled nodeforge_fixture=true")
-        label = FIXTURE_LABEL
+    write_sources(lock, server)
+    say(f"  upstream release servers unreachable ({why}):")
+    say(f"  using the LOCAL FIXTURE MIRROR {server.url} (stand-in binaries of the real shape)")
+    say(f"  with its own FIXTURE LOCKFILE {lock}; manifests/versions.yaml is not touched;")
+    say("  images are labelled nodeforge_fixture=true")
+    return lock, FIXTURE_LABEL, server
+
+
+def release(state: Path, paths: Paths, runs: Path, canary: Path | None
+            ) -> tuple[PipelineConfig, str | None, rr.RunRecord, list[dict]]:
+    """Step 2: the release pipeline (with the canary stage when ``canary`` names a policy)."""
+    lock, label, server = release_inputs(state)
     publishing = signing_key.ensure(paths, connect(ADMIN_CLOUD))
     say(f"  publishing key {publishing.key} (certificate {publishing.cert_id} in Barbican): images and "
         "provenance are signed; verify reports are signed with the verifier key")
-    config = PipelineConfig(lockfile=lock, cache_dir=cache, os_cloud=ADMIN_CLOUD, fixture=label,
-                            work_dir=Path(os.environ.get("NODEFORGE_WORK_DIR") or "/var/tmp"),
-                            sign_key=publishing.key, sign_cert_id=publishing.cert_id)
+    config = PipelineConfig(lockfile=lock, cache_dir=REPO / ".cache" / "artifacts", os_cloud=ADMIN_CLOUD,
+                            fixture=label, work_dir=Path(os.environ.get("NODEFORGE_WORK_DIR") or "/var/tmp"),
+                            sign_key=publishing.key, sign_cert_id=publishing.cert_id, canary_policy=canary,
+                            baremetal_cloud=SYSTEM_CLOUD if canary else None)
     try:
-        record, approved = run_pipeline(config, args.runs_dir)
-    except PipelineFailed as exc:
-        say(f"error: {exc}")
-        if exc.hint:
-            say(f"hint: {exc.hint}")
-        return int(exc.exit_code)
+        record, approved = run_pipeline(config, runs)
     finally:
         if server is not None:
             server.stop()
     say(f"  pipeline run {record.run_id}: {record.status}" + (f" ({record.message})" if record.message else ""))
+    return config, label, record, approved
 
+
+def templates_step() -> int:
+    say("\n== 3/4 sync the bare-metal flavors")
+    code = nf("--os-cloud", ADMIN_CLOUD, "flavor", "sync")
+    say(f"\n== 4/4 apply the cluster templates {', '.join(TEMPLATES)} to Magnum, then audit Magnum")
+    code = code or nf("--os-cloud", ADMIN_CLOUD, "template", "apply", *TEMPLATES, "--baremetal-cloud", SYSTEM_CLOUD)
+    return code or nf("--os-cloud", ADMIN_CLOUD, "template", "check", "--live", "--baremetal-cloud", SYSTEM_CLOUD)
+
+
+def say_result(record: rr.RunRecord, approved: list[dict], templates: list[dict], label: str | None) -> int:
+    """The approved images beside the Magnum templates that use them, how verify booted, the canary and
+    the latency; 1 when an image or a template is missing."""
     code = 0
-    if not args.skip_baremetal:
-        say("\n== 2/4 enroll the emulated BMC batch (Redfish, with inspection) and classify it")
-        inv = write_inventory(state, paths)
-        rc = nf("--os-cloud", SYSTEM_CLOUD, "baremetal", "enroll", str(inv), *enroll_options(record))
-        rc = rc or nf("--os-cloud", SYSTEM_CLOUD, "baremetal", "classify", "--node", f"{NODE_PREFIX}*")
-        code = code or rc
-        say("\n== 3/4 sync the bare-metal flavors")
-        code = code or nf("--os-cloud", ADMIN_CLOUD, "flavor", "sync")
-        say(f"\n== 4/4 apply the cluster templates {', '.join(TEMPLATES)} to Magnum, then audit Magnum")
-        code = code or nf("--os-cloud", ADMIN_CLOUD, "template", "apply", *TEMPLATES,
-                          "--baremetal-cloud", SYSTEM_CLOUD)
-        code = code or nf("--os-cloud", ADMIN_CLOUD, "template", "check", "--live",
-                          "--baremetal-cloud", SYSTEM_CLOUD)
-
     say("\n== result")
     if label:
         say(f"  FIXTURE BUILD: artifacts from the {label}")
-    templates = [] if args.skip_baremetal else applied_templates(config.connect())
     for img in approved:
         using = [t for t in templates if t.get("image_id") == img["id"]]
         say(f"  approved image: Kubernetes {img['k8s']} {img['variant']}: {img['id']}"
@@ -231,30 +276,65 @@ def main(argv: list[str] | None = None) -> int:
     for t in templates:
         if not any(t.get("image_id") == img["id"] for img in approved):
             say(f"  Magnum template {t['name']}: {t['uuid']} (image {t.get('image_id')})")
-    if not args.skip_baremetal and not templates:
-        say(f"  no current Magnum template of {', '.join(TEMPLATES)}")
-        code = code or 1
     if not approved:
         say("  no approved image")
-        code = code or 1
+        code = 1
     verified = record.find("verify", MINOR)
     for variant, a in sorted(((verified.outputs or {}).get("accel") or {}).items() if verified else []):
         say(f"  boot verification {variant}: under {a['accel']} ({a['why']})")
+    say_canary(record)
     lat = record.latency.get(MINOR) if record.latency else None
     if lat and lat.get("latency_seconds") is not None:
         say(f"  patch latency {lat['version']}: {lat['latency_seconds']:.0f}s (release on the mirror -> approved image)")
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m nodeforge.demo", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--state-dir", type=Path, default=REPO / ".demo")
+    parser.add_argument("--runs-dir", type=Path, default=REPO / "runs")
+    parser.add_argument("--skip-baremetal", action="store_true", help="Only the release pipeline (no canary).")
+    args = parser.parse_args(argv)
+    log.setup(0)
+    state = args.state_dir
+    state.mkdir(parents=True, exist_ok=True)
+    paths = Paths.default()
+    # The demo's own local cloud, whatever the environment points at (openstacksdk reads
+    # OS_CLIENT_CONFIG_FILE before any other clouds.yaml); the canary's phone-home on this cloud.
+    os.environ["OS_CLIENT_CONFIG_FILE"] = str(paths.clouds_yaml)
+    os.environ.pop("OS_CLOUD", None)
+    code, canary, enrolled = 0, None, state / "enroll-report.json"
+    if not args.skip_baremetal:
+        say("== 1/4 bare metal: the agent ramdisk in Glance; the emulated BMC batch (out-of-band inspection) "
+            "and the emulated machine (in-band inspection and cleaning by the agent) enrolled and classified")
+        os.environ.update(dc_openstack.canary_settings())
+        code = enroll_batch(state, paths, enrolled)
+        canary = canary_policy(state)
+    say(f"\n== 2/4 release pipeline for Kubernetes {MINOR}" + (" (canary on the machine before promote)"
+                                                              if canary else ""))
+    try:
+        config, label, record, approved = release(state, paths, args.runs_dir, canary)
+    except PipelineFailed as exc:
+        say(f"error: {exc}")
+        if exc.hint:
+            say(f"hint: {exc.hint}")
+        return int(exc.exit_code)
+    if enrolled.is_file():          # the batch's report beside the run record (the HTML report's rack)
+        shutil.copyfile(enrolled, record.root / "enroll-report.json")
+    templates = []
+    if not args.skip_baremetal:
+        code = code or templates_step()
+        templates = applied_templates(config.connect())
+        if not templates:
+            say(f"  no current Magnum template of {', '.join(TEMPLATES)}")
+            code = code or 1
+    code = say_result(record, approved, templates, label) or code
     say_reports(record, config.connect())
     if record.status == "nothing-to-do":
         built = _latest_succeeded(args.runs_dir, config.lockfile)
         if built:
             say(f"  the run that built and approved them: {built.summary_path}")
     return code
-
-
-def enroll_options(record: rr.RunRecord) -> list[str]:
-    """Five nodes at a time, and the batch's JSON report in the run directory (the HTML report shows
-    it as a rack)."""
-    return ["--concurrency", "5", "--report", str(record.root / "enroll-report.json")]
 
 
 def say_reports(record: rr.RunRecord, conn=None) -> None:
