@@ -191,3 +191,6 @@ baremetal.add_command(_classify)
 
 from nodeforge.commands.baremetal_audit import audit as _audit  # noqa: E402 - registered here
 baremetal.add_command(_audit)
+
+from nodeforge.commands.baremetal_baseline import baseline as _baseline  # noqa: E402 - registered here
+baremetal.add_command(_baseline)

@@ -116,7 +116,7 @@ class Audit:
         for n in self.nodes:
             base = {"node": n.view.name, "state": n.view.provision_state or "", "profile": n.profile or "",
                     "source": n.view.source}
-            findings = [{"status": n.status, "item": i.item, "current": _show(i.current), "wanted": _show(i.wanted)}
+            findings = [{"status": n.status, "item": i.item, "current": show(i.current), "wanted": show(i.wanted)}
                         for i in n.items]
             findings += [{"status": PROBLEM, "item": "", "current": "", "wanted": p} for p in n.problems]
             if n.view.error:
@@ -124,19 +124,19 @@ class Audit:
             out += [base | f for f in findings] or [base | {"status": n.status, "item": "", "current": "",
                                                            "wanted": ""}]
         out += [{"node": o.node, "state": "", "profile": "", "source": "inspection", "status": "outlier",
-                 "item": f"{o.resource_class}: {o.fact}", "current": _show(o.value),
-                 "wanted": _show(o.norm) if o.norm is not None else "(no majority)"} for o in self.outliers]
+                 "item": f"{o.resource_class}: {o.fact}", "current": show(o.value),
+                 "wanted": show(o.norm) if o.norm is not None else "(no majority)"} for o in self.outliers]
         return out
 
 
 COLUMNS = ["node", "state", "profile", "source", "status", "item", "current", "wanted"]
 
 
-def _show(value) -> str:
+def show(value) -> str:
     if isinstance(value, dict) and "component" in value:
         return f"{value.get('version')} ({value.get('match', 'minimum')})"
     if isinstance(value, (list, tuple)):
-        return ", ".join(_show(v) for v in value) or "none"
+        return ", ".join(show(v) for v in value) or "none"
     if isinstance(value, dict):
         return " ".join(f"{k}={v}" for k, v in value.items())
     return "" if value is None else str(value)

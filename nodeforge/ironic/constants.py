@@ -109,6 +109,8 @@ SECRET_DRIVER_INFO_KEYS = frozenset({"ipmi_password", "redfish_password", "drac_
 EXTRA_FINGERPRINT = "nodeforge_credential_fp"
 EXTRA_CHECKPOINT = "nodeforge_stage"
 EXTRA_RETRIES = "nodeforge_retries"
+# A baseline apply in progress: the state the node goes back to once cleaned ("available").
+EXTRA_BASELINE = "nodeforge_baseline"
 # The ownership scope of the declaration (inventory) that enrolled the node;
 # see :func:`nodeforge.scope.derive_scope` and docs/inventory.md, "Scopes".
 EXTRA_SCOPE = "nodeforge_scope"

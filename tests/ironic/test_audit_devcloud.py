@@ -180,3 +180,28 @@ def test_a_bmc_the_audit_cannot_log_into_makes_the_run_partial(fleet, devcloud):
     assert statuses[fleet["nodes"][2]] == "unreadable"
     secret = bmc.credentials(devcloud.paths).redfish.password.reveal()
     assert wrong not in proc.stdout + proc.stderr and secret not in proc.stdout + proc.stderr
+
+
+def test_baseline_apply_sets_the_bios_through_cleaning_and_a_second_run_writes_nothing(fleet, devcloud):
+    a = fleet["nodes"][0]
+    emu, sa = fleet["emulator"], fleet["systems"][0]
+    emu("PATCH", f"/redfish/v1/Systems/{sa.uuid}/BIOS/Settings", json={"Attributes": {"ProcTurboMode": "Disabled"}})
+    args = ["baremetal", "baseline", "apply", "--profiles", str(fleet["profiles"]), "--scope", fleet["scope"],
+            "--inventory", str(fleet["inv"]), "--node", a, "-o", "json"]
+    dry = nodeforge(*args, "--dry-run")
+    assert dry.returncode == 0, dry.stdout[-3000:] + dry.stderr[-2000:]
+    [plan] = json.loads(dry.stdout)["nodes"]
+    assert (plan["action"], [i["item"] for i in plan["items"]], plan["return_to"]) == \
+        ("apply", ["bios.ProcTurboMode"], "available")
+    proc = nodeforge(*args, "--timeout", "400")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    [done] = json.loads(proc.stdout)["nodes"]
+    assert (done["ok"], done["stage"]) == (True, "done")
+    node = devcloud.system().baremetal.find_node(a)
+    assert node.provision_state == "available" and "nodeforge_baseline" not in (node.extra or {})
+    bios = emu("GET", f"/redfish/v1/Systems/{sa.uuid}/BIOS").json()["Attributes"]
+    assert bios["ProcTurboMode"] == "Enabled"
+    again = nodeforge(*args)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-2000:]
+    doc = json.loads(again.stdout)
+    assert doc["writes"] == 0 and [n["action"] for n in doc["nodes"]] == ["no-op"]

@@ -1,0 +1,75 @@
+"""``nodeforge baremetal baseline apply``: bring nodes to their hardware profile's baseline through
+Ironic's manual cleaning (nodeforge/ironic/baseline_apply.py). Attached to the ``baremetal``
+group in nodeforge/commands/baremetal.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from nodeforge import output
+from nodeforge.commands import options
+from nodeforge.commands.baremetal_classify import profiles_option
+from nodeforge.ironic import audit as audit_mod
+from nodeforge.ironic import baseline_apply as apply_mod
+from nodeforge.ironic import profiles as profiles_mod
+
+COLUMNS = ["node", "state", "action", "changes", "pending", "result", "detail"]
+
+
+@click.group()
+def baseline():
+    """The hardware baseline of each node's profile (docs/baseline.md)."""
+
+
+@baseline.command()
+@profiles_option
+@click.option("--node", "nodes", multiple=True, metavar="NAME|GLOB|UUID",
+              help="Only these nodes (repeatable; globs allowed).  [default: every node]")
+@click.option("--inventory", "inventory_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Plan from the Redfish BMCs of the nodes this inventory names (not Ironic's cached view); its "
+                   "scope is then the default of --scope.")
+@options.scope("Only nodes enrolled under this ownership scope (extra.nodeforge_scope).  "
+               "[default: the --inventory's scope; every node without --inventory]")
+@click.option("--timeout", type=click.FloatRange(min=1), default=1800.0, show_default=True,
+              help="Seconds to wait for the nodes' cleaning; a node still cleaning then is picked up by the next run.")
+@options.dry_run
+@options.pass_app
+def apply(app, profiles_path, nodes, inventory_path, scope, timeout, dry_run):
+    """Apply each drifted node's baseline through manual cleaning (bios.apply_configuration).
+
+    An available node is moved to manageable, cleaned and given back; a
+    manageable one is cleaned. Active nodes are deferred, never touched.
+    Resumable: an interrupted run is picked up by the next one. A node at
+    its baseline costs no write. Exit 0: every node at or brought to its
+    baseline; 3: some failed or could not be planned; 1: all failed."""
+    from nodeforge.ironic.provisioner import SdkProvisioner
+
+    profiles = profiles_mod.load(profiles_path)
+    prov = SdkProvisioner(app.connect())
+    inventory = None
+    if inventory_path:
+        from nodeforge.ironic import inventory as inv_mod
+
+        inventory = inv_mod.load(inventory_path)
+        scope = scope or inventory.scope
+    listed = {n["uuid"]: n for n in prov.list_nodes()}
+    result = audit_mod.run(prov, profiles, nodes=list(nodes), scope=scope, inventory=inventory)
+    plans = apply_mod.plan(result, listed)
+    if not dry_run:
+        apply_mod.run(plans, prov, timeout=timeout)
+    rows = [{"node": p.name, "state": p.state, "action": p.action,
+             "changes": "; ".join(f"{i.item}: {audit_mod.show(i.current)} -> {audit_mod.show(i.wanted)}"
+                                  for i in p.items),
+             "pending": ", ".join(i.item for i in p.pending),
+             "result": "" if p.ok is None else "ok" if p.ok else "failed", "detail": p.error or p.detail or ""}
+            for p in plans]
+    data = {"dry_run": dry_run, "scope": scope, "nodes": [p.to_dict() for p in plans], "writes": prov.writes}
+    counts = {}
+    for p in plans:
+        counts[p.action] = counts.get(p.action, 0) + 1
+    title = f"{'baseline plan (dry run)' if dry_run else 'baseline apply'}: " + \
+        (", ".join(f"{v} {k}" for k, v in counts.items()) or "no nodes")
+    output.emit(data, app.output, rows=rows, columns=COLUMNS, title=title)
+    click.get_current_context().exit(apply_mod.exit_code(plans, dry_run))

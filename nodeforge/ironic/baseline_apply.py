@@ -1,0 +1,202 @@
+"""Bring nodes to their profile's baseline through Ironic's manual cleaning.
+
+The plan is the audit's (:func:`nodeforge.ironic.audit.run`: Ironic's view, or the BMCs' with an
+inventory); per node (:class:`NodeApply`):
+
+* ``no-op``: at its baseline (nothing written);
+* ``apply``: the out-of-band steps of its drift as one manual cleaning (``bios.apply_configuration``
+  with every BIOS setting to change; ``disable_ramdisk``: no agent is booted). An ``available``
+  node is moved to ``manageable`` first and given back (``provide``) afterwards; a
+  ``manageable`` one stays there. Items whose steps need the agent ramdisk on Redfish in Ironic
+  39 (RAID, firmware) are listed as ``pending`` and not applied;
+* ``return``: cleaned by an earlier, interrupted run and still to be given back;
+* ``deferred`` (active: serving a cluster, never touched), ``problem`` (the baseline cannot be
+  applied to it), ``unreadable``, ``busy`` (in a state no cleaning can start from): not written.
+
+Resumable: before an ``available`` node is moved, ``extra.nodeforge_baseline`` records the state
+it goes back to; a run killed at any point is picked up by the next one (a node still cleaning is
+waited for, one cleaned is given back, one whose cleaning failed is moved to ``manageable`` and
+cleaned again), and the mark is removed when the node is back. A node at its baseline without the
+mark costs no write: a second run after a complete one writes nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Callable
+
+from nodeforge.errors import ExitCode
+from nodeforge.ironic import audit as au
+from nodeforge.ironic import constants as C
+from nodeforge.ironic.constants import ProvisionState as S
+from nodeforge.ironic.constants import Verb
+from nodeforge.ironic.provisioner import IronicError, Provisioner
+from nodeforge.redact import scrub
+
+NOOP, APPLY, RETURN, DEFERRED, PROBLEM, UNREADABLE, BUSY, NEEDS_AGENT = "no-op", "apply", "return", "deferred", \
+    "problem", "unreadable", "busy", "needs-agent"
+LIST_FIELDS = ["uuid", "name", "provision_state", "target_provision_state", "last_error", "extra"]
+# The states a run picks a marked node up in (cleaning in progress, failed, or done and not given back).
+RESUMABLE = (S.CLEANING, S.CLEAN_WAIT, S.CLEAN_FAILED)
+
+
+@dataclasses.dataclass
+class NodeApply:
+    name: str
+    uuid: str
+    state: str | None
+    action: str
+    items: list = dataclasses.field(default_factory=list)       # baseline.Item, applied by ``steps``
+    pending: list = dataclasses.field(default_factory=list)     # items needing the agent: not applied
+    steps: list[dict] = dataclasses.field(default_factory=list)
+    return_to: str | None = None        # "available": provided again once cleaned
+    detail: str | None = None
+    stage: str = ""                     # manage | clean | provide | done | failed (the run's progress)
+    ok: bool | None = None
+    error: str | None = None
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "uuid": self.uuid, "state": self.state, "action": self.action,
+                "items": [i.to_dict() for i in self.items], "pending": [i.to_dict() for i in self.pending],
+                "steps": self.steps, "return_to": self.return_to, "detail": self.detail, "stage": self.stage,
+                "ok": self.ok, "error": self.error}
+
+
+def _out_of_band(items: list) -> list[dict]:
+    bios = {i.item.split(".", 1)[1]: i.wanted for i in items if i.item.startswith("bios.")}
+    if not bios:
+        return []
+    return [{"interface": "bios", "step": "apply_configuration",
+             "args": {"settings": [{"name": k, "value": v} for k, v in sorted(bios.items())]}}]
+
+
+def plan(result: au.Audit, nodes: dict[str, dict]) -> list[NodeApply]:
+    """The apply plan from an audit (``nodes``: Ironic's node dicts by uuid, for their marks)."""
+    out = []
+    for n in result.nodes:
+        v = n.view
+        mark = ((nodes.get(v.uuid) or {}).get("extra") or {}).get(C.EXTRA_BASELINE)
+        na = NodeApply(v.name, v.uuid, v.provision_state, NOOP, return_to=mark)
+        state = S.parse(v.provision_state)
+        if n.status == au.UNREADABLE:
+            na.action, na.detail = UNREADABLE, v.error
+        elif n.status == au.PROBLEM:
+            na.action, na.detail = PROBLEM, "; ".join(n.problems)
+        elif n.status == au.DEFERRED:
+            na.action, na.items, na.detail = DEFERRED, n.items, "active: deferred until the node is free"
+        elif n.status == au.DRIFTED or (mark and state in RESUMABLE):
+            na.items = [i for i in n.items if not i.needs_agent]
+            na.pending = [i for i in n.items if i.needs_agent]
+            na.steps = _out_of_band(na.items)
+            _decide(na, state, mark)
+        elif mark and state in (S.MANAGEABLE, S.AVAILABLE):
+            na.action = RETURN        # cleaned by an interrupted run: given back, its mark removed
+        out.append(na)
+    return out
+
+
+def _decide(na: NodeApply, state: S | None, mark: str | None) -> None:
+    if state in (S.CLEANING, S.CLEAN_WAIT) and mark:
+        na.action, na.detail = APPLY, "an earlier run's cleaning: waited for"
+    elif not na.steps and not (mark and state is S.CLEAN_FAILED):
+        na.action, na.detail = NEEDS_AGENT, "only items whose steps need the agent ramdisk: not applied"
+    elif state is S.AVAILABLE:
+        na.action, na.return_to = APPLY, mark or S.AVAILABLE.value
+    elif state is S.MANAGEABLE or (state is S.CLEAN_FAILED and mark):
+        na.action = APPLY
+    else:
+        na.action, na.detail = BUSY, f"'{na.state}': cleaning starts from manageable or available only"
+
+
+def exit_code(plans: list[NodeApply], dry_run: bool) -> int:
+    flagged = [p for p in plans if p.action in (PROBLEM, UNREADABLE, BUSY)]
+    if dry_run:
+        return int(ExitCode.PARTIAL if flagged else ExitCode.OK)
+    tried = [p for p in plans if p.action in (APPLY, RETURN)]
+    failed = [p for p in tried if not p.ok]
+    if tried and len(failed) == len(tried) and not [p for p in plans if p.action == NOOP]:
+        return int(ExitCode.FAILURE)
+    return int(ExitCode.PARTIAL if failed or flagged else ExitCode.OK)
+
+
+# --- the run: writes decided per node, one listing per round -------------------------------
+
+def _fail(na: NodeApply, why: str) -> None:
+    na.stage, na.ok, na.error = "failed", False, scrub(why)
+
+
+def _write(na: NodeApply, fn: Callable[[], object]) -> bool:
+    try:
+        fn()
+        return True
+    except IronicError as exc:
+        _fail(na, str(exc))
+        return False
+
+
+def _start(na: NodeApply, prov: Provisioner) -> None:
+    state = S.parse(na.state)
+    if na.action == RETURN and state is S.AVAILABLE:
+        if _write(na, lambda: prov.patch_node(na.uuid, [{"op": "remove", "path": f"/extra/{C.EXTRA_BASELINE}"}])):
+            na.stage, na.ok = "done", True
+    elif na.action == RETURN:
+        na.stage = "provide"
+        _write(na, lambda: prov.set_provision_state(na.uuid, Verb.PROVIDE))
+    elif state in (S.CLEANING, S.CLEAN_WAIT):
+        na.stage = "clean"
+    elif state is S.MANAGEABLE:
+        _clean(na, prov)
+    else:                     # available (marked first) or clean failed: to manageable, then clean
+        if state is S.AVAILABLE and not _write(na, lambda: prov.patch_node(na.uuid, [
+                {"op": "add", "path": f"/extra/{C.EXTRA_BASELINE}", "value": na.return_to}])):
+            return
+        na.stage = "manage"
+        _write(na, lambda: prov.set_provision_state(na.uuid, Verb.MANAGE))
+
+
+def _clean(na: NodeApply, prov: Provisioner) -> None:
+    na.stage = "clean"
+    _write(na, lambda: prov.set_provision_state(na.uuid, Verb.CLEAN, clean_steps=na.steps, disable_ramdisk=True))
+
+
+def _advance(na: NodeApply, node: dict, prov: Provisioner) -> None:
+    """One round of one node: what its listing says, and the next write."""
+    state, target = S.parse(node.get("provision_state")), node.get("target_provision_state")
+    na.state = node.get("provision_state")
+    if na.stage == "manage" and state is S.MANAGEABLE and not target:
+        _clean(na, prov)
+    elif na.stage == "clean" and state is S.CLEAN_FAILED:
+        _fail(na, f"cleaning failed: {node.get('last_error') or 'no error recorded'}")
+    elif na.stage == "clean" and state is S.MANAGEABLE and not target:
+        if na.return_to:
+            na.stage = "provide"
+            _write(na, lambda: prov.set_provision_state(na.uuid, Verb.PROVIDE))
+        else:
+            na.stage, na.ok = "done", True
+    elif na.stage == "provide" and state is S.AVAILABLE and not target:
+        if _write(na, lambda: prov.patch_node(na.uuid, [{"op": "remove", "path": f"/extra/{C.EXTRA_BASELINE}"}])):
+            na.stage, na.ok = "done", True
+    elif state in (S.ENROLL, S.ERROR) or (na.stage != "clean" and state is S.CLEAN_FAILED):
+        _fail(na, f"node went to '{na.state}': {node.get('last_error') or 'no error recorded'}")
+
+
+def run(plans: list[NodeApply], prov: Provisioner, *, timeout: float = 1800.0, poll: float = 2.0,
+        clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] | None = None) -> None:
+    """Apply every ``apply`` and ``return`` node (outcomes in place: ``ok``, ``stage``, ``error``)."""
+    sleep = sleep or time.sleep
+    todo = [p for p in plans if p.action in (APPLY, RETURN)]
+    for na in todo:
+        _start(na, prov)
+    deadline = clock() + timeout
+    while [p for p in todo if p.stage not in ("done", "failed")] and clock() < deadline:
+        sleep(poll)
+        listed = {n["uuid"]: n for n in prov.list_nodes(fields=LIST_FIELDS)}
+        for na in [p for p in todo if p.stage not in ("done", "failed")]:
+            if na.uuid not in listed:
+                _fail(na, "the node is gone from Ironic")
+            else:
+                _advance(na, listed[na.uuid], prov)
+    for na in todo:
+        if na.stage not in ("done", "failed"):
+            _fail(na, f"timed out after {timeout:.0f} s in '{na.state}' (stage {na.stage}); the next run resumes it")
