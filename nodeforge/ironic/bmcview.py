@@ -26,9 +26,8 @@ from nodeforge.redact import scrub
 RAID_LEVELS = {"RAID0": "0", "RAID1": "1", "RAID5": "5", "RAID6": "6", "RAID10": "1+0", "RAID50": "5+0",
                "RAID60": "6+0"}
 GIB = 1024 ** 3
-REGISTRY_FIELDS = {"attribute_type": "attribute_type", "allowable_values": "allowable_values",
-                   "lower_bound": "lower_bound", "upper_bound": "upper_bound", "read_only": "read_only",
-                   "reset_required": "reset_required"}
+# The registry fields Ironic copies onto each cached setting (ironic/drivers/modules/redfish/bios.py).
+REGISTRY_FIELDS = ("attribute_type", "allowable_values", "lower_bound", "upper_bound", "read_only", "reset_required")
 
 
 class BmcReadError(NodeforgeError):
@@ -73,8 +72,8 @@ def _volumes(system) -> list[dict]:
     for storage in system.storage.get_members():
         for vol in storage.volumes.get_members():
             raid = _value(getattr(vol, "raid_type", None))
-            out.append({"name": vol.name, "raid_level": RAID_LEVELS.get(str(raid), "JBOD" if raid is None else str(raid)),
-                        "size_gb": int(vol.capacity_bytes or 0) // GIB})
+            level = RAID_LEVELS.get(str(raid), "JBOD" if raid is None else str(raid))
+            out.append({"name": vol.name, "raid_level": level, "size_gb": int(vol.capacity_bytes or 0) // GIB})
     return out
 
 
