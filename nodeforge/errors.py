@@ -18,6 +18,9 @@ class ExitCode(enum.IntEnum):
     PARTIAL = 3
     # `release check`: a new patch release (or minor) exists upstream.
     NEW_RELEASE = 10
+    # `baremetal audit`: a node differs from its profile's baseline, or from its class (3 stays
+    # "some nodes could not be read", so monitoring tells the two apart).
+    DRIFT = 11
 
 
 class NodeforgeError(Exception):

@@ -37,7 +37,7 @@ from nodeforge.ironic import profiles as P
 from nodeforge.ironic.provisioner import IronicError, Provisioner
 from nodeforge.redact import scrub
 
-DRIFT = 11            # the audit's own exit code: drift found (README "Exit codes" has 10 for release check)
+DRIFT = int(ExitCode.DRIFT)   # the audit's own exit code: drift found (README "Exit codes")
 GIB_SLACK = 1         # a live volume's size in GiB may differ from the baseline's by rounding
 
 OK, DRIFTED, DEFERRED, PROBLEM, UNREADABLE, NO_BASELINE = "ok", "drift", "deferred", "problem", "unreadable", \
