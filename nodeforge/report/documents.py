@@ -1,8 +1,11 @@
 """The documents a report is made of, found in a run directory by their shape and read by the one
 bounded reader: a pipeline run record (``run.json``, schema ``nodeforge-pipeline-run/1``),
-enrollment reports (``baremetal enroll --report FILE.json``: ``command`` and ``nodes``) and a
+enrollment reports (``baremetal enroll --report FILE.json``: ``command`` and ``nodes``), a
 snapshot of the image catalog (``catalog.json``, schema ``nodeforge-catalog/1``, or what
-``image list -o json`` prints: a list of image rows)."""
+``image list -o json`` prints: a list of image rows), the drift audit of Magnum (what
+``template check --live -o json`` prints: ``findings``, ``templates`` and ``counts``) and hardware
+audits (what ``baremetal audit -o json`` prints: ``summary`` and ``nodes``, each node with a
+``status``)."""
 
 from __future__ import annotations
 
@@ -25,17 +28,21 @@ class Documents:
     run: dict | None = None                  # the pipeline run record
     batches: dict[str, dict] = dataclasses.field(default_factory=dict)   # file name -> enrollment report
     catalog: dict | None = None              # the image catalog snapshot (images: image list rows)
+    audits: dict[str, dict] = dataclasses.field(default_factory=dict)     # file name -> template check --live
+    hardware: dict[str, dict] = dataclasses.field(default_factory=dict)   # file name -> hardware audit
     skipped: list[str] = dataclasses.field(default_factory=list)        # JSON files that are neither
 
     def __bool__(self) -> bool:
-        return self.run is not None or bool(self.batches) or self.catalog is not None
+        return self.run is not None or bool(self.batches) or self.catalog is not None or bool(self.audits) \
+            or bool(self.hardware)
 
 
 _ROW_KEYS = {"id", "k8s", "variant", "state"}
 
 
 def kind_of(doc) -> str | None:
-    """``run``, ``batch``, ``catalog`` or None (not a document a report is made of)."""
+    """``run``, ``batch``, ``catalog``, ``audit`` (template check --live), ``hardware`` (a hardware
+    audit) or None (not a document a report is made of)."""
     if isinstance(doc, list):       # image list -o json: rows of the catalog
         ok = bool(doc) and all(isinstance(r, dict) and _ROW_KEYS <= r.keys() for r in doc)
         return "catalog" if ok else None
@@ -47,6 +54,12 @@ def kind_of(doc) -> str | None:
         return "run"
     if isinstance(doc.get("command"), str) and isinstance(doc.get("nodes"), list):
         return "batch"
+    if all(isinstance(doc.get(k), list) for k in ("findings", "templates")) and isinstance(doc.get("counts"), dict):
+        return "audit"
+    nodes = doc.get("nodes")
+    if isinstance(doc.get("summary"), dict) and isinstance(nodes, list) and \
+            all(isinstance(n, dict) and "name" in n and "status" in n for n in nodes):
+        return "hardware"
     return None
 
 
@@ -75,14 +88,19 @@ def find(root: Path | str, catalog: dict | None = None) -> Documents:
             docs.batches[path.name] = scrub_obj(doc)
         elif kind == "catalog":
             docs.catalog = scrub_obj(as_catalog(doc, path.name))
+        elif kind == "audit":
+            docs.audits[path.name] = scrub_obj(doc)
+        elif kind == "hardware":
+            docs.hardware[path.name] = scrub_obj(doc)
         else:
-            docs.skipped.append(f"{path.name}: not a run record, an enrollment report or a catalog")
+            docs.skipped.append(f"{path.name}: not a run record, an enrollment report, a catalog or an audit")
     if catalog is not None:
         docs.catalog = scrub_obj(as_catalog(catalog, "the cloud, now"))
     if not docs:
         raise ConfigError(path=str(root), detail="holds no run record (run.json), no enrollment report "
-                                                 "(baremetal enroll --report FILE.json) and no catalog "
-                                                 "(catalog.json)")
+                                                 "(baremetal enroll --report FILE.json), no catalog "
+                                                 "(catalog.json) and no audit (template check --live -o json, "
+                                                 "baremetal audit -o json)")
     return docs
 
 

@@ -1,5 +1,6 @@
 """The static site: one page per document (the run as a timeline, each enrollment batch as a
-rack of tiles, the image catalog as a table per Kubernetes minor) and an index, rendered by
+rack of tiles, the image catalog as a table per Kubernetes minor, each audit as its findings per
+template and cluster or per node) and an index, rendered by
 jinja2 with the CSS inline, plain SVG for the timeline and no script at all: a node's details
 open with ``<details>`` (keyboard and screen readers included), states are written as text
 beside their colour, and nothing is fetched from anywhere."""
@@ -17,6 +18,7 @@ from nodeforge.base.fs import atomic_write
 from nodeforge.errors import ConfigError
 from nodeforge.pipeline import runrecord
 from nodeforge.redact import scrub
+from nodeforge.report import audits
 from nodeforge.report.documents import Documents
 
 TEMPLATES = Path(__file__).with_name("templates")
@@ -39,8 +41,8 @@ TIMELINE_WIDTH = 900
 class Page:
     name: str            # file name in the site
     title: str
-    kind: str            # run | batch | index
-    source: str | None = None   # the document's file name in the run directory (a batch)
+    kind: str            # index | run | batch | catalog | audit | hardware
+    source: str | None = None   # the document's file name in the run directory (a batch, an audit)
 
 
 def category(node: dict) -> str:
@@ -93,6 +95,7 @@ def _environment() -> jinja2.Environment:
                              # every string shown is masked once more (the documents were redacted already)
                              finalize=lambda v: scrub(v) if isinstance(v, str) else v)
     env.filters["seconds"] = lambda v: "" if v is None else f"{v:.1f} s"
+    env.filters["show"] = audits.show
     return env
 
 
@@ -107,6 +110,10 @@ def plan(docs: Documents) -> list[Page]:
         cloud = docs.catalog.get("cloud")
         pages.append(Page("catalog.html", "Image catalog" + (f" of {cloud}" if cloud else ""), "catalog",
                           source=docs.catalog.get("source")))
+    for name in docs.audits:
+        pages.append(Page(f"audit-{Path(name).stem}.html", f"Template audit {name}", "audit", source=name))
+    for name in docs.hardware:
+        pages.append(Page(f"hardware-{Path(name).stem}.html", f"Hardware audit {name}", "hardware", source=name))
     return pages
 
 
@@ -132,6 +139,30 @@ def catalog_groups(catalog: dict) -> list[dict]:
     return out
 
 
+def _run_context(docs: Documents, page: Page) -> dict:
+    approved = docs.run.get("approved") if isinstance(docs.run.get("approved"), dict) else {}
+    rows = [(minor, variant, image) for minor, variants in approved.items() if isinstance(variants, dict)
+            for variant, image in variants.items()]
+    return {"run": docs.run, "timeline": timeline(docs.run), "approved": rows}
+
+
+def _batch_context(docs: Documents, page: Page) -> dict:
+    batch = docs.batches[page.source]
+    nodes = [dict(n, category=category(n)) for n in batch.get("nodes") or [] if isinstance(n, dict)]
+    counts = {c: sum(1 for n in nodes if n["category"] == c) for c in CATEGORIES}
+    return {"batch": batch, "nodes": nodes, "counts": {c: n for c, n in counts.items() if n}, "categories": CATEGORIES}
+
+
+_CONTEXTS = {
+    "index": lambda docs, page: {},
+    "run": _run_context,
+    "batch": _batch_context,
+    "catalog": lambda docs, page: {"catalog": docs.catalog, "groups": catalog_groups(docs.catalog)},
+    "audit": lambda docs, page: audits.template_audit(docs.audits[page.source]),
+    "hardware": lambda docs, page: audits.hardware_audit(docs.hardware[page.source]),
+}
+
+
 def render(docs: Documents) -> dict[str, str]:
     """``{file name: HTML}`` of the site."""
     env = _environment()
@@ -139,19 +170,7 @@ def render(docs: Documents) -> dict[str, str]:
     out = {}
     for page in pages:
         context = {"page": page, "pages": pages, "source": str(docs.root), "skipped": docs.skipped}
-        if page.kind == "run":
-            approved = docs.run.get("approved") if isinstance(docs.run.get("approved"), dict) else {}
-            rows = [(minor, variant, image) for minor, variants in approved.items() if isinstance(variants, dict)
-                    for variant, image in variants.items()]
-            context |= {"run": docs.run, "timeline": timeline(docs.run), "approved": rows}
-        elif page.kind == "batch":
-            batch = docs.batches[page.source]
-            nodes = [dict(n, category=category(n)) for n in batch.get("nodes") or [] if isinstance(n, dict)]
-            counts = {c: sum(1 for n in nodes if n["category"] == c) for c in CATEGORIES}
-            context |= {"batch": batch, "nodes": nodes, "counts": {c: n for c, n in counts.items() if n},
-                        "categories": CATEGORIES}
-        elif page.kind == "catalog":
-            context |= {"catalog": docs.catalog, "groups": catalog_groups(docs.catalog)}
+        context |= _CONTEXTS[page.kind](docs, page)
         out[page.name] = env.get_template(f"{page.kind}.html.j2").render(**context)
     return out
 

@@ -12,11 +12,9 @@ import json
 import pytest
 
 from nodeforge.cli import main
-from nodeforge.ironic.report import NodeReport, Report
-from nodeforge.pipeline import runrecord as rr
 from nodeforge.redact import register as register_secret
-
-SECRET = "report-secret-pw-6Hd3"
+from tests.report import factory
+from tests.report.factory import SECRET
 
 
 class Page(html.parser.HTMLParser):
@@ -39,31 +37,11 @@ class Page(html.parser.HTMLParser):
 
 
 def _run_record(root) -> dict:
-    rec = rr.RunRecord("20261204T000000Z-abcd", root / "runs" / "r1", inputs={"minors": ["1.36"]})
-    rec.root.mkdir(parents=True)
-    rec.minors = ["1.36"]
-    for name, minor, status, seconds in (("check", None, rr.SUCCEEDED, 0.2), ("bump", None, rr.SUCCEEDED, 0.6),
-                                         ("build", "1.36", rr.SUCCEEDED, 143.7), ("verify", "1.36", rr.FAILED, 301.4)):
-        s = rec.stage(name, minor)
-        s.status, s.seconds, s.attempts = status, seconds, 1
-        s.started = "2026-12-04T00:00:00Z"
-    rec.stage("verify", "1.36").error = {"message": f"boot failed at https://admin:{SECRET}@10.0.0.9/x"}
-    rec.status = rr.FAILED
-    rec.save()
-    return json.loads(rec.json_path.read_text())
+    return factory.run_record(root / "runs" / "r1")
 
 
 def _enroll_report(path) -> dict:
-    history = [{"created_at": "2026-12-04T00:01:00+00:00", "severity": "ERROR", "event_type": "cleaning",
-                "event": f"Failed to clean: BMC password {SECRET} refused"}]
-    nodes = [NodeReport("rf-001", "u-1", "create", "available", "available", True, seconds=12.5, history=[]),
-             NodeReport("rf-002", "u-2", "create", "clean", "clean failed", False, error_type="clean-failed",
-                        error=f"cleaning failed, BMC password {SECRET} refused", history=history),
-             NodeReport("rf-003", "u-3", "create", "inspect", "inspect wait", True),
-             NodeReport("ipmi-01", None, "create", "enroll", "enroll", True)]
-    doc = Report("enroll", nodes, seconds=40.0).to_dict()
-    path.write_text(json.dumps(doc))
-    return doc
+    return factory.enroll_report(path)
 
 
 @pytest.fixture
@@ -71,6 +49,9 @@ def site(tmp_path, capsys):
     register_secret(SECRET)
     run = _run_record(tmp_path)
     batch = _enroll_report(tmp_path / "runs" / "r1" / "enroll-report.json")
+    for name, doc in (("catalog.json", factory.catalog_rows()), ("template-audit.json", factory.template_audit()),
+                      ("hardware-audit.json", factory.hardware_audit())):
+        (tmp_path / "runs" / "r1" / name).write_text(json.dumps(doc))
     dest = tmp_path / "site"
     capsys.readouterr()
     assert main(["-o", "json", "report", "html", str(tmp_path / "runs" / "r1"), "--dest", str(dest)]) == 0
@@ -108,10 +89,12 @@ def test_the_batch_is_a_rack_with_one_tile_per_node_and_its_state_in_text(site):
 
 
 def test_pages_are_self_contained_and_hold_no_secret(site):
+    assert sorted(p["kind"] for p in site["out"]["pages"]) == ["audit", "batch", "catalog", "hardware", "index", "run"]
     for path in site["dest"].iterdir():
         text = path.read_text()
         page = Page(text)
         assert not page.all("script") and not page.all("link") and "@import" not in text, path
+        assert "url(" not in text, path               # no image, font or anything else from CSS
         for tag, attrs in page.elements:
             for key in ("src", "href"):
                 value = attrs.get(key) or ""
@@ -167,29 +150,11 @@ def test_the_site_is_served_on_loopback_and_nothing_outside_it(site):
         site_mod.server(site["dest"], 0, host="0.0.0.0")
 
 
-def _catalog_rows() -> list[dict]:
-    """Rows as ``image list -o json`` prints them (catalog.summary of Glance image records)."""
-    from nodeforge.publish import catalog, glance_api as g
-
-    def image(i, minor, patch, variant, tags, used_by):
-        record = {"id": f"00000000-0000-0000-0000-00000000000{i}", "name": f"img-{i}",
-                  "kube_version": f"v{minor}.{patch}",
-                  g.P + "variant": variant, "os_distro": "debian", "os_version": "12", "tags": [g.TAG, *tags],
-                  "image_build_date": f"2026-12-0{i}", g.SCOPE: "team-a", g.P + "verify": "passed",
-                  "img_signature": "x", "visibility": "public", "status": "active"}
-        return dict(catalog.summary(record), used_by=used_by)
-
-    return [image(1, "1.35", 4, "vm", [g.TAG_APPROVED], ["k8s-1.35-vm-v3"]),
-            image(2, "1.36", 0, "baremetal", [g.TAG_APPROVED, g.TAG_SUPERSEDED], []),
-            image(3, "1.36", 1, "baremetal", [g.TAG_APPROVED], ["k8s-1.36-baremetal-v1", "cluster c1"]),
-            image(4, "1.36", 1, "vm", [g.TAG_CANDIDATE], [])]
-
-
 @pytest.mark.parametrize("shape", ["snapshot", "image list rows"])
 def test_the_catalog_is_a_table_per_minor_with_each_images_state_in_text(tmp_path, capsys, shape):
     from nodeforge.publish.catalog import CATALOG_SCHEMA
 
-    rows = _catalog_rows()
+    rows = factory.catalog_rows()
     root = tmp_path / "run"
     root.mkdir()
     doc = ({"schema": CATALOG_SCHEMA, "cloud": "prod", "scope": None, "taken_at": "2026-12-04T10:00:00Z",
@@ -208,3 +173,73 @@ def test_the_catalog_is_a_table_per_minor_with_each_images_state_in_text(tmp_pat
     assert "k8s-1.36-baremetal-v1, cluster c1" in text and "3 images, 1 approved, 1 in use by Magnum" in text
     assert ("from cloud" in text) == (shape == "snapshot")
     assert "catalog.html" in (dest / "index.html").read_text()
+
+
+def _site_of(tmp_path, capsys, docs: dict[str, object]) -> tuple[dict, "Page", str]:
+    """Write ``docs`` (file name -> document) into a run directory, make the site; the command's
+    JSON, and the page of the one non-index document (parsed, and as text)."""
+    root = tmp_path / "run"
+    root.mkdir()
+    for name, doc in docs.items():
+        (root / name).write_text(json.dumps(doc))
+    dest = tmp_path / "site"
+    capsys.readouterr()
+    assert main(["-o", "json", "report", "html", str(root), "--dest", str(dest)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    [page] = [p["page"] for p in out["pages"] if p["kind"] != "index"]
+    text = open(page).read()
+    assert page.split("/")[-1] in (dest / "index.html").read_text()
+    return out, Page(text), text
+
+
+def test_the_template_audit_is_a_page_of_findings_with_severity_and_a_state_per_template_and_cluster(tmp_path,
+                                                                                                     capsys):
+    doc = factory.template_audit()
+    out, page, html_text = _site_of(tmp_path, capsys, {"template-audit.json": doc})
+    assert [(p["kind"], p["page"].split("/")[-1]) for p in out["pages"]] == [
+        ("index", "index.html"), ("audit", "audit-template-audit.html")]
+    templates = {a["data-template"]: a["data-state"] for a in page.all("section") if "data-template" in a}
+    assert templates == {"k8s-1.36-baremetal": "ok", "k8s-1.36-old": "warning: 1 finding",
+                         "k8s-1.36-storage": "error: 2 findings"}
+    clusters = {a["data-cluster"]: a["data-state"] for t, a in page.elements if t == "tr" and "data-state" in a
+                and "data-cluster" in a}
+    assert clusters == {"prod": "ok", "legacy": "warning: 1 finding"}
+    # Every finding of the document is on the page once, with its severity; the gone template's cluster too.
+    shown = sorted((a["data-kind"], a["data-severity"]) for t, a in page.elements if "data-kind" in a)
+    assert shown == sorted([("image_hidden", "warning"), ("cluster_image", "warning"), ("capacity", "error"),
+                            ("capacity", "error"), ("cluster_template", "error")])
+    assert len(shown) == doc["counts"]["findings"] == len(doc["findings"])
+    assert [a for t, a in page.elements if a.get("data-cluster") == "orphan" and a.get("data-kind")]
+    text = "".join(page.text)
+    assert "k8s-1.36-old: warning: 1 finding" in text and "k8s-1.36-storage: error: 2 findings" in text
+    assert "5 findings (3 error, 2 warning)" in text and "1.34, 1.35, 1.36 (option)" in text
+    assert "cluster_image (warning): cluster legacy" in text
+
+
+def test_the_hardware_audit_is_a_page_with_each_nodes_status_drift_and_the_outliers(tmp_path, capsys):
+    register_secret(SECRET)
+    doc = factory.hardware_audit()
+    doc["nodes"][2]["error"] = f"BMC refused the password {SECRET}"
+    out, page, html_text = _site_of(tmp_path, capsys, {"audit.json": doc})
+    assert [p["kind"] for p in out["pages"]] == ["index", "hardware"]
+    rows = {a["data-node"]: a["data-status"] for t, a in page.elements if t == "tr" and "data-status" in a}
+    assert rows == {"st-01": "ok", "st-02": "drift", "st-03": "unreadable"}
+    text = " ".join(page.text)
+    assert "bios.ProcTurboMode: Disabled (wanted Enabled); step bios.apply_configuration" in text
+    assert "unreadable: BMC refused the password" in text and SECRET not in html_text
+    assert [(a["data-node"], a["data-fact"]) for t, a in page.elements if "data-fact" in a] == [("st-02", "memory_gib")]
+    assert "ok 1, drift 1, unreadable 1, outliers 1" in text
+
+
+def test_documents_are_told_apart_by_shape(tmp_path):
+    from nodeforge.report.documents import kind_of
+
+    assert kind_of(factory.template_audit()) == "audit"
+    assert kind_of(factory.hardware_audit()) == "hardware"
+    assert kind_of(factory.enroll_report(tmp_path / "e.json")) == "batch"
+    assert kind_of(factory.run_record(tmp_path / "r")) == "run"
+    assert kind_of(factory.catalog_rows()) == "catalog"
+    # A failed command's document, or a hardware audit's nodes without a status, is none of them.
+    assert kind_of({"error": "no cloud", "hint": "set OS_CLOUD", "exit_code": 2}) is None
+    assert kind_of({"summary": {}, "nodes": [{"name": "n1"}]}) is None
+    assert kind_of({"findings": [], "templates": "x", "counts": {}}) is None
