@@ -533,6 +533,12 @@ def ironic_instance_images(paths: Paths) -> Path:
     return paths.data / "ironic" / "images"
 
 
+def ironic_image_cache(paths: Paths) -> Path:
+    """Ironic's master image cache (``[pxe] instance_master_path``): each Glance image the conductor
+    downloaded for a deploy, kept for the next one (hard-linked per node under :func:`ironic_instance_images`)."""
+    return paths.data / "ironic" / "master_images"
+
+
 def ironic_files_dir(paths: Paths) -> Path:
     """Where ``file://`` images for Ironic may be (``[conductor] file_url_allowed_paths``, with the
     ESP image's directory): deploy kernels and ramdisks of local machines, say."""
@@ -616,7 +622,7 @@ def ironic(ctx: Context) -> ServiceSpec:
         # Every path Ironic writes is under the cloud's own state (the defaults are /var/lib/ironic,
         # shared by every cloud on the host).
         "pxe": {"tftp_root": str(state / "tftpboot"), "tftp_master_path": str(state / "tftpboot" / "master_images"),
-                "images_path": str(ironic_instance_images(ctx.paths)), "instance_master_path": str(state / "master_images")},
+                "images_path": str(ironic_instance_images(ctx.paths)), "instance_master_path": str(ironic_image_cache(ctx.paths))},
         # Power operations take ~3 s instead of ~15 s. A refused IPMI login
         # (wrong password) is retried until command_retry_timeout runs out.
         "ipmi": {"min_command_interval": 1, "command_retry_timeout": 6},
