@@ -18,7 +18,7 @@ from nodeforge.base.fs import atomic_write
 from nodeforge.errors import ConfigError
 from nodeforge.pipeline import runrecord
 from nodeforge.redact import scrub
-from nodeforge.report import audits
+from nodeforge.report import audits, documents
 from nodeforge.report.documents import Documents
 
 TEMPLATES = Path(__file__).with_name("templates")
@@ -168,10 +168,11 @@ def render(docs: Documents) -> dict[str, str]:
     env = _environment()
     pages = plan(docs)
     out = {}
-    for page in pages:
-        context = {"page": page, "pages": pages, "source": str(docs.root), "skipped": docs.skipped}
-        context |= _CONTEXTS[page.kind](docs, page)
-        out[page.name] = env.get_template(f"{page.kind}.html.j2").render(**context)
+    with documents.gc_paused():
+        for page in pages:
+            context = {"page": page, "pages": pages, "source": str(docs.root), "skipped": docs.skipped}
+            context |= _CONTEXTS[page.kind](docs, page)
+            out[page.name] = env.get_template(f"{page.kind}.html.j2").render(**context)
     return out
 
 

@@ -86,6 +86,14 @@ class Browser:
             "const n = performance.getEntriesByType('navigation')[0]; return n ? n.loadEventEnd : null")
         return (ms or 0) / 1000
 
+    def rendered(self) -> float:
+        """Seconds from the current page's navigation start until the browser has laid it out and
+        painted it (two animation frames later; WebDriver's round trip after the load counts too)."""
+        ms = self.driver.execute_async_script(
+            "const done = arguments[arguments.length - 1];"
+            "requestAnimationFrame(() => requestAnimationFrame(() => done(performance.now())))")
+        return ms / 1000
+
     def console(self, level: str = "SEVERE") -> list[dict]:
         """The console entries at ``level`` since the last call (reading them clears them)."""
         return [e for e in self.driver.get_log("browser") if e.get("level") == level]
