@@ -26,6 +26,8 @@ is resumed from its failed stage. ``manifests/versions.yaml`` is never written.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import os
 import shutil
 import sys
@@ -254,12 +256,21 @@ def release(state: Path, paths: Paths, runs: Path, canary: Path | None
     return config, label, record, approved
 
 
-def templates_step() -> int:
+def templates_step(run_dir: Path) -> int:
+    """Steps 3 and 4; the live audit is also saved as JSON beside the run record (the HTML report's
+    audit page)."""
     say("\n== 3/4 sync the bare-metal flavors")
     code = nf("--os-cloud", ADMIN_CLOUD, "flavor", "sync")
     say(f"\n== 4/4 apply the cluster templates {', '.join(TEMPLATES)} to Magnum, then audit Magnum")
     code = code or nf("--os-cloud", ADMIN_CLOUD, "template", "apply", *TEMPLATES, "--baremetal-cloud", SYSTEM_CLOUD)
-    return code or nf("--os-cloud", ADMIN_CLOUD, "template", "check", "--live", "--baremetal-cloud", SYSTEM_CLOUD)
+    audit = ("--os-cloud", ADMIN_CLOUD, "template", "check", "--live", "--baremetal-cloud", SYSTEM_CLOUD)
+    code = code or nf(*audit)
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        nf(*audit, "-o", "json")
+    if buf.getvalue().strip():
+        atomic_write(run_dir / "template-audit.json", buf.getvalue())
+    return code
 
 
 def say_result(record: rr.RunRecord, approved: list[dict], templates: list[dict], label: str | None) -> int:
@@ -323,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.copyfile(enrolled, record.root / "enroll-report.json")
     templates = []
     if not args.skip_baremetal:
-        code = code or templates_step()
+        code = code or templates_step(record.root)
         templates = applied_templates(config.connect())
         if not templates:
             say(f"  no current Magnum template of {', '.join(TEMPLATES)}")
