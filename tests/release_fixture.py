@@ -24,7 +24,10 @@ A developer's second session is quicker: the finished build directory is
 cached under ``.cache/images/<key>`` (the key digests the bumped lockfile, the
 rendered element tree, the image-build code and the diskimage-builder
 version), and the pipeline's build stage is handed that directory, which it
-then reuses (its record says ``reused``). The boots are never cached.
+then reuses (its record says ``reused``). The pipeline's boots are never
+taken from the cache (the build stage's copy leaves the verify reports out);
+its verify reports are kept beside the cached build for the machine canary's
+test, which deploys that build.
 ``NODEFORGE_IMAGE_FIXTURE_REBUILD=1`` ignores the cache. CI starts from a
 clean clone, so there the build is always real.
 """
@@ -149,9 +152,23 @@ class _Stages:
         build_dir = Path(ctx.previous["build"]["build_dir"])
         self.before = _stat(build_dir)
         try:
-            return pipeline_stages.verify(ctx)
+            result = pipeline_stages.verify(ctx)
         finally:
             self.after = _stat(build_dir)
+        self._keep_reports(build_dir)
+        return result
+
+    def _keep_reports(self, build_dir: Path) -> None:
+        """This build's verify reports beside its cached copy (under the cache lock), so a test that
+        deploys the build (the machine canary, on the other worker) starts from a verified copy
+        instead of booting it again; the reports are bound to the build and its image digests."""
+        cached = CACHE / f"k8s-{MINOR}-{self.key}"
+        with open(CACHE / ".lock", "w") as lockfh:
+            fcntl.flock(lockfh, fcntl.LOCK_EX)
+            if (cached / builddir.MANIFEST).is_file():
+                for f in build_dir.iterdir():
+                    if f.name.startswith("verify") and f.is_file():
+                        shutil.copy2(f, cached / f.name)
 
 
 def _scenario(devcloud, tmp: Path) -> ReleaseRun:
