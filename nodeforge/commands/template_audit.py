@@ -103,40 +103,60 @@ def check_live(app, names, baremetal_cloud, maintained_opt, lockfile_path) -> No
 
 
 @click.command("upgrade-plan")
-@click.argument("clusters", nargs=-1)
+@click.argument("names", nargs=-1, metavar="[NAME]...")
 @options.baremetal_cloud
 @maintained_options
 @click.option("--nodegroups/--no-nodegroups", default=True, show_default=True,
               help="Read each cluster's node groups (one call per cluster) so that non-default groups are "
                    "kept within the kubelet skew.")
 @options.pass_app
-def upgrade_plan(app, clusters, baremetal_cloud, nodegroups, maintained, lockfile_path):
-    """For every cluster (or CLUSTERS by name), the next templates along the
-    Kubernetes version-skew policy: the newest approved patch of its minor
-    first, then one minor at a time; non-default node groups kept within
-    three minors of the control plane. Clusters on minors outside the
-    maintained ones are urgent. Prints the 'openstack coe cluster upgrade'
-    commands; read-only (exit 0)."""
+def upgrade_plan(app, names, baremetal_cloud, nodegroups, maintained, lockfile_path):
+    """For every cluster template and cluster (or those NAMEd: clusters and
+    templates by name or ID, templates also by their nodeforge name): a
+    template whose image was superseded by a same-version rebuild gets a
+    refresh step ('nodeforge template apply NAME' makes the next version),
+    a cluster its refresh first, then the next templates along the
+    Kubernetes version-skew policy: the newest approved patch of its minor,
+    then one minor at a time; non-default node groups kept within three
+    minors of the control plane. Clusters on minors outside the maintained
+    ones are urgent. Prints the commands; read-only (exit 0)."""
     state, counter = read_state(app, baremetal_cloud, nodegroups=nodegroups)
     data = U.report(state, maintained_minors(maintained, lockfile_path, state.images))
-    if clusters:
-        wanted = set(clusters)
+    if names:
+        wanted = set(names)
         data["clusters"] = [c for c in data["clusters"] if c["cluster"] in wanted or c["cluster_id"] in wanted]
+        used = {c["template_id"] for c in data["clusters"]}
+        data["templates"] = [t for t in data["templates"] if wanted & {t["template"], t["template_id"], t["managed"]}
+                             or t["template_id"] in used]
     data["api_calls"] = counter.to_dict()
     if app.output == "table":
-        rows = []
-        for c in data["clusters"]:
-            for s in c["steps"]:
-                rows.append({"cluster": c["cluster"], "urgent": c["urgent"], "kind": s["kind"],
-                             "from": s["from_version"], "to": s["to_version"], "template": s["template"],
-                             "nodegroup": s["nodegroup"] or "", "note": s["reason"]})
-            if not c["steps"] or c["notes"]:
-                rows.append({"cluster": c["cluster"], "urgent": c["urgent"], "kind": "", "from": c["kube_tag"],
-                             "to": "", "template": c["template"], "nodegroup": "", "note": "; ".join(c["notes"])})
-        output.emit(rows, app.output, title="upgrade plan",
-                    columns=["cluster", "urgent", "kind", "from", "to", "template", "nodegroup", "note"])
-        for c in data["clusters"]:
-            for cmd in c["commands"]:
-                click.echo(cmd)
+        _plan_tables(data)
     else:
         output.emit(data, app.output)
+
+
+def _plan_tables(data: dict) -> None:
+    """The templates' plan, the clusters' plan, then the commands in the order to run them."""
+    rows = [{"template": t["template"], "kind": s["kind"], "from": s["from_version"], "to": s["to_version"],
+             "image": f"{s['from_image']} -> {s['to_image']}", "new_template": s["new_template"],
+             "note": s["manual"] or s["reason"]} for t in data["templates"] for s in t["steps"]]
+    if rows:
+        output.emit(rows, "table", title="template plan",
+                    columns=["template", "kind", "from", "to", "image", "new_template", "note"])
+    rows = []
+    for c in data["clusters"]:
+        for s in c["steps"]:
+            rows.append({"cluster": c["cluster"], "urgent": c["urgent"], "kind": s["kind"],
+                         "from": s["from_version"], "to": s["to_version"], "template": s["template"],
+                         "nodegroup": s["nodegroup"] or "", "note": s["manual"] or s["reason"]})
+        if not c["steps"] or c["notes"]:
+            rows.append({"cluster": c["cluster"], "urgent": c["urgent"], "kind": "", "from": c["kube_tag"],
+                         "to": "", "template": c["template"], "nodegroup": "", "note": "; ".join(c["notes"])})
+    output.emit(rows, "table", title="upgrade plan",
+                columns=["cluster", "urgent", "kind", "from", "to", "template", "nodegroup", "note"])
+    for cmd in [*(c for t in data["templates"] for c in t["commands"]),
+                *(c for cl in data["clusters"] for c in cl["commands"])]:
+        click.echo(cmd)
+    counts = data["counts"]
+    click.echo(f"# {counts['templates_with_steps']} of {counts['templates']} template(s) and "
+               f"{counts['with_steps']} of {counts['clusters']} cluster(s) with steps")

@@ -19,6 +19,17 @@ reached by giving a ``vm`` template a bare-metal Nova flavor.
   flatcar}. It takes the Kubernetes version from the **image's**
   ``kube_version`` property, not from a label.
 
+Both replace a cluster's nodes when ``openstack coe cluster upgrade`` moves it to
+a template with another image, even at the same ``kube_tag`` (an image refresh):
+magnum-cluster-api's ``upgrade_cluster`` sets every node group's ``image_id``
+to the new template's and re-applies the cluster (the ``imageUUID`` variable of
+its ClusterClass changes, so Cluster API rolls the control plane and the
+machine deployments); magnum-capi-helm's moves the cluster to the template and
+upgrades its Helm release, whose ``machineImageId`` is the template's image.
+A driver not in the table (the Heat drivers of older Magnums among them) is
+not known to replace nodes on a template change: an image refresh of its
+clusters is a manual step.
+
 With several drivers installed, a template that names none gets
 ``[drivers] default_driver`` or the alphabetically first entry point: so
 nodeforge always names its ``driver``.
@@ -52,6 +63,10 @@ class Driver:
     labels: frozenset[str] = frozenset()          # label names the driver reads
     kube_tag: str = "label"         # "label": kube_tag sets the version; "image": the image's kube_version does
     network_drivers: tuple[str, ...] | None = None   # None: not checked by the driver
+    # ``cluster upgrade`` to a template with another image (same kube_tag) replaces the nodes
+    # one by one: the driver writes the new image into the Cluster API machine templates,
+    # which Cluster API rolls. False: an image refresh is a manual step.
+    rolling_image: bool = False
 
     def serves(self, server_type: str, os_distro: str, coe: str = "kubernetes") -> bool:
         return Provides(server_type, os_distro, coe) in self.provides
@@ -105,7 +120,7 @@ CAPI_HELM_PACKAGE = "magnum-capi-helm"
 
 def _capi(suffix: str, os_distro: str) -> Driver:
     return Driver(f"k8s_cluster_api_{suffix}", CLUSTER_API_PACKAGE, (Provides("vm", os_distro),),
-                  CLUSTER_API_LABELS, "label", ("calico", "cilium"))
+                  CLUSTER_API_LABELS, "label", ("calico", "cilium"), rolling_image=True)
 
 
 DRIVERS: dict[str, Driver] = {d.name: d for d in (
@@ -115,7 +130,7 @@ DRIVERS: dict[str, Driver] = {d.name: d for d in (
     _capi("flatcar", "flatcar"),
     _capi("rockylinux", "rockylinux"),
     Driver("k8s_capi_helm_v1", CAPI_HELM_PACKAGE, (Provides("vm", "ubuntu"), Provides("vm", "flatcar")),
-           CAPI_HELM_LABELS, "image", None),
+           CAPI_HELM_LABELS, "image", None, rolling_image=True),
 )}
 PACKAGES = (CLUSTER_API_PACKAGE, CAPI_HELM_PACKAGE)
 

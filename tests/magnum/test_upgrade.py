@@ -178,4 +178,4 @@ def test_report_counts():
     parts, by = cloud(["1.33.5", "1.34.2", "1.35.8", "1.36.4"], start="1.33.5")
     parts["clusters"].append(S.cluster(by["1.36.4"], name="c2"))
     r = U.report(S.state_of(parts), MAINTAINED)
-    assert r["counts"] == {"clusters": 2, "urgent": 1, "with_steps": 1}
+    assert r["counts"] == {"clusters": 2, "urgent": 1, "with_steps": 1, "templates": 4, "templates_with_steps": 0}
