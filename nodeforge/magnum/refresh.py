@@ -158,11 +158,11 @@ def plan_template(t: dict, idx: A.Index) -> TemplatePlan:
     if image is None:
         plan.notes.append(f"{why}: its catalog group is unknown, no refresh")
         return plan
-    pick = newest(image, idx.state.images)
     if not group(image, idx.state.images):
         plan.notes.append(f"image {image['id']} is not a nodeforge catalog image (no Kubernetes minor or variant): "
                           "no refresh known")
         return plan
+    pick = newest(image, idx.state.images)
     if pick is None or pick["id"] == image["id"]:
         plan.notes.append("its image is its group's current approved image" if pick else
                           "its group has no approved, listed image: nothing to refresh to (see check --live)")
