@@ -2,6 +2,8 @@
 :mod:`nodeforge.transport`: the service's URLs, request bodies, paging, microversions and the
 mapping of its failures to nodeforge's errors live here, not in the features that use them.
 
+* :mod:`nodeforge.clients.baremetal`: Ironic (nodes, ports, chassis, port groups, allocations,
+  provision states; a node's inventory, history, BIOS settings and firmware).
 * :mod:`nodeforge.clients.compute`: Nova (flavors, extra specs, flavor access).
 * :mod:`nodeforge.clients.container_infra`: Magnum (cluster templates and clusters).
 * :mod:`nodeforge.clients.image`: Glance (images and their data).

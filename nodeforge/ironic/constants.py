@@ -1,31 +1,25 @@
-"""Ironic facts in one table: API version, states, verbs, retriable errors;
-and the ownership-scope rule shared by the declaration files.
+"""Ironic facts in one table: states, verbs, the states each verb ends in,
+where nodeforge keeps its bookkeeping on a node; and the ownership-scope rule
+shared by the declaration files.
 
-Everything nodeforge knows about Ironic's behaviour lives here, so the
-lifecycle and the provisioner never compare raw strings scattered around.
+What nodeforge knows about Ironic's behaviour lives here, so the lifecycle and
+the provisioner never compare raw strings scattered around. The API's own
+facts (microversions, page size, the 409 bodies that tell a duplicate from a
+locked node) are its client's, :mod:`nodeforge.clients.baremetal`, and are
+re-exported here.
 """
 
 from __future__ import annotations
 
 import enum
 
-# 1.70: manual cleaning with ``disable_ramdisk`` (cleaning without an agent).
-# 1.47 brought ``automated_clean`` per node; 1.37 traits; 1.50 owner.
-API_VERSION = "1.70"
+# Ironic's microversions and page size are its client's (nodeforge/clients/baremetal.py), re-exported here.
+from nodeforge.clients.baremetal import (  # noqa: F401
+    API_VERSION, BIOS_API_VERSION, DUPLICATE_MARKERS, FIRMWARE_API_VERSION, HISTORY_API_VERSION,
+    INVENTORY_API_VERSION, LOCKED_MARKERS, PAGE_LIMIT)
 
-# 1.81: GET /nodes/{node}/inventory (stored inspection data).
-INVENTORY_API_VERSION = "1.81"
-# Node history (the conductor's record of a node's errors and events): API 1.78.
-HISTORY_API_VERSION = "1.78"
-# GET /nodes/{node}/bios?detail=True (each setting with its registry fields): API 1.74.
-BIOS_API_VERSION = "1.74"
-# GET /nodes/{node}/firmware (the firmware components Ironic cached): API 1.86.
-FIRMWARE_API_VERSION = "1.86"
 # The newest events of each node an enrollment report keeps.
 HISTORY_EVENTS = 20
-
-# Ironic lists at most this many items per page (``[api] max_limit``).
-PAGE_LIMIT = 1000
 
 
 class ProvisionState(str, enum.Enum):
@@ -93,12 +87,6 @@ RESOURCE_CLASS_UPDATE_STATES = frozenset({ProvisionState.ENROLL, ProvisionState.
 
 # HTTP statuses worth retrying (409 only when the body says "locked").
 RETRIABLE_STATUS = frozenset({409, 503})
-
-# 409 bodies that are *not* transient: retrying cannot help.
-DUPLICATE_MARKERS = ("already exists",)
-# 409 bodies that are transient (NodeLocked; "node is busy" from some versions).
-LOCKED_MARKERS = ("is locked by host", "please retry after the current operation",
-                  "locked")
 
 # Ironic masks these driver_info keys as "******" when reading a node back.
 SECRET_DRIVER_INFO_KEYS = frozenset({"ipmi_password", "redfish_password", "drac_password",
