@@ -6,6 +6,7 @@ mapping of its failures to nodeforge's errors live here, not in the features tha
   provision states; a node's inventory, history, BIOS settings and firmware).
 * :mod:`nodeforge.clients.compute`: Nova (flavors, extra specs, flavor access).
 * :mod:`nodeforge.clients.container_infra`: Magnum (cluster templates and clusters).
+* :mod:`nodeforge.clients.identity`: Keystone (projects).
 * :mod:`nodeforge.clients.image`: Glance (images and their data).
 * :mod:`nodeforge.clients.key_manager`: Barbican (secrets: the signing certificate).
 """

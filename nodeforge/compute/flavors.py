@@ -41,7 +41,7 @@ from typing import Annotated, Literal, Optional, Union
 from pydantic import AfterValidator, Field, ValidationError, WrapValidator
 
 from nodeforge import plan as PL, schema
-from nodeforge.clients import compute as nova
+from nodeforge.clients import compute as nova, identity as keystone
 from nodeforge.clients.compute import MICROVERSION, NovaError, read_flavors  # noqa: F401 - re-exported
 from nodeforge.errors import ConfigError, ExitCode, NodeforgeError
 from nodeforge.schema import Declared, Rule, register, vocab
@@ -313,10 +313,10 @@ def list_flavors(conn) -> list[dict]:
 def resolve_projects(conn, refs: tuple[str, ...]) -> tuple[str, ...]:
     ids = []
     for ref in refs:
-        project = conn.identity.find_project(ref, ignore_missing=True)
-        if project is None:
+        project_id = keystone.find_project(conn, ref)
+        if project_id is None:
             raise ConfigError(path="flavors", detail=f"project '{ref}' not found in Keystone")
-        ids.append(project.id)
+        ids.append(project_id)
     return tuple(sorted(ids))
 
 

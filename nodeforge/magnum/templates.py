@@ -44,6 +44,7 @@ from typing import Annotated, Literal, Optional, Union
 from pydantic import AfterValidator, Field, ValidationError
 
 from nodeforge import schema
+from nodeforge.clients.identity import read_projects
 from nodeforge.compute import flavors as F
 from nodeforge.errors import ConfigError, NodeforgeError
 from nodeforge.publish import glance_api as g
@@ -346,16 +347,6 @@ class CloudState:
         networks, subnets = read_networks(conn)
         return cls(images, F.list_flavors(conn), SdkProvisioner(baremetal_conn).list_nodes(), networks, subnets,
                    read_projects(conn))
-
-
-def read_projects(conn) -> list[dict] | None:
-    """Keystone's projects as {id, name}, or None when this token may not list them (not an admin)."""
-    from openstack import exceptions
-
-    try:
-        return [{"id": p.id, "name": p.name} for p in conn.identity.projects()]
-    except (exceptions.ForbiddenException, exceptions.HttpException):
-        return None
 
 
 def read_networks(conn) -> tuple[list[dict] | None, list[dict] | None]:
