@@ -15,7 +15,9 @@ parsing, YAML loading) outside its one module, except the entries of
 :data:`ALLOWED`, each with its reason.
 
 The HTTP rules (status mapping and retries only in ``nodeforge/transport/``)
-are ``tests/test_layers.py``'s.
+and who speaks to OpenStack (openstacksdk imported, the transport's request
+functions called: only ``nodeforge/clients/``, ``cloud.py``, the transport and
+``devcloud/``) are ``tests/test_layers.py``'s.
 """
 
 from __future__ import annotations

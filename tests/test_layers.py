@@ -8,6 +8,12 @@
   but for the pollers listed in :data:`POLLERS` (they wait for a state, not retry a call);
 * ``nodeforge/transport/`` imports no feature package: only nodeforge.errors,
   nodeforge.redact, itself, the standard library, keystoneauth/openstacksdk and tenacity;
+* only the service clients (``nodeforge/clients/``, one module per OpenStack service), the
+  connection (``nodeforge/cloud.py``), the transport itself and the local cloud's own set-up
+  (``nodeforge/devcloud/``) speak to OpenStack: import openstacksdk or keystoneauth, call
+  the transport's request functions (``request``, ``paged``) or take a service proxy of a
+  connection (``conn.network``); a feature asks its service's client module. The files
+  elsewhere that still do are listed in :data:`OPENSTACK_EXEMPT`, each with its reason;
 * no test double (``Fake*``) lives in nodeforge/ (they are under tests/support/).
 """
 
@@ -35,6 +41,26 @@ POLLERS = {
     "nodeforge/imageverify/boottest.py": "waits for the booted VM's report",
     "nodeforge/ironic/lifecycle.py": "the lifecycle's poll rounds (clock and sleep injected)",
     "nodeforge/imageverify/verify_guest.py": "in the guest, standard library only: the report POSTed while the network comes up",
+}
+# Where nodeforge speaks to OpenStack itself (see the module docstring).
+OPENSTACK_HOMES = ("nodeforge/clients/", "nodeforge/transport/", "nodeforge/cloud.py", "nodeforge/devcloud/")
+OPENSTACK_MODULES = ("openstack", "keystoneauth1")
+TRANSPORT_MODULES = ("nodeforge.transport", "nodeforge.transport.rest")
+REQUEST_FUNCTIONS = ("request", "paged")
+# openstacksdk's service proxies (``conn.<proxy>``), on a name that is a connection (``conn``,
+# ``connection``, ``..._conn``).
+SERVICE_PROXIES = frozenset({
+    "accelerator", "baremetal", "baremetal_introspection", "block_storage", "clustering", "compute",
+    "container_infrastructure_management", "database", "dns", "identity", "image", "instance_ha", "key_manager",
+    "load_balancer", "message", "network", "object_store", "orchestration", "placement", "shared_file_system",
+    "workflow"})
+# Files outside OPENSTACK_HOMES that speak to OpenStack all the same, each with its reason.
+OPENSTACK_EXEMPT = {
+    "nodeforge/magnum/templates.py": "Neutron's networks and subnets for the template check (read_networks, "
+                                     "conn.network): the one service without a client module yet",
+    "nodeforge/demo/__main__.py": "the demo's last step powers the emulated machine off through openstacksdk's "
+                                  "baremetal proxy (find_node, set_node_power_state with its wait); Ironic's "
+                                  "client has no power call yet",
 }
 ALLOWED_IN_TRANSPORT = ("nodeforge.errors", "nodeforge.redact", "nodeforge.transport", "keystoneauth1", "openstack",
                         "tenacity")
@@ -88,6 +114,74 @@ def retry_loops(tree) -> list[str]:
         if sleeps and any(isinstance(n, ast.Try) for n in inner):
             out.append(f"{loop.lineno}: loop catching and sleeping (line {sleeps[0].lineno})")
     return out
+
+
+def _is_connection(node) -> bool:
+    name = ast.unparse(node).rsplit(".", 1)[-1]
+    return name in ("conn", "connection") or name.endswith("_conn")
+
+
+def openstack_uses(tree) -> list[str]:
+    """Where a module speaks to OpenStack itself: an openstacksdk or keystoneauth import, the
+    transport's request functions (imported, called or passed on), a service proxy of a connection."""
+    out, transport_names = [], set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.split(".")[0] in OPENSTACK_MODULES:
+                    out.append(f"{node.lineno}: import {a.name}")
+                elif a.name in TRANSPORT_MODULES:
+                    transport_names.add(a.asname or a.name)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module.split(".")[0] in OPENSTACK_MODULES:
+                out.append(f"{node.lineno}: from {node.module} import ...")
+            for a in node.names:
+                if f"{node.module}.{a.name}" in TRANSPORT_MODULES:
+                    transport_names.add(a.asname or a.name)
+                elif node.module in TRANSPORT_MODULES and a.name in REQUEST_FUNCTIONS:
+                    out.append(f"{node.lineno}: from {node.module} import {a.name}")
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute):
+            continue
+        if node.attr in REQUEST_FUNCTIONS and ast.unparse(node.value) in transport_names:
+            out.append(f"{node.lineno}: {ast.unparse(node)}")
+        elif node.attr in SERVICE_PROXIES and _is_connection(node.value):
+            out.append(f"{node.lineno}: {ast.unparse(node)}")
+    return out
+
+
+def test_only_the_service_clients_speak_to_openstack():
+    found, used = {}, set()
+    for rel, tree in _sources():
+        if rel.startswith(OPENSTACK_HOMES) or not (hits := openstack_uses(tree)):
+            continue
+        if rel in OPENSTACK_EXEMPT:
+            used.add(rel)
+        else:
+            found[rel] = hits
+    assert found == {}, ("OpenStack spoken to outside nodeforge/clients/ (add the call to the service's "
+                         f"client module, docs/architecture.md \"A new OpenStack call\"): {found}")
+    stale = sorted(set(OPENSTACK_EXEMPT) - used)
+    assert stale == [], f"OPENSTACK_EXEMPT entries that no longer apply (remove them): {stale}"
+
+
+def test_the_openstack_rule_catches_what_it_forbids():
+    caught = ["import openstack\n", "from openstack import exceptions\n", "import keystoneauth1.session\n",
+              "from nodeforge import transport\ntransport.request(a, 'GET', '/x', what='x')\n",
+              "from nodeforge import transport as T\nT.paged(a, '/x', 'x', what='x')\n",
+              "def f():\n    from nodeforge.transport import paged\n",
+              "import nodeforge.transport\nnodeforge.transport.request(a, 'GET', '/x', what='x')\n",
+              "from nodeforge.transport import rest\nrest.request(a, 'GET', '/x', what='x')\n",
+              "def f(conn):\n    return list(conn.network.networks())\n",
+              "def f(self):\n    return self.conn.baremetal\n"]
+    for source in caught:
+        assert openstack_uses(ast.parse(source)), source
+    fine = ("from nodeforge import transport\ntransport.ErrorKind.NOT_FOUND\n",
+            "from nodeforge.transport import RetryPolicy, json_of\n",
+            "def f(plan, session):\n    return plan.image, session.request\n",
+            "from nodeforge.clients import identity\nidentity.read_projects(conn)\n")
+    for source in fine:
+        assert openstack_uses(ast.parse(source)) == [], source
 
 
 def test_only_transport_imports_tenacity():
