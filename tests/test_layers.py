@@ -58,9 +58,6 @@ SERVICE_PROXIES = frozenset({
 OPENSTACK_EXEMPT = {
     "nodeforge/magnum/templates.py": "Neutron's networks and subnets for the template check (read_networks, "
                                      "conn.network): the one service without a client module yet",
-    "nodeforge/demo/__main__.py": "the demo's last step powers the emulated machine off through openstacksdk's "
-                                  "baremetal proxy (find_node, set_node_power_state with its wait); Ironic's "
-                                  "client has no power call yet",
 }
 ALLOWED_IN_TRANSPORT = ("nodeforge.errors", "nodeforge.redact", "nodeforge.transport", "keystoneauth1", "openstack",
                         "tenacity")

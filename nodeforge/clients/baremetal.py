@@ -181,6 +181,11 @@ class BaremetalClient:
             body["disable_ramdisk"] = disable_ramdisk
         self.call("PUT", f"/nodes/{ident}/states/provision", f"{target} {ident}", body=body, write=True)
 
+    def set_power_state(self, ident: str, target: str) -> None:
+        """Ask for ``target`` (``power on``, ``power off``, ``rebooting``...); Ironic answers at
+        once and the conductor acts on it (poll :meth:`get_node`'s ``power_state``)."""
+        self.call("PUT", f"/nodes/{ident}/states/power", f"{target} {ident}", body={"target": target}, write=True)
+
     def set_maintenance(self, ident: str, reason: str | None) -> None:
         if reason is None:
             self.call("DELETE", f"/nodes/{ident}/maintenance", f"unset maintenance {ident}", write=True)

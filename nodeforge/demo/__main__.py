@@ -31,6 +31,7 @@ import io
 import os
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import requests
@@ -194,16 +195,25 @@ def enroll_batch(state: Path, paths: Paths, report: Path) -> int:
     return rc or nf("--os-cloud", SYSTEM_CLOUD, "baremetal", "classify", "--node", f"{NODE_PREFIX}*")
 
 
-def rest_machine() -> None:
+def rest_machine(timeout: float = 300) -> None:
     """Power the machine off at the end: fast-track leaves the agent that cleaned it running (on a
     real server that is free; here it is a QEMU process taking most of a core until the local cloud
     stops). The next deploy boots the agent again."""
-    conn = connect(SYSTEM_CLOUD)
+    from nodeforge.clients.baremetal import BaremetalClient, IronicError
+
+    ironic = BaremetalClient(connect(SYSTEM_CLOUD))
     [machine] = bmc.redfish_machines()
-    node = conn.baremetal.find_node(f"{NODE_PREFIX}{machine.name}")
-    if node is not None and node.provision_state == "available" and node.power_state == "power on":
-        conn.baremetal.set_node_power_state(node.id, "power off", wait=True, timeout=300)
-        say(f"  {node.name}: powered off (its agent was left running by cleaning, for a fast-track deploy)")
+    try:
+        node = ironic.get_node(f"{NODE_PREFIX}{machine.name}")
+    except IronicError:
+        return
+    if node.get("provision_state") != "available" or node.get("power_state") != "power on":
+        return
+    ironic.set_power_state(node["uuid"], "power off")
+    deadline = time.monotonic() + timeout
+    while ironic.get_node(node["uuid"]).get("power_state") != "power off" and time.monotonic() < deadline:
+        time.sleep(2)
+    say(f"  {node['name']}: powered off (its agent was left running by cleaning, for a fast-track deploy)")
 
 
 def say_canary(record: rr.RunRecord) -> None:
