@@ -15,15 +15,26 @@ from nodeforge.ironic import audit as audit_mod
 from nodeforge.ironic import profiles as profiles_mod
 
 
+def node_selection(inventory_help: str):
+    """The options that choose the nodes and their view, shared by ``audit`` and ``baseline
+    apply``: ``--profiles``, ``--node``, ``--inventory`` (read the BMCs directly), ``--scope``."""
+    def decorate(fn):
+        for option in reversed((
+                profiles_option,
+                click.option("--node", "nodes", multiple=True, metavar="NAME|GLOB|UUID",
+                             help="Only these nodes (repeatable; globs allowed).  [default: every node]"),
+                click.option("--inventory", "inventory_path",
+                             type=click.Path(exists=True, dir_okay=False, path_type=Path), help=inventory_help),
+                options.scope("Only nodes enrolled under this ownership scope (extra.nodeforge_scope).  "
+                              "[default: the --inventory's scope; every node without --inventory]"))):
+            fn = option(fn)
+        return fn
+    return decorate
+
+
 @click.command()
-@profiles_option
-@click.option("--node", "nodes", multiple=True, metavar="NAME|GLOB|UUID",
-              help="Only these nodes (repeatable; globs allowed).  [default: every node]")
-@click.option("--inventory", "inventory_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="Read the Redfish BMCs of the nodes this inventory names directly (what changed behind "
-                   "Ironic's back shows); its scope is then the default of --scope.  [default: Ironic's view]")
-@options.scope("Only nodes enrolled under this ownership scope (extra.nodeforge_scope).  "
-               "[default: the --inventory's scope; every node without --inventory]")
+@node_selection("Read the Redfish BMCs of the nodes this inventory names directly (what changed behind "
+                "Ironic's back shows); its scope is then the default of --scope.  [default: Ironic's view]")
 @options.dry_run
 @options.pass_app
 def audit(app, profiles_path, nodes, inventory_path, scope, dry_run):

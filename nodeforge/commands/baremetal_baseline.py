@@ -10,7 +10,7 @@ import click
 
 from nodeforge import output
 from nodeforge.commands import options
-from nodeforge.commands.baremetal_classify import profiles_option
+from nodeforge.commands.baremetal_audit import node_selection
 from nodeforge.ironic import audit as audit_mod
 from nodeforge.ironic import baseline_apply as apply_mod
 from nodeforge.ironic import profiles as profiles_mod
@@ -24,14 +24,8 @@ def baseline():
 
 
 @baseline.command()
-@profiles_option
-@click.option("--node", "nodes", multiple=True, metavar="NAME|GLOB|UUID",
-              help="Only these nodes (repeatable; globs allowed).  [default: every node]")
-@click.option("--inventory", "inventory_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="Plan from the Redfish BMCs of the nodes this inventory names (not Ironic's cached view); its "
-                   "scope is then the default of --scope.")
-@options.scope("Only nodes enrolled under this ownership scope (extra.nodeforge_scope).  "
-               "[default: the --inventory's scope; every node without --inventory]")
+@node_selection("Plan from the Redfish BMCs of the nodes this inventory names (not Ironic's cached view); its "
+                "scope is then the default of --scope.")
 @click.option("--timeout", type=click.FloatRange(min=1), default=1800.0, show_default=True,
               help="Seconds to wait for the nodes' cleaning; a node still cleaning then is picked up by the next run.")
 @options.dry_run

@@ -9,12 +9,11 @@ audits (what ``baremetal audit -o json`` prints: ``summary`` and ``nodes``, each
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import gc
 from pathlib import Path
 
 from nodeforge import schema
+from nodeforge.schema import loader
 from nodeforge.errors import ConfigError
 from nodeforge.pipeline.runrecord import SCHEMA as RUN_SCHEMA
 from nodeforge.publish.catalog import CATALOG_SCHEMA
@@ -42,20 +41,14 @@ class Documents:
 _ROW_KEYS = {"id", "k8s", "variant", "state"}
 
 
-@contextlib.contextmanager
 def gc_paused():
-    """The cyclic garbage collector paused (then restored as it was) while a report's documents are
-    read and its pages rendered: they are large trees of new, acyclic objects, and each collection
-    walks all of them again, so the time grew faster than the data (a 500-node batch took 12x the
-    time of a 50-node one; 9x paused, bench/bench_report.py). Reference counting still frees
-    everything; the documents are bounded (:data:`LIMITS`, :data:`MAX_FILES`)."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
+    """The cyclic garbage collector paused while a report's documents are read and its pages
+    rendered (:func:`nodeforge.schema.loader.collector_paused`): they are large trees of new,
+    acyclic objects, and each collection walks all of them again, so the time grew faster than the
+    data (a 500-node batch took 12x the time of a 50-node one; 9x paused, bench/bench_report.py).
+    Reference counting still frees everything; the documents are bounded (:data:`LIMITS`,
+    :data:`MAX_FILES`)."""
+    return loader.collector_paused()
 
 
 def kind_of(doc) -> str | None:
