@@ -4,7 +4,6 @@ group in nodeforge/commands/baremetal.py."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import click
 
