@@ -32,6 +32,20 @@ def node_selection(inventory_help: str):
     return decorate
 
 
+def selection_inputs(app, profiles_path, inventory_path, scope):
+    """What :func:`node_selection`'s options name: (the profiles, a provisioner on the cloud, the
+    inventory or None, the scope: the option's, else the inventory's)."""
+    from nodeforge.ironic.provisioner import SdkProvisioner
+
+    inventory = None
+    if inventory_path:
+        from nodeforge.ironic import inventory as inv_mod
+
+        inventory = inv_mod.load(inventory_path)
+        scope = scope or inventory.scope
+    return profiles_mod.load(profiles_path), SdkProvisioner(app.connect()), inventory, scope
+
+
 @click.command()
 @node_selection("Read the Redfish BMCs of the nodes this inventory names directly (what changed behind "
                 "Ironic's back shows); its scope is then the default of --scope.  [default: Ironic's view]")
@@ -48,16 +62,7 @@ def audit(app, profiles_path, nodes, inventory_path, scope, dry_run):
     from, reading no node's data and logging into no BMC. Exit 0: nothing
     found; 11: drift, problems or outliers; 3: some nodes could not be read;
     1: none could."""
-    from nodeforge.ironic.provisioner import SdkProvisioner
-
-    profiles = profiles_mod.load(profiles_path)
-    prov = SdkProvisioner(app.connect())
-    inventory = None
-    if inventory_path:
-        from nodeforge.ironic import inventory as inv_mod
-
-        inventory = inv_mod.load(inventory_path)
-        scope = scope or inventory.scope
+    profiles, prov, inventory, scope = selection_inputs(app, profiles_path, inventory_path, scope)
     if dry_run:
         _plan(app, prov, profiles, nodes, scope, inventory)
         return

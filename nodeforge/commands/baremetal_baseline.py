@@ -9,10 +9,9 @@ import click
 
 from nodeforge import output
 from nodeforge.commands import options
-from nodeforge.commands.baremetal_audit import node_selection
+from nodeforge.commands.baremetal_audit import node_selection, selection_inputs
 from nodeforge.ironic import audit as audit_mod
 from nodeforge.ironic import baseline_apply as apply_mod
-from nodeforge.ironic import profiles as profiles_mod
 
 COLUMNS = ["node", "state", "action", "changes", "pending", "result", "detail"]
 
@@ -37,16 +36,7 @@ def apply(app, profiles_path, nodes, inventory_path, scope, timeout, dry_run):
     Resumable: an interrupted run is picked up by the next one. A node at
     its baseline costs no write. Exit 0: every node at or brought to its
     baseline; 3: some failed or could not be planned; 1: all failed."""
-    from nodeforge.ironic.provisioner import SdkProvisioner
-
-    profiles = profiles_mod.load(profiles_path)
-    prov = SdkProvisioner(app.connect())
-    inventory = None
-    if inventory_path:
-        from nodeforge.ironic import inventory as inv_mod
-
-        inventory = inv_mod.load(inventory_path)
-        scope = scope or inventory.scope
+    profiles, prov, inventory, scope = selection_inputs(app, profiles_path, inventory_path, scope)
     listed = {n["uuid"]: n for n in prov.list_nodes()}
     result = audit_mod.run(prov, profiles, nodes=list(nodes), scope=scope, inventory=inventory)
     plans = apply_mod.plan(result, listed)
