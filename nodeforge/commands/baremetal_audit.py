@@ -50,8 +50,9 @@ def selection_inputs(app, profiles_path, inventory_path, scope):
 @node_selection("Read the Redfish BMCs of the nodes this inventory names directly (what changed behind "
                 "Ironic's back shows); its scope is then the default of --scope.  [default: Ironic's view]")
 @options.dry_run
+@options.report_file
 @options.pass_app
-def audit(app, profiles_path, nodes, inventory_path, scope, dry_run):
+def audit(app, profiles_path, nodes, inventory_path, scope, dry_run, report_path):
     """Report each node's drift from its profile's baseline, and outliers within each resource class.
 
     Drift: a BIOS setting, the RAID layout or a firmware version that differs
@@ -61,12 +62,14 @@ def audit(app, profiles_path, nodes, inventory_path, scope, dry_run):
     --dry-run lists the nodes, their profile and where their view would come
     from, reading no node's data and logging into no BMC. Exit 0: nothing
     found; 11: drift, problems or outliers; 3: some nodes could not be read;
-    1: none could."""
+    1: none could. --report FILE also writes the result as JSON (the HTML
+    report's hardware page)."""
     profiles, prov, inventory, scope = selection_inputs(app, profiles_path, inventory_path, scope)
     if dry_run:
         _plan(app, prov, profiles, nodes, scope, inventory)
         return
     result = audit_mod.run(prov, profiles, nodes=list(nodes), scope=scope, inventory=inventory)
+    options.write_report(result.to_dict(), report_path)
     counts = ", ".join(f"{v} {k}" for k, v in result.counts().items() if v) or "no nodes"
     output.emit(result.to_dict(), app.output, rows=result.rows(), columns=audit_mod.COLUMNS,
                 title=f"audit: {counts}")

@@ -47,6 +47,20 @@ log_format = click.option(
     help="Log line format on stderr.",
 )
 dry_run = click.option("--dry-run", is_flag=True, help="Show the plan; write nothing.")
+report_file = click.option(
+    "--report", "report_path", type=click.Path(dir_okay=False, path_type=Path),
+    help="Also write the result as JSON to this file (what -o json prints; e.g. for 'report html'), "
+         "whatever -o shows.")
+
+
+def write_report(data, path: Path | None) -> None:
+    """The document of ``--report FILE``: the same JSON ``-o json`` prints (secrets masked by
+    field), replaced atomically, so a reader never sees half a report."""
+    if path is not None:
+        from nodeforge.base.fs import atomic_write
+        from nodeforge.output import dumps
+
+        atomic_write(path, dumps(data, "json").rstrip("\n") + "\n")
 baremetal_cloud = click.option(
     "--baremetal-cloud", default=lambda: os.environ.get("NODEFORGE_BAREMETAL_CLOUD"),
     show_default="$NODEFORGE_BAREMETAL_CLOUD, else --os-cloud",

@@ -66,8 +66,9 @@ def render(app, name, templates_dir, baremetal_cloud):
 @options.baremetal_cloud
 @click.option("--live", is_flag=True, help="Audit every cluster template and cluster in Magnum (not the files).")
 @template_audit.maintained_options
+@options.report_file
 @options.pass_app
-def check(app, names, templates_dir, baremetal_cloud, live, maintained, lockfile_path):
+def check(app, names, templates_dir, baremetal_cloud, live, maintained, lockfile_path, report_path):
     """Report every broken link of the templates (all, or NAMES): image missing,
     not approved, hidden or of another Kubernetes minor; flavor missing, not
     bare-metal-shaped, or with fewer available nodes than the template needs.
@@ -79,9 +80,10 @@ def check(app, names, templates_dir, baremetal_cloud, live, maintained, lockfile
     not bare-metal-shaped or without an available node; no driver serving the
     template; zero-disk flavor without boot_volume_size; clusters per
     template. NAMES then filter by Magnum template name. Exit 0: clean; 3:
-    findings (docs/flavors-and-templates.md)."""
+    findings (docs/flavors-and-templates.md). --report FILE also writes the
+    result as JSON."""
     if live:
-        return template_audit.check_live(app, names, baremetal_cloud, maintained, lockfile_path)
+        return template_audit.check_live(app, names, baremetal_cloud, maintained, lockfile_path, report_path)
     templates = tpl.select(tpl.load_all(templates_dir), list(names))
     state = _state(app, baremetal_cloud)
     results = [tpl.resolve(t, state) for t in templates]
@@ -92,7 +94,9 @@ def check(app, names, templates_dir, baremetal_cloud, live, maintained, lockfile
                   "detail": i.detail} for i in r.issues] or [
             {"template": r.template.name, "ok": True, "kind": "", "subject": "", "where": "",
              "detail": "all links resolve"}]
-    output.emit({"ok": all(r.ok for r in results), "templates": [r.to_dict() for r in results]}, app.output,
+    data = {"ok": all(r.ok for r in results), "templates": [r.to_dict() for r in results]}
+    options.write_report(data, report_path)
+    output.emit(data, app.output,
                 rows=rows, columns=["template", "ok", "kind", "subject", "where", "detail"])
     click.get_current_context().exit(int(ExitCode.OK if all(r.ok for r in results) else ExitCode.FAILURE))
 

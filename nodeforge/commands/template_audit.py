@@ -69,7 +69,7 @@ def read_state(app, baremetal_cloud, *, nodegroups: bool = False) -> tuple[LiveS
     return LiveState.read(conn, bm, nodegroups=nodegroups), counter
 
 
-def check_live(app, names, baremetal_cloud, maintained_opt, lockfile_path) -> None:
+def check_live(app, names, baremetal_cloud, maintained_opt, lockfile_path, report_path=None) -> None:
     """The body of ``template check --live``."""
     state, counter = read_state(app, baremetal_cloud)
     data = A.report(state, maintained_minors(maintained_opt, lockfile_path, state.images))
@@ -80,6 +80,7 @@ def check_live(app, names, baremetal_cloud, maintained_opt, lockfile_path) -> No
         data["ok"] = not data["findings"]
         data["counts"]["findings"] = len(data["findings"])
     data["api_calls"] = counter.to_dict()
+    options.write_report(data, report_path)
     if app.output == "table":
         rows = data["findings"] or [{"kind": "", "template": "", "detail":
                                      f"no findings: {data['counts']['templates']} template(s), "

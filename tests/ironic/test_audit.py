@@ -228,8 +228,11 @@ def test_the_command_prints_json_and_exits_with_the_audit_s_code(profile_file, m
     doc = json.loads(result.stdout)
     assert [(n["name"], n["status"]) for n in doc["nodes"]] == [("s1", "ok"), ("s2", "deferred")]
     assert doc["nodes"][1]["items"][0]["item"] == "bios.ProcTurboMode"
-    table = CliRunner().invoke(cli.cli, ["baremetal", "audit", "--profiles", str(profile_file)])
+    report = profile_file.parent / "hardware-audit.json"
+    table = CliRunner().invoke(cli.cli, ["baremetal", "audit", "--profiles", str(profile_file), "--report", str(report)])
     assert table.exit_code == 11 and "bios.ProcTurboMode" in table.output and "deferred" in table.output
+    # --report writes what -o json prints, beside the table (one audit, one set of reads)
+    assert json.loads(report.read_text())["nodes"] == doc["nodes"]
     plan = CliRunner().invoke(cli.cli, ["baremetal", "audit", "--dry-run", "-o", "json", "--profiles",
                                         str(profile_file)])
     assert plan.exit_code == 0, plan.output

@@ -40,7 +40,7 @@ def check_live(capsys, *names, fmt="json"):
     return rc, (json.loads(out) if fmt == "json" else out)
 
 
-def test_hidden_image_flagged_clusters_listed_exit_codes(live, capsys):
+def test_hidden_image_flagged_clusters_listed_exit_codes(live, capsys, tmp_path):
     img = live.image("1.36.4")
     flv = live.flavor("vm")
     t = live.template("a", img, flv)
