@@ -54,11 +54,9 @@ SERVICE_PROXIES = frozenset({
     "container_infrastructure_management", "database", "dns", "identity", "image", "instance_ha", "key_manager",
     "load_balancer", "message", "network", "object_store", "orchestration", "placement", "shared_file_system",
     "workflow"})
-# Files outside OPENSTACK_HOMES that speak to OpenStack all the same, each with its reason.
-OPENSTACK_EXEMPT = {
-    "nodeforge/magnum/templates.py": "Neutron's networks and subnets for the template check (read_networks, "
-                                     "conn.network): the one service without a client module yet",
-}
+# Files outside OPENSTACK_HOMES that speak to OpenStack all the same, each with its reason (none now:
+# every service nodeforge calls has its client module).
+OPENSTACK_EXEMPT: dict[str, str] = {}
 ALLOWED_IN_TRANSPORT = ("nodeforge.errors", "nodeforge.redact", "nodeforge.transport", "keystoneauth1", "openstack",
                         "tenacity")
 STATUS_NAMES = {"status", "status_code", "code"}

@@ -9,4 +9,5 @@ mapping of its failures to nodeforge's errors live here, not in the features tha
 * :mod:`nodeforge.clients.identity`: Keystone (projects).
 * :mod:`nodeforge.clients.image`: Glance (images and their data).
 * :mod:`nodeforge.clients.key_manager`: Barbican (secrets: the signing certificate).
+* :mod:`nodeforge.clients.network`: Neutron (networks and subnets).
 """

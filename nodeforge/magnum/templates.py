@@ -45,6 +45,7 @@ from pydantic import AfterValidator, Field, ValidationError
 
 from nodeforge import schema
 from nodeforge.clients.identity import read_projects
+from nodeforge.clients.network import read_networks
 from nodeforge.compute import flavors as F
 from nodeforge.errors import ConfigError, NodeforgeError
 from nodeforge.publish import glance_api as g
@@ -347,18 +348,6 @@ class CloudState:
         networks, subnets = read_networks(conn)
         return cls(images, F.list_flavors(conn), SdkProvisioner(baremetal_conn).list_nodes(), networks, subnets,
                    read_projects(conn))
-
-
-def read_networks(conn) -> tuple[list[dict] | None, list[dict] | None]:
-    """Neutron's networks and subnets as plain dicts, or (None, None) without a network service."""
-    try:
-        conn.session.get_endpoint(service_type="network", interface="public")
-    except Exception:      # keystoneauth EndpointNotFound and kin: no Neutron in this cloud
-        return None, None
-    networks = [{"id": n.id, "name": n.name, "is_router_external": bool(n.is_router_external)}
-                for n in conn.network.networks()]
-    subnets = [{"id": s.id, "name": s.name, "network_id": s.network_id} for s in conn.network.subnets()]
-    return networks, subnets
 
 
 # ----------------------------------------------------------------------------- resolution
