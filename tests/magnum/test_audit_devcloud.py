@@ -13,20 +13,10 @@ import pytest
 
 from nodeforge import cli
 from nodeforge.publish import glance as g
-from tests.magnum.live_cloud import LiveCloud
 
 pytestmark = pytest.mark.devcloud
 
 SYSTEM, ADMIN = "nodeforge-dev-system", "nodeforge-dev"
-
-
-@pytest.fixture
-def live(devcloud, run_prefix):
-    lc = LiveCloud(devcloud, run_prefix)
-    try:
-        yield lc
-    finally:
-        lc.cleanup()
 
 
 def nf(*args) -> int:

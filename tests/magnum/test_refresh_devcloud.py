@@ -19,7 +19,6 @@ import yaml
 from nodeforge import cli
 from nodeforge.clients import container_infra as mc
 from nodeforge.publish import glance as g
-from tests.magnum.live_cloud import LiveCloud
 
 pytestmark = pytest.mark.devcloud
 
@@ -27,15 +26,8 @@ ROOT = Path(__file__).resolve().parents[2]
 SYSTEM, ADMIN = "nodeforge-dev-system", "nodeforge-dev"
 
 
-@pytest.fixture
-def live(devcloud, run_prefix):
-    lc = LiveCloud(devcloud, run_prefix)
-    try:
-        yield lc
-    finally:
-        lc.templates += [t["uuid"] for t in mc.read_templates(lc.admin)
-                         if t["name"].startswith(run_prefix) and t["uuid"] not in lc.templates]
-        lc.cleanup()
+# template apply makes templates under the test's prefix: the live fixture removes them too
+SWEEP_PREFIXED_TEMPLATES = True
 
 
 def nf(capsys, *args, fmt="json"):
