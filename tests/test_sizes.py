@@ -13,20 +13,19 @@ MAX_FUNCTION = 60
 
 # Still over MAX_FUNCTION (2026-12-04), each with its current length: split them, then drop the entry.
 LONG = {
-    ("devcloud/bmc/redfish_emulator.py", "build_app"): 143,
+    ("devcloud/bmc/redfish_emulator.py", "build_app"): 141,
     ("devcloud/smoke.py", "_checks"): 113,
     ("devcloud/bmc/redfish_emulator.py", "make_driver_class"): 104,
     ("devcloud/openstack.py", "ironic"): 99,
-    ("ironic/lifecycle.py", "run"): 96,
     ("imagebuild/manifest.py", "upgrade"): 95,
     ("ironic/enroll.py", "_plan_node_bulk"): 89,
-    ("magnum/upgrade.py", "plan_cluster"): 85,
+    ("magnum/upgrade.py", "plan_cluster"): 63,
     ("magnum/audit.py", "_audit_template"): 85,
     ("publish/provenance.py", "statement"): 81,
     ("compute/flavors.py", "load"): 75,
     ("devcloud/bmc/redfish_emulator.py", "make_machine_driver_class"): 72,
     ("schema/fastyaml.py", "prepass"): 69,
-    ("commands/pipeline.py", "run"): 69,
+    ("commands/pipeline.py", "run"): 68,
     ("publish/provenance.py", "verify"): 63,
     ("magnum/templates.py", "resolve"): 63,
     ("imagebuild/build.py", "plan"): 63,

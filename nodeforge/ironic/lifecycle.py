@@ -505,78 +505,115 @@ def run(provisioner: Provisioner, works: list[Work], policy: Policy | None = Non
     by_uuid = {w.uuid: w for w in works}
     seen: dict[str, tuple] = {}
     inflight: dict[str, tuple[Work, Act, Future]] = {}
-
-    def harvest(only_done: bool = True) -> None:
-        """Settle the answered Acts."""
-        ctx = Ctx(provisioner, policy, {}, clock())
-        for uuid, (w, act, fut) in list(inflight.items()):
-            if only_done and not fut.done():
-                continue
-            del inflight[uuid]
-            conclude(w, ctx, settle(w, ctx, fut.result()))
-
     with ThreadPoolExecutor(max_workers=max(1, policy.workers), thread_name_prefix="lifecycle") as pool:
         while True:
-            harvest()
+            _harvest(provisioner, policy, clock, inflight)
             pending = [w for w in works if not w.done]
             if not pending:
                 break
             now = clock()
             if now - start > policy.overall_timeout:
-                harvest(only_done=False)
-                for w in works:
-                    if not w.done:
-                        w.error_type, w.error = ErrorKind.TIMEOUT, f"run timed out at stage {w.stage.value}"
+                _harvest(provisioner, policy, clock, inflight, only_done=False)
+                _time_out(works)
                 break
-            try:
-                listed = provisioner.list_nodes(fields=POLL_FIELDS)
-            except IronicError as exc:
-                if not exc.kind.retriable:
-                    raise
-                # Ironic too busy to list (its retries spent): this round is skipped, polls spaced out.
-                log.info("node listing refused (%s); polling later", exc.kind.value)
-                pacer.round_done(moved=False, congested=True)
-                sleep(max(policy.poll_interval, pacer.poll_interval()))
+            listed = _list_for_round(provisioner, policy, pacer, sleep)
+            if listed is None:
                 continue
             nodes = {n["uuid"]: n for n in listed if n["uuid"] in by_uuid}
-            busy: dict[Stage, int] = {}
-            moved = False
-            for _, act, _ in inflight.values():
-                for write in act.writes:
-                    if write.stage:
-                        busy[write.stage] = busy.get(write.stage, 0) + 1
+            busy = _busy_in_flight(inflight)
             deciding = [w for w in pending if w.uuid not in inflight]
-            for w in deciding:
-                w.node = nodes.get(w.uuid, {"provision_state": None})
-                st = node_state(w.node)
-                key = (w.node.get("provision_state"), w.node.get("target_provision_state"))
-                moved = moved or seen.get(w.uuid) != key
-                seen[w.uuid] = key
-                if w.issued_at is None and st in _TRANSIENT:
-                    w.issued_at = now  # resumed mid-stage: its timeout starts now
-                if st in _TRANSIENT:
-                    busy[w.stage] = busy.get(w.stage, 0) + 1
+            moved = _observe(deciding, nodes, seen, busy, now)
             ctx = Ctx(provisioner, policy, busy, now)
-            for w in deciding:
-                if w.uuid not in nodes:
-                    w.error_type, w.error = ErrorKind.DELETED, "node disappeared from Ironic"
-                    continue
-                outcome = decide(w, ctx)
-                if isinstance(outcome, Act):
-                    inflight[w.uuid] = (w, outcome, pool.submit(perform, provisioner, w.uuid, outcome))
-                    moved = True
-                else:
-                    conclude(w, ctx, outcome)
+            moved = _decide_round(deciding, nodes, ctx, inflight, pool) or moved
             interval = max(policy.poll_interval, pacer.poll_interval())
             answered = True
             if inflight:
                 # Wait for this round's answers, at most a few poll intervals (real time).
                 answered = not wait_futures([f for _, _, f in inflight.values()],
                                             timeout=ROUND_WAIT * interval).not_done
-                harvest()
+                _harvest(provisioner, policy, clock, inflight)
             if progress:
                 progress(works)
             pacer.round_done(moved=moved)
             if answered and any(not w.done for w in works):
                 sleep(max(policy.poll_interval, pacer.poll_interval()))
     return works
+
+
+def _harvest(provisioner: Provisioner, policy: Policy, clock: Callable[[], float],
+             inflight: dict[str, tuple[Work, Act, Future]], only_done: bool = True) -> None:
+    """Settle the answered Acts (all of them, waiting, with ``only_done`` false)."""
+    ctx = Ctx(provisioner, policy, {}, clock())
+    for uuid, (w, act, fut) in list(inflight.items()):
+        if only_done and not fut.done():
+            continue
+        del inflight[uuid]
+        conclude(w, ctx, settle(w, ctx, fut.result()))
+
+
+def _time_out(works: list[Work]) -> None:
+    """The run's overall timeout: every node not done fails at the stage it reached."""
+    for w in works:
+        if not w.done:
+            w.error_type, w.error = ErrorKind.TIMEOUT, f"run timed out at stage {w.stage.value}"
+
+
+def _list_for_round(provisioner: Provisioner, policy: Policy, pacer: Pacer,
+                    sleep: Callable[[float], None]) -> list[dict] | None:
+    """The round's node listing, or None when Ironic is too busy to list (its retries spent):
+    the round is skipped and polls spaced out."""
+    try:
+        return provisioner.list_nodes(fields=POLL_FIELDS)
+    except IronicError as exc:
+        if not exc.kind.retriable:
+            raise
+        log.info("node listing refused (%s); polling later", exc.kind.value)
+        pacer.round_done(moved=False, congested=True)
+        sleep(max(policy.poll_interval, pacer.poll_interval()))
+        return None
+
+
+def _busy_in_flight(inflight: dict[str, tuple[Work, Act, Future]]) -> dict[Stage, int]:
+    """How many writes still in flight start each stage."""
+    busy: dict[Stage, int] = {}
+    for _, act, _ in inflight.values():
+        for write in act.writes:
+            if write.stage:
+                busy[write.stage] = busy.get(write.stage, 0) + 1
+    return busy
+
+
+def _observe(deciding: list[Work], nodes: dict[str, dict], seen: dict[str, tuple], busy: dict[Stage, int],
+             now: float) -> bool:
+    """Give each node deciding this round its listed state; count the nodes in a transient
+    state into ``busy``. Whether any node's state moved since the last round."""
+    moved = False
+    for w in deciding:
+        w.node = nodes.get(w.uuid, {"provision_state": None})
+        st = node_state(w.node)
+        key = (w.node.get("provision_state"), w.node.get("target_provision_state"))
+        moved = moved or seen.get(w.uuid) != key
+        seen[w.uuid] = key
+        if w.issued_at is None and st in _TRANSIENT:
+            w.issued_at = now  # resumed mid-stage: its timeout starts now
+        if st in _TRANSIENT:
+            busy[w.stage] = busy.get(w.stage, 0) + 1
+    return moved
+
+
+def _decide_round(deciding: list[Work], nodes: dict[str, dict], ctx: Ctx,
+                  inflight: dict[str, tuple[Work, Act, Future]], pool: ThreadPoolExecutor) -> bool:
+    """Each node's decision: its writes submitted to the pool, or its outcome applied.
+    Whether any writes were submitted."""
+    moved = False
+    for w in deciding:
+        if w.uuid not in nodes:
+            w.error_type, w.error = ErrorKind.DELETED, "node disappeared from Ironic"
+            continue
+        outcome = decide(w, ctx)
+        if isinstance(outcome, Act):
+            inflight[w.uuid] = (w, outcome, pool.submit(perform, ctx.provisioner, w.uuid, outcome))
+            moved = True
+        else:
+            conclude(w, ctx, outcome)
+    return moved
