@@ -439,31 +439,47 @@ def upgrade(doc: dict, path: str = "manifest.json") -> dict:
                                              f"(or none: {LEGACY_SCHEMA})")])
         return doc
     out = dict(doc)
-
-    def take(*keys):
-        """The first of ``keys`` (dotted) present, removed from ``out`` (all of them removed)."""
-        found = None
-        for key in keys:
-            head, _, rest = key.partition(".")
-            node = out.get(head)
-            if rest:
-                value = node.pop(rest, None) if isinstance(node, dict) else None
-                if isinstance(node, dict) and not node:
-                    out.pop(head)
-            else:
-                value = out.pop(head, None)
-            if found is None and value not in (None, ""):
-                found = value
-        return found
-
     if isinstance(out.get("build"), dict):
-        build = dict(out["build"])
-        out["build"] = build
+        out["build"] = dict(out["build"])     # copied: build.id and build.time are taken out of it
     for new, old in (("build_id", "build.id"), ("build_time", "build.time")):
-        value = take(new, old)
+        value = _take(out, new, old)
         if value is not None:
             out[new] = value
-    version = take("k8s_version", "kubernetes_version")
+    _legacy_kubernetes(out, path)
+    _legacy_base_os(out)
+    arch = _take(out, "arch", "architecture")
+    if arch is not None:
+        out["arch"] = _GLANCE_ARCH.get(arch, arch) if isinstance(arch, str) else arch
+    _legacy_lockfile(out)
+    if isinstance(out.get("source"), dict) and "url" in out["source"]:
+        out["source"] = {k: v for k, v in out["source"].items() if k != "url"}
+    _take(out, "image_source", "source_url", "original_user", "image_original_user")
+    if isinstance(out.get("images"), dict):
+        out["images"] = _legacy_images(out["images"], path)
+    out["schema"] = SCHEMA
+    return out
+
+
+def _take(out: dict, *keys):
+    """The first of ``keys`` (dotted) present, removed from ``out`` (all of them removed)."""
+    found = None
+    for key in keys:
+        head, _, rest = key.partition(".")
+        node = out.get(head)
+        if rest:
+            value = node.pop(rest, None) if isinstance(node, dict) else None
+            if isinstance(node, dict) and not node:
+                out.pop(head)
+        else:
+            value = out.pop(head, None)
+        if found is None and value not in (None, ""):
+            found = value
+    return found
+
+
+def _legacy_kubernetes(out: dict, path: str) -> None:
+    """``k8s_version``/``kubernetes_version`` into ``kubernetes.version`` and ``.minor``."""
+    version = _take(out, "k8s_version", "kubernetes_version")
     if version is not None:
         kube = dict(out.get("kubernetes") or {})
         if not isinstance(version, str):
@@ -471,6 +487,10 @@ def upgrade(doc: dict, path: str = "manifest.json") -> dict:
         kube.setdefault("version", version.lstrip("v"))
         kube.setdefault("minor", ".".join(kube["version"].split(".")[:2]))
         out["kubernetes"] = kube
+
+
+def _legacy_base_os(out: dict) -> None:
+    """``os.distro``/``os.version`` and ``base_os.version`` into ``base_os.distro``/``.release``."""
     if isinstance(out.get("os"), dict) and "base_os" not in out:
         old = out.pop("os")
         out["base_os"] = {k: v for k, v in (("distro", old.get("distro")), ("release", old.get("version")))
@@ -480,34 +500,34 @@ def upgrade(doc: dict, path: str = "manifest.json") -> dict:
         base.setdefault("release", base.pop("version"))
         base.pop("version", None)
         out["base_os"] = base
-    arch = take("arch", "architecture")
-    if arch is not None:
-        out["arch"] = _GLANCE_ARCH.get(arch, arch) if isinstance(arch, str) else arch
-    digest = take("lockfile_digest", "lockfile_sha256")
+
+
+def _legacy_lockfile(out: dict) -> None:
+    """``lockfile_digest``/``lockfile_sha256`` (``sha256:`` prefix allowed) into ``lockfile.sha256``."""
+    digest = _take(out, "lockfile_digest", "lockfile_sha256")
     if digest is not None:
         lock = dict(out.get("lockfile") or {})
         lock.setdefault("sha256", digest.split(":", 1)[1] if isinstance(digest, str) and digest.startswith("sha256:")
                         else digest)
         out["lockfile"] = lock
-    if isinstance(out.get("source"), dict) and "url" in out["source"]:
-        out["source"] = {k: v for k, v in out["source"].items() if k != "url"}
-    take("image_source", "source_url", "original_user", "image_original_user")
-    if isinstance(out.get("images"), dict):
-        images = {}
-        for variant, entry in out["images"].items():
-            if isinstance(entry, dict):
-                name = entry.get("file") or entry.get("path")
-                if not isinstance(name, str) or not name:
-                    raise _legacy_problem(path, f"images.{variant}", "an image entry needs 'file' (a file name)")
-                for key, want in (("format", Manifest.disk_format(name)), ("firmware", Manifest.firmware(variant))):
-                    if entry.get(key) not in (None, want):
-                        raise _legacy_problem(path, f"images.{variant}.{key}",
-                                              f"is {json.dumps(entry[key])[:40]}; a {variant} image {name} is {want}")
-                entry = name
-            images[variant] = entry
-        out["images"] = images
-    out["schema"] = SCHEMA
-    return out
+
+
+def _legacy_images(entries: dict, path: str) -> dict:
+    """``images`` entries ``{file | path, format, firmware}`` as file names (format and firmware
+    must be what the current schema derives)."""
+    images = {}
+    for variant, entry in entries.items():
+        if isinstance(entry, dict):
+            name = entry.get("file") or entry.get("path")
+            if not isinstance(name, str) or not name:
+                raise _legacy_problem(path, f"images.{variant}", "an image entry needs 'file' (a file name)")
+            for key, want in (("format", Manifest.disk_format(name)), ("firmware", Manifest.firmware(variant))):
+                if entry.get(key) not in (None, want):
+                    raise _legacy_problem(path, f"images.{variant}.{key}",
+                                          f"is {json.dumps(entry[key])[:40]}; a {variant} image {name} is {want}")
+            entry = name
+        images[variant] = entry
+    return images
 
 
 def parse(data: bytes | str, path: str = "manifest.json") -> Manifest:
