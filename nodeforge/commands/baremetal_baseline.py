@@ -26,9 +26,13 @@ def baseline():
                 "scope is then the default of --scope.")
 @click.option("--timeout", type=click.FloatRange(min=1), default=1800.0, show_default=True,
               help="Seconds to wait for the nodes' cleaning; a node still cleaning then is picked up by the next run.")
+@click.option("--concurrency", type=click.IntRange(1, 500), default=apply_mod.DEFAULT_CONCURRENCY, show_default=True,
+              help="Most nodes between their first write and the end of their cleaning at once (Ironic refuses "
+                   "cleanings beyond its [conductor] max_concurrent_clean, 50 by default; a refusal for now "
+                   "is sent again).")
 @options.dry_run
 @options.pass_app
-def apply(app, profiles_path, nodes, inventory_path, scope, timeout, dry_run):
+def apply(app, profiles_path, nodes, inventory_path, scope, timeout, concurrency, dry_run):
     """Apply each drifted node's baseline through manual cleaning (bios.apply_configuration).
 
     An available node is moved to manageable, cleaned and given back; a
@@ -41,7 +45,7 @@ def apply(app, profiles_path, nodes, inventory_path, scope, timeout, dry_run):
     result = audit_mod.run(prov, profiles, nodes=list(nodes), scope=scope, inventory=inventory)
     plans = apply_mod.plan(result, listed)
     if not dry_run:
-        apply_mod.run(plans, prov, timeout=timeout)
+        apply_mod.run(plans, prov, timeout=timeout, concurrency=concurrency)
     rows = [{"node": p.name, "state": p.state, "action": p.action,
              "changes": "; ".join(f"{i.item}: {audit_mod.show(i.current)} -> {audit_mod.show(i.wanted)}"
                                   for i in p.items),

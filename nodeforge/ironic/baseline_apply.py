@@ -31,6 +31,7 @@ from nodeforge.ironic import audit as au
 from nodeforge.ironic import constants as C
 from nodeforge.ironic.constants import ProvisionState as S
 from nodeforge.ironic.constants import Verb
+from nodeforge.ironic.errorkind import ErrorKind
 from nodeforge.ironic.provisioner import IronicError, Provisioner
 from nodeforge.redact import scrub
 
@@ -39,6 +40,11 @@ NOOP, APPLY, RETURN, DEFERRED, PROBLEM, UNREADABLE, BUSY, NEEDS_AGENT = "no-op",
 LIST_FIELDS = ["uuid", "name", "provision_state", "target_provision_state", "last_error", "extra"]
 # The states a run picks a marked node up in (cleaning in progress, failed, or done and not given back).
 RESUMABLE = (S.CLEANING, S.CLEAN_WAIT, S.CLEAN_FAILED)
+# A run's stages between a node's first write and its end: the ones ``concurrency`` bounds.
+IN_FLIGHT = ("manage", "clean", "provide")
+DEFAULT_CONCURRENCY = 20
+# Ironic's refusals for now (its concurrency limit, a node lock, a rate limit): the write is sent again.
+TRANSIENT = (ErrorKind.UNAVAILABLE, ErrorKind.LOCKED, ErrorKind.RATE_LIMITED)
 
 
 @dataclasses.dataclass
@@ -52,15 +58,16 @@ class NodeApply:
     steps: list[dict] = dataclasses.field(default_factory=list)
     return_to: str | None = None        # "available": provided again once cleaned
     detail: str | None = None
-    stage: str = ""                     # manage | clean | provide | done | failed (the run's progress)
+    stage: str = ""                     # queued | manage | clean | provide | done | failed (the run's progress)
     ok: bool | None = None
     error: str | None = None
+    refusals: int = 0                   # writes Ironic refused for now and that were sent again
 
     def to_dict(self) -> dict:
         return {"name": self.name, "uuid": self.uuid, "state": self.state, "action": self.action,
                 "items": [i.to_dict() for i in self.items], "pending": [i.to_dict() for i in self.pending],
                 "steps": self.steps, "return_to": self.return_to, "detail": self.detail, "stage": self.stage,
-                "ok": self.ok, "error": self.error}
+                "ok": self.ok, "error": self.error, "refusals": self.refusals}
 
 
 def _out_of_band(items: list) -> list[dict]:
@@ -127,22 +134,31 @@ def _fail(na: NodeApply, why: str) -> None:
 
 
 def _write(na: NodeApply, fn: Callable[[], object]) -> bool:
+    """One write; True when Ironic took it. A refusal for now (its limit of concurrent cleanings, a
+    node lock: 503, 409 locked, 429) leaves the node's stage as it was, so the next round sends the
+    same write again; any other refusal fails the node."""
     try:
         fn()
         return True
     except IronicError as exc:
+        if ErrorKind.of(exc.kind) in TRANSIENT:
+            na.refusals += 1
+            na.detail = scrub(f"refused for now ({exc.kind}), sent again: {exc.detail}")
+            return False
         _fail(na, str(exc))
         return False
 
 
 def _start(na: NodeApply, prov: Provisioner) -> None:
+    """The node's first write, from the state it was planned in; its stage moves only once Ironic
+    took the write (a refusal for now leaves it ``queued``)."""
     state = S.parse(na.state)
     if na.action == RETURN and state is S.AVAILABLE:
         if _write(na, lambda: prov.patch_node(na.uuid, [{"op": "remove", "path": f"/extra/{C.EXTRA_BASELINE}"}])):
             na.stage, na.ok = "done", True
     elif na.action == RETURN:
-        na.stage = "provide"
-        _write(na, lambda: prov.set_provision_state(na.uuid, Verb.PROVIDE))
+        if _write(na, lambda: prov.set_provision_state(na.uuid, Verb.PROVIDE)):
+            na.stage = "provide"
     elif state in (S.CLEANING, S.CLEAN_WAIT):
         na.stage = "clean"
     elif state is S.MANAGEABLE:
@@ -150,18 +166,19 @@ def _start(na: NodeApply, prov: Provisioner) -> None:
     else:                     # available (marked first) or clean failed: to manageable, then clean
         if state is S.AVAILABLE and not _write(na, lambda: prov.patch_node(na.uuid, [
                 {"op": "add", "path": f"/extra/{C.EXTRA_BASELINE}", "value": na.return_to}])):
-            return
-        na.stage = "manage"
-        _write(na, lambda: prov.set_provision_state(na.uuid, Verb.MANAGE))
+            return            # JSON patch 'add' replaces: sending it again is harmless
+        if _write(na, lambda: prov.set_provision_state(na.uuid, Verb.MANAGE)):
+            na.stage = "manage"
 
 
 def _clean(na: NodeApply, prov: Provisioner) -> None:
-    na.stage = "clean"
-    _write(na, lambda: prov.set_provision_state(na.uuid, Verb.CLEAN, clean_steps=na.steps, disable_ramdisk=True))
+    if _write(na, lambda: prov.set_provision_state(na.uuid, Verb.CLEAN, clean_steps=na.steps, disable_ramdisk=True)):
+        na.stage = "clean"
 
 
 def _advance(na: NodeApply, node: dict, prov: Provisioner) -> None:
-    """One round of one node: what its listing says, and the next write."""
+    """One round of one node: what its listing says, and the next write (sent again next round if
+    Ironic refused it for now: the stage only moves on once a write is taken)."""
     state, target = S.parse(node.get("provision_state")), node.get("target_provision_state")
     na.state = node.get("provision_state")
     if na.stage == "manage" and state is S.MANAGEABLE and not target:
@@ -169,11 +186,10 @@ def _advance(na: NodeApply, node: dict, prov: Provisioner) -> None:
     elif na.stage == "clean" and state is S.CLEAN_FAILED:
         _fail(na, f"cleaning failed: {node.get('last_error') or 'no error recorded'}")
     elif na.stage == "clean" and state is S.MANAGEABLE and not target:
-        if na.return_to:
-            na.stage = "provide"
-            _write(na, lambda: prov.set_provision_state(na.uuid, Verb.PROVIDE))
-        else:
+        if not na.return_to:
             na.stage, na.ok = "done", True
+        elif _write(na, lambda: prov.set_provision_state(na.uuid, Verb.PROVIDE)):
+            na.stage = "provide"
     elif na.stage == "provide" and state is S.AVAILABLE and not target:
         if _write(na, lambda: prov.patch_node(na.uuid, [{"op": "remove", "path": f"/extra/{C.EXTRA_BASELINE}"}])):
             na.stage, na.ok = "done", True
@@ -181,22 +197,44 @@ def _advance(na: NodeApply, node: dict, prov: Provisioner) -> None:
         _fail(na, f"node went to '{na.state}': {node.get('last_error') or 'no error recorded'}")
 
 
+def _in_flight(todo: list[NodeApply]) -> list[NodeApply]:
+    return [p for p in todo if p.stage in IN_FLIGHT]
+
+
+def _fill(queue: list[NodeApply], todo: list[NodeApply], prov: Provisioner, concurrency: int) -> None:
+    """Start queued nodes while fewer than ``concurrency`` are in flight (one refused for now
+    stays at the head of the queue: Ironic is at its limit, the next round tries again)."""
+    while queue and len(_in_flight(todo)) < concurrency:
+        na = queue[0]
+        _start(na, prov)
+        if na.stage == "queued":
+            return
+        queue.pop(0)
+
+
 def run(plans: list[NodeApply], prov: Provisioner, *, timeout: float = 1800.0, poll: float = 2.0,
-        clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] | None = None) -> None:
-    """Apply every ``apply`` and ``return`` node (outcomes in place: ``ok``, ``stage``, ``error``)."""
+        concurrency: int = DEFAULT_CONCURRENCY, clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] | None = None) -> None:
+    """Apply every ``apply`` and ``return`` node (outcomes in place: ``ok``, ``stage``, ``error``),
+    at most ``concurrency`` of them between their first write and the end of their cleaning and
+    giving back (Ironic refuses cleanings beyond ``[conductor] max_concurrent_clean``, 50 by
+    default: a batch sent at once loses the rest)."""
     sleep = sleep or time.sleep
     todo = [p for p in plans if p.action in (APPLY, RETURN)]
     for na in todo:
-        _start(na, prov)
+        na.stage = "queued"
+    queue = list(todo)
+    _fill(queue, todo, prov, concurrency)
     deadline = clock() + timeout
     while [p for p in todo if p.stage not in ("done", "failed")] and clock() < deadline:
         sleep(poll)
         listed = {n["uuid"]: n for n in prov.list_nodes(fields=LIST_FIELDS)}
-        for na in [p for p in todo if p.stage not in ("done", "failed")]:
+        for na in _in_flight(todo):
             if na.uuid not in listed:
                 _fail(na, "the node is gone from Ironic")
             else:
                 _advance(na, listed[na.uuid], prov)
+        _fill(queue, todo, prov, concurrency)
     for na in todo:
         if na.stage not in ("done", "failed"):
             _fail(na, f"timed out after {timeout:.0f} s in '{na.state}' (stage {na.stage}); the next run resumes it")

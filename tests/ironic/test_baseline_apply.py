@@ -175,3 +175,46 @@ def test_the_command_dry_run_writes_nothing_and_apply_reports_per_node(profile_f
     doc = json.loads(done.stdout)
     assert [(n["name"], n["ok"]) for n in doc["nodes"]] == [("a1", True), ("act", None)] and doc["writes"] == 5
     assert ironic._n("uuid-act")["provision_state"] == "active"
+
+
+class LimitedIronic(MovingIronic):
+    """Ironic with its ``[conductor] max_concurrent_clean``: a clean beyond ``limit`` nodes in
+    cleaning is refused with a 503, as the conductor's ConcurrentActionLimit is."""
+
+    def __init__(self, nodes, limit):
+        super().__init__(nodes)
+        self.limit, self.peak, self.refused = limit, 0, 0
+
+    def set_provision_state(self, ident, verb, **kw):
+        from nodeforge.ironic.provisioner import IronicError
+        from nodeforge.transport import ErrorKind
+
+        cleaning = sum(n["provision_state"] == "cleaning" for n in self.nodes)
+        if verb.value == "clean" and cleaning >= self.limit:
+            self.refused += 1
+            raise IronicError(operation="set provision state", status=503, kind=ErrorKind.UNAVAILABLE,
+                              detail=f"Maximum number of concurrent actions exceeded ({self.limit})")
+        super().set_provision_state(ident, verb, **kw)
+
+    def patch_node(self, ident, patch):          # a node is in flight from its mark to its mark's removal
+        n = super().patch_node(ident, patch)
+        self.peak = max(self.peak, sum(bool((m.get("extra") or {}).get("nodeforge_baseline")) for m in self.nodes))
+        return n
+
+
+@pytest.mark.parametrize("concurrency,limit", [(2, 50), (8, 3)])
+def test_a_batch_is_paced_and_ironic_s_refusals_for_now_are_sent_again(profile_file, concurrency, limit):
+    names = [f"n{i}" for i in range(8)]
+    ironic = LimitedIronic([_node(n) for n in names], limit=limit)
+    for n in names:
+        ironic.bios[f"uuid-{n}"] = _bios(turbo="Enabled")
+    plans = _apply(ironic, profile_file, concurrency=concurrency)
+    assert [(p.name, p.ok, p.stage) for p in plans] == [(n, True, "done") for n in names], \
+        [p.error for p in plans]
+    assert {n["name"]: n["provision_state"] for n in ironic.nodes} == {n: "available" for n in names}
+    assert ironic.peak <= concurrency
+    if concurrency <= limit:
+        assert ironic.refused == 0 and not any(p.refusals for p in plans)
+    else:                                # more asked at once than Ironic takes: refused, sent again, done
+        assert ironic.refused > 0 and sum(p.refusals for p in plans) == ironic.refused
+    assert ba.exit_code(plans, dry_run=False) == 0
