@@ -17,7 +17,6 @@ LONG = {
     ("devcloud/smoke.py", "_checks"): 113,
     ("devcloud/bmc/redfish_emulator.py", "make_driver_class"): 104,
     ("devcloud/openstack.py", "ironic"): 99,
-    ("ironic/enroll.py", "_plan_node_bulk"): 89,
     ("magnum/upgrade.py", "plan_cluster"): 63,
     ("magnum/audit.py", "_audit_template"): 85,
     ("publish/provenance.py", "statement"): 81,

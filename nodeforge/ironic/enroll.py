@@ -458,19 +458,43 @@ def _plan_node_bulk(p: NodePlan, cp: ChassisPlan | None, nodes_by_uuid: dict, gr
         if want_uuid and want_uuid in nodes_by_uuid:
             other = nodes_by_uuid[want_uuid]
             return f"uuid {want_uuid} is already Ironic node {other.get('name') or want_uuid}"
-        if cp is not None and cp.action is Action.CREATE:
-            p.changes.append(FieldChange("chassis_uuid", None, f"(new chassis {cp.spec.description or cp.spec.key})"))
-        mp.groups_create = list(spec.portgroups)
-        mp.ports_create = list(spec.ports)
-        detailed = {x.address for x in spec.ports}
-        p.ports_to_add = [m for m in p.ports_to_add if m not in detailed]   # created with their fields
-        mp.changes = [FieldChange("portgroup", None, g.key) for g in spec.portgroups]
-        mp.node_patch = [{"op": "add", "path": f"/{k}", "value": v} for k, v in spec.ironic_newer.items()]
-        p.bulk = mp
+        _plan_new_node_bulk(p, cp, mp)
         return None
     node = nodes_by_uuid.get(p.uuid) or {}
     if want_uuid and p.uuid != want_uuid:
         return f"the file gives uuid {want_uuid}, but the matched Ironic node is {p.uuid} (a uuid cannot change)"
+    _plan_node_fields(p, cp, node)
+    newer = newer_nodes.get(p.uuid) or {}
+    for k, v in spec.ironic_newer.items():
+        if newer.get(k) != v:
+            mp.changes.append(FieldChange(k, newer.get(k), v))
+            mp.node_patch.append({"op": "add", "path": f"/{k}", "value": v})
+    error = _plan_portgroups(p, mp, groups, nodes_by_uuid)
+    if error:
+        return error
+    _plan_ports(p, mp, port_by_mac)
+    p.changes.extend(mp.changes)
+    p.bulk = mp
+    return None
+
+
+def _plan_new_node_bulk(p: NodePlan, cp: ChassisPlan | None, mp: MemberPlan) -> None:
+    """A node to create: its port groups and ports created with it, with their fields."""
+    spec = p.spec
+    if cp is not None and cp.action is Action.CREATE:
+        p.changes.append(FieldChange("chassis_uuid", None, f"(new chassis {cp.spec.description or cp.spec.key})"))
+    mp.groups_create = list(spec.portgroups)
+    mp.ports_create = list(spec.ports)
+    detailed = {x.address for x in spec.ports}
+    p.ports_to_add = [m for m in p.ports_to_add if m not in detailed]   # created with their fields
+    mp.changes = [FieldChange("portgroup", None, g.key) for g in spec.portgroups]
+    mp.node_patch = [{"op": "add", "path": f"/{k}", "value": v} for k, v in spec.ironic_newer.items()]
+    p.bulk = mp
+
+
+def _plan_node_fields(p: NodePlan, cp: ChassisPlan | None, node: dict) -> None:
+    """An existing node's chassis and Ironic fields: a change and a patch op each that differs."""
+    spec = p.spec
 
     def change(field, path, current, desired, **marks):
         p.changes.append(FieldChange(field, current, desired))
@@ -485,13 +509,12 @@ def _plan_node_bulk(p: NodePlan, cp: ChassisPlan | None, nodes_by_uuid: dict, gr
     for k, v in spec.ironic.items():
         if k != "uuid" and node.get(k) != v:
             change(k, f"/{k}", node.get(k), v)
-    newer = newer_nodes.get(p.uuid) or {}
-    for k, v in spec.ironic_newer.items():
-        if newer.get(k) != v:
-            mp.changes.append(FieldChange(k, newer.get(k), v))
-            mp.node_patch.append({"op": "add", "path": f"/{k}", "value": v})
-    # Port groups: found by key (name, address or uuid; unique in all of Ironic).
-    for g in spec.portgroups:
+
+
+def _plan_portgroups(p: NodePlan, mp: MemberPlan, groups: list[dict], nodes_by_uuid: dict) -> str | None:
+    """An existing node's port groups, found by key (name, address or uuid; unique in all of
+    Ironic): created or patched; the error when one belongs to another node."""
+    for g in p.spec.portgroups:
         found = next((x for x in groups if g.fields.get("name") and x.get("name") == g.fields["name"]), None) \
             or next((x for x in groups if g.fields.get("address") and x.get("address") == g.fields["address"]), None) \
             or next((x for x in groups if g.fields.get("uuid") and x["uuid"] == g.fields["uuid"]), None)
@@ -506,7 +529,12 @@ def _plan_node_bulk(p: NodePlan, cp: ChassisPlan | None, nodes_by_uuid: dict, gr
         patch = _member_diff(f"portgroup {g.key}", found, g.fields, mp.changes, skip=("uuid", "name"))
         if patch:
             mp.groups_patch.append((found["uuid"], patch))
-    for port in spec.ports:
+    return None
+
+
+def _plan_ports(p: NodePlan, mp: MemberPlan, port_by_mac: dict) -> None:
+    """An existing node's ports, found by MAC address: created, or patched (their group first)."""
+    for port in p.spec.ports:
         found = port_by_mac.get(port.address)
         if found is None:
             mp.ports_create.append(port)
@@ -515,28 +543,30 @@ def _plan_node_bulk(p: NodePlan, cp: ChassisPlan | None, nodes_by_uuid: dict, gr
             continue
         desired = dict(port.fields)
         patch = _member_diff(f"port {port.address}", found, desired, mp.changes, skip=("uuid",))
-        # A port's /portgroup_uuid op goes FIRST in its patch: Ironic's port PATCH looks up the new
-        # group only when the patch's first op is on /portgroup_uuid (api/controllers/v1/utils.py,
-        # is_path_updated returns inside its loop); after another op it is silently ignored.
-        if port.portgroup is not None:
-            gid = mp.group_uuids.get(port.portgroup)
-            if gid is None:       # its group is created in this run
-                mp.changes.append(FieldChange(f"port {port.address}.portgroup_uuid", found.get("portgroup_uuid"),
-                                              f"(new port group {port.portgroup})"))
-                patch.insert(0, {"op": "add", "path": "/portgroup_uuid", "value": None,
-                                 "_portgroup": port.portgroup})
-            elif found.get("portgroup_uuid") != gid:
-                mp.changes.append(FieldChange(f"port {port.address}.portgroup_uuid", found.get("portgroup_uuid"), gid))
-                patch.insert(0, {"op": "add", "path": "/portgroup_uuid", "value": gid})
-        elif port.portgroup_uuid and found.get("portgroup_uuid") != port.portgroup_uuid:
-            mp.changes.append(FieldChange(f"port {port.address}.portgroup_uuid", found.get("portgroup_uuid"),
-                                          port.portgroup_uuid))
-            patch.insert(0, {"op": "add", "path": "/portgroup_uuid", "value": port.portgroup_uuid})
+        _plan_port_group_op(port, found, mp, patch)
         if patch:
             mp.ports_patch.append((found["uuid"], patch))
-    p.changes.extend(mp.changes)
-    p.bulk = mp
-    return None
+
+
+def _plan_port_group_op(port: PortSpec, found: dict, mp: MemberPlan, patch: list[dict]) -> None:
+    """The port's /portgroup_uuid op, if its group changes, put FIRST in its patch: Ironic's port
+    PATCH looks up the new group only when the patch's first op is on /portgroup_uuid
+    (api/controllers/v1/utils.py, is_path_updated returns inside its loop); after another op it
+    is silently ignored."""
+    if port.portgroup is not None:
+        gid = mp.group_uuids.get(port.portgroup)
+        if gid is None:       # its group is created in this run
+            mp.changes.append(FieldChange(f"port {port.address}.portgroup_uuid", found.get("portgroup_uuid"),
+                                          f"(new port group {port.portgroup})"))
+            patch.insert(0, {"op": "add", "path": "/portgroup_uuid", "value": None,
+                             "_portgroup": port.portgroup})
+        elif found.get("portgroup_uuid") != gid:
+            mp.changes.append(FieldChange(f"port {port.address}.portgroup_uuid", found.get("portgroup_uuid"), gid))
+            patch.insert(0, {"op": "add", "path": "/portgroup_uuid", "value": gid})
+    elif port.portgroup_uuid and found.get("portgroup_uuid") != port.portgroup_uuid:
+        mp.changes.append(FieldChange(f"port {port.address}.portgroup_uuid", found.get("portgroup_uuid"),
+                                      port.portgroup_uuid))
+        patch.insert(0, {"op": "add", "path": "/portgroup_uuid", "value": port.portgroup_uuid})
 
 
 def _member_diff(label: str, current: dict, desired: dict, changes: list[FieldChange], *,
