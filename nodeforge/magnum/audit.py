@@ -198,12 +198,19 @@ def image_findings(t: dict, idx: Index) -> list[Finding]:
 
 
 def _audit_template(t: dict, idx: Index, maintained: Maintained) -> list[Finding]:
-    name, tid = t.get("name") or "", t.get("uuid") or ""
-    labels = t.get("labels") or {}
     out = image_findings(t, idx)
     image, _ = idx.image(t.get("image_id"))
+    out += _kube_findings(t, image, maintained)
+    out += _flavor_findings(t, idx)
+    out += _driver_findings(t, image)
+    return out
+
+
+def _kube_findings(t: dict, image: dict | None, maintained: Maintained) -> list[Finding]:
+    """Kubernetes version: label present, maintained, and the image's."""
+    name, tid = t.get("name") or "", t.get("uuid") or ""
+    out = []
     tag = kube_tag(t)
-    # Kubernetes version: label present, maintained, and the image's.
     if not tag:
         out.append(Finding("kube_tag", name, tid, "labels.kube_tag",
                            "no kube_tag label: the driver's default Kubernetes version applies, "
@@ -227,9 +234,16 @@ def _audit_template(t: dict, idx: Index, maintained: Maintained) -> list[Finding
                 out.append(Finding("kube_version", name, tid, "image_id",
                                    f"image {image['id']} ({image.get('name')}) is Kubernetes {version} but the "
                                    f"template's kube_tag is {tag}"))
-    # Flavors.
+    return out
+
+
+def _flavor_findings(t: dict, idx: Index) -> list[Finding]:
+    """The master and node flavors: in Nova, a root disk or a boot volume, bare-metal-shaped,
+    an available node."""
+    name, tid = t.get("name") or "", t.get("uuid") or ""
+    out = []
     try:
-        boot_volume = float(labels.get("boot_volume_size") or 0)
+        boot_volume = float((t.get("labels") or {}).get("boot_volume_size") or 0)
     except ValueError:
         boot_volume = 0
     for field in ("master_flavor_id", "flavor_id"):
@@ -260,7 +274,13 @@ def _audit_template(t: dict, idx: Index, maintained: Maintained) -> list[Finding
                                f"{fname} has no available node (resource class {shape.resource_class}, traits "
                                f"{', '.join(sorted(shape.required)) or 'none'}; {fitting} node(s) match, none "
                                "'available' and out of maintenance)"))
-    # Driver.
+    return out
+
+
+def _driver_findings(t: dict, image: dict | None) -> list[Finding]:
+    """The driver named (known, serving the template's server type, distro and COE), or one loaded that serves it."""
+    name, tid = t.get("name") or "", t.get("uuid") or ""
+    out = []
     server_type = t.get("server_type") or "vm"
     distro = effective_distro(t, image)
     coe = t.get("coe") or "kubernetes"
