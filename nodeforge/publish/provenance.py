@@ -200,46 +200,10 @@ def statement(build: BuildDir, *, package_lock: Path | None = None) -> dict:
     distro = str((m.get("base_os") or {}).get("distro") or build.os_distro)
     subjects = [{"name": v.path.name, "digest": {"sha256": v.sha256, "sha512": v.sha512}}
                 for _, v in sorted(build.variants.items())]
-    deps: list[dict] = []
-    lockfile = m.get("lockfile") or {}
-    if lockfile.get("sha256"):
-        deps.append({"name": str(lockfile.get("path") or "versions.yaml"), "digest": {"sha256": lockfile["sha256"]},
-                     "annotations": {"kind": "lockfile"}})
     lock = find_package_lock(build, m, package_lock)
-    if lock is not None:
-        file_sha = fs.sha256_file(lock.path)
-        deps.append({"name": PACKAGE_LOCK_FILE, "digest": {"sha256": file_sha},
-                     "annotations": {"kind": "os-package-lock", "canonical_sha256": lock.digest(),
-                                     "packages": len(lock.packages)}})
-    tree = (m.get("element_tree") or {}).get("sha256")
-    if tree:
-        deps.append({"name": "element-tree", "digest": {"sha256": tree}, "annotations": {"kind": "element-tree"}})
-    base = m.get("package_base") or {}
-    if base.get("sha256"):
-        deps.append({"name": "package-base.tar", "digest": {"sha256": base["sha256"]},
-                     "annotations": {"kind": "package-base", "key": base.get("key"), "recipe": base.get("recipe")}})
+    deps = _input_dependencies(m, lock) + _artifact_dependencies(m) + _package_dependencies(m, lock, distro)
+    lockfile = m.get("lockfile") or {}
     dib = m.get("diskimage_builder") or {}
-    if dib.get("version"):
-        deps.append({"name": "diskimage-builder", "uri": f"pkg:pypi/diskimage-builder@{dib['version']}",
-                     "annotations": {"kind": "diskimage-builder", "version": dib["version"]}})
-    source = m.get("source") or {}
-    if source.get("commit"):
-        deps.append({"name": "nodeforge", "digest": {"gitCommit": source["commit"]},
-                     "annotations": {"kind": "source", "dirty": source.get("dirty")}})
-    for art in sorted(m.get("artifacts") or [], key=lambda a: (a.get("component", ""), a.get("arch") or "")):
-        deps.append({"name": art["component"], "uri": _purl_generic(art["component"], art["version"], art.get("arch")),
-                     "digest": {"sha256": art["sha256"]},
-                     "annotations": {"kind": "kubernetes-artifact", "version": art["version"]}})
-    if lock is not None:
-        for p in sorted(lock.packages, key=lambda p: p.key):
-            deps.append({"name": p.deb_name, "uri": _purl_deb(distro, p.name, p.version, p.arch),
-                         "digest": {"sha256": p.sha256},
-                         "annotations": {"kind": "deb", "suite": p.suite, "filename": p.filename}})
-    else:
-        # Built without an OS package lock: the installed packages are known, their .deb digests are not.
-        for p in m.get("packages") or []:
-            deps.append({"name": p["name"], "uri": _purl_deb(distro, p["name"], p["version"], p["arch"]),
-                         "annotations": {"kind": "deb", "digest": "unknown (built without an OS package lock)"}})
     k8s = m.get("kubernetes") or {}
     byproducts = [{"name": "manifest.json", "digest": {"sha256": build.manifest_sha256}}]
     sbom = build.path / "sbom.cdx.json"
@@ -274,6 +238,58 @@ def statement(build: BuildDir, *, package_lock: Path | None = None) -> dict:
             },
         },
     }
+
+
+def _input_dependencies(m: dict, lock) -> list[dict]:
+    """The build's inputs with their digests: the lockfile, the OS package lock, the element tree,
+    the package base, diskimage-builder and nodeforge's own source."""
+    deps: list[dict] = []
+    lockfile = m.get("lockfile") or {}
+    if lockfile.get("sha256"):
+        deps.append({"name": str(lockfile.get("path") or "versions.yaml"), "digest": {"sha256": lockfile["sha256"]},
+                     "annotations": {"kind": "lockfile"}})
+    if lock is not None:
+        file_sha = fs.sha256_file(lock.path)
+        deps.append({"name": PACKAGE_LOCK_FILE, "digest": {"sha256": file_sha},
+                     "annotations": {"kind": "os-package-lock", "canonical_sha256": lock.digest(),
+                                     "packages": len(lock.packages)}})
+    tree = (m.get("element_tree") or {}).get("sha256")
+    if tree:
+        deps.append({"name": "element-tree", "digest": {"sha256": tree}, "annotations": {"kind": "element-tree"}})
+    base = m.get("package_base") or {}
+    if base.get("sha256"):
+        deps.append({"name": "package-base.tar", "digest": {"sha256": base["sha256"]},
+                     "annotations": {"kind": "package-base", "key": base.get("key"), "recipe": base.get("recipe")}})
+    dib = m.get("diskimage_builder") or {}
+    if dib.get("version"):
+        deps.append({"name": "diskimage-builder", "uri": f"pkg:pypi/diskimage-builder@{dib['version']}",
+                     "annotations": {"kind": "diskimage-builder", "version": dib["version"]}})
+    source = m.get("source") or {}
+    if source.get("commit"):
+        deps.append({"name": "nodeforge", "digest": {"gitCommit": source["commit"]},
+                     "annotations": {"kind": "source", "dirty": source.get("dirty")}})
+    return deps
+
+
+def _artifact_dependencies(m: dict) -> list[dict]:
+    """The Kubernetes artifacts (binaries, images) the build fetched, each with its digest."""
+    return [{"name": art["component"], "uri": _purl_generic(art["component"], art["version"], art.get("arch")),
+             "digest": {"sha256": art["sha256"]},
+             "annotations": {"kind": "kubernetes-artifact", "version": art["version"]}}
+            for art in sorted(m.get("artifacts") or [], key=lambda a: (a.get("component", ""), a.get("arch") or ""))]
+
+
+def _package_dependencies(m: dict, lock, distro: str) -> list[dict]:
+    """The OS packages: from the lock with their .deb digests, or (built without a lock) the
+    installed ones, their digests unknown."""
+    if lock is not None:
+        return [{"name": p.deb_name, "uri": _purl_deb(distro, p.name, p.version, p.arch),
+                 "digest": {"sha256": p.sha256},
+                 "annotations": {"kind": "deb", "suite": p.suite, "filename": p.filename}}
+                for p in sorted(lock.packages, key=lambda p: p.key)]
+    return [{"name": p["name"], "uri": _purl_deb(distro, p["name"], p["version"], p["arch"]),
+             "annotations": {"kind": "deb", "digest": "unknown (built without an OS package lock)"}}
+            for p in m.get("packages") or []]
 
 
 def parse_statement(payload: bytes, image: str) -> dict:
@@ -387,40 +403,13 @@ def verify(conn, ref: str, *, cert_path: Path | None = None, cert_id: str | None
     the build id. Returns the report; :class:`ProvenanceInvalid` naming the failed check."""
     image = g.find_image(conn, ref)
     label = image.get("name") or image["id"]
-    prov_id, want = image.get(PROP_IMAGE), image.get(PROP_SHA256)
-    if not prov_id or not want:
-        raise ProvenanceInvalid(image=label, check="missing provenance",
-                                detail=f"image {image['id']} carries no {PROP_IMAGE}/{PROP_SHA256} "
-                                       "(published before provenance, or not by nodeforge)")
-    data = g.download(conn, prov_id, f"provenance {prov_id}")
-    if data is None:
-        raise ProvenanceInvalid(image=label, check="missing provenance",
-                                detail=f"provenance image {prov_id} is gone or holds no data")
-    actual = hashlib.sha256(data).hexdigest()
-    if actual != want:
-        raise ProvenanceInvalid(image=label, check="provenance digest",
-                                detail=f"provenance image {prov_id} has sha256 {actual}, the image's "
-                                       f"{PROP_SHA256} says {want}")
+    prov_id, data, actual = _provenance_data(conn, image, label)
     env = parse_envelope(data, label)
     cert, cert_label, used_id = _certificate(conn, image, cert_path, cert_id, label)
     signed_by = verify_signature(env, cert.public_key(), label, cert_label)
     _check_validity(cert, label, cert_label)
     doc = parse_statement(env.payload, label)
-
-    algo, value = image.get("os_hash_algo"), image.get("os_hash_value")
-    how, fetched = f"Glance os_hash_value ({algo})", None
-    if download or algo not in ("sha256", "sha512"):
-        # Hash what Glance serves: sha256 (always in the subjects), and Glance's own algorithm
-        # when hashlib has it, which must then equal the os_hash_value Glance computed on upload.
-        extra = (algo,) if value and algo and algo != "sha256" and algo in hashlib.algorithms_available else ()
-        digests, size, seconds = _hash_image_data(conn, image["id"], ("sha256", *extra))
-        fetched = {"bytes": size, "seconds": seconds}
-        if extra and digests[algo] != value:
-            raise ProvenanceInvalid(image=label, check="subject digest",
-                                    detail=f"the {size} bytes Glance serves have {algo} {digests[algo]}, not "
-                                           f"its os_hash_value {value}")
-        algo, value = "sha256", digests["sha256"]
-        how = f"sha256 of the {size} bytes Glance serves (downloaded in {seconds} s)"
+    algo, value, how, fetched = _served_digest(conn, image, label, download)
     subject = match_subject(doc, algo, value)
     if subject is None:
         names = ", ".join(f"{s.get('name')} {algo} {str(s['digest'].get(algo))[:16]}..." for s in doc["subject"])
@@ -440,3 +429,43 @@ def verify(conn, ref: str, *, cert_path: Path | None = None, cert_id: str | None
         "subject": subject.get("name"), "subject_sha256": subject["digest"].get("sha256"),
         "subject_checked_by": how, "download": fetched, **info,
     }
+
+
+def _provenance_data(conn, image: dict, label: str) -> tuple[str, bytes, str]:
+    """The image's provenance image: its id, its data and that data's sha256, which must be
+    the one the image's :data:`PROP_SHA256` gives."""
+    prov_id, want = image.get(PROP_IMAGE), image.get(PROP_SHA256)
+    if not prov_id or not want:
+        raise ProvenanceInvalid(image=label, check="missing provenance",
+                                detail=f"image {image['id']} carries no {PROP_IMAGE}/{PROP_SHA256} "
+                                       "(published before provenance, or not by nodeforge)")
+    data = g.download(conn, prov_id, f"provenance {prov_id}")
+    if data is None:
+        raise ProvenanceInvalid(image=label, check="missing provenance",
+                                detail=f"provenance image {prov_id} is gone or holds no data")
+    actual = hashlib.sha256(data).hexdigest()
+    if actual != want:
+        raise ProvenanceInvalid(image=label, check="provenance digest",
+                                detail=f"provenance image {prov_id} has sha256 {actual}, the image's "
+                                       f"{PROP_SHA256} says {want}")
+    return prov_id, data, actual
+
+
+def _served_digest(conn, image: dict, label: str, download: bool) -> tuple[str, str, str, dict | None]:
+    """The digest of the image data Glance serves (algorithm, value), how it was found, and the
+    download's size and time (None: Glance's os_hash_value taken as it is)."""
+    algo, value = image.get("os_hash_algo"), image.get("os_hash_value")
+    how, fetched = f"Glance os_hash_value ({algo})", None
+    if download or algo not in ("sha256", "sha512"):
+        # Hash what Glance serves: sha256 (always in the subjects), and Glance's own algorithm
+        # when hashlib has it, which must then equal the os_hash_value Glance computed on upload.
+        extra = (algo,) if value and algo and algo != "sha256" and algo in hashlib.algorithms_available else ()
+        digests, size, seconds = _hash_image_data(conn, image["id"], ("sha256", *extra))
+        fetched = {"bytes": size, "seconds": seconds}
+        if extra and digests[algo] != value:
+            raise ProvenanceInvalid(image=label, check="subject digest",
+                                    detail=f"the {size} bytes Glance serves have {algo} {digests[algo]}, not "
+                                           f"its os_hash_value {value}")
+        algo, value = "sha256", digests["sha256"]
+        how = f"sha256 of the {size} bytes Glance serves (downloaded in {seconds} s)"
+    return algo, value, how, fetched
