@@ -18,7 +18,6 @@ LONG = {
     ("devcloud/bmc/redfish_emulator.py", "make_driver_class"): 104,
     ("devcloud/openstack.py", "ironic"): 99,
     ("magnum/upgrade.py", "plan_cluster"): 63,
-    ("compute/flavors.py", "load"): 75,
     ("devcloud/bmc/redfish_emulator.py", "make_machine_driver_class"): 72,
     ("schema/fastyaml.py", "prepass"): 69,
     ("commands/pipeline.py", "run"): 68,

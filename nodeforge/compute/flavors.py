@@ -240,18 +240,38 @@ def load(path: Path | str = DEFAULT_PATH, profiles_path: Path | str | None = Non
         declared = FlavorsFile.model_validate(data)
     except ValidationError as exc:
         problems += schema.problems_of(exc, document, FlavorsFile)
+    scope, scope_source = _file_scope(path, data)
+    profiles = _profiles_of(path, data, profiles_path)
+    problems += _entry_problems(document, data, profiles)
+    if problems or declared is None:
+        raise schema.SchemaError(str(path), sorted(problems, key=lambda p: p.line or 0))
+    base = declared.defaults.model_dump(exclude_unset=True) if declared.defaults else {}
+    out = [_flavor_spec(entry, base, profiles, scope) for entry in declared.flavors]
+    return FlavorFile(str(path), tuple(out), scope, scope_source)
+
+
+def _file_scope(path: Path, data: dict) -> tuple[str | None, str]:
+    """The file's ``scope:`` (None when it is not a valid scope: the declaration names it), or
+    the scope derived from its path; and which of the two it is."""
     raw_scope = data.get("scope")
     if "scope" in data:
-        scope, scope_source = (raw_scope if isinstance(raw_scope, str) and scope_problem(raw_scope) is None
-                               else None), "file"
-    else:
-        scope, scope_source = derive_scope(path), "derived"
-    profiles = None
+        return (raw_scope if isinstance(raw_scope, str) and scope_problem(raw_scope) is None else None), "file"
+    return derive_scope(path), "derived"
+
+
+def _profiles_of(path: Path, data: dict, profiles_path: Path | str | None):
+    """The hardware profiles file: ``profiles_path``, else the file's ``profiles:`` (relative to
+    it); None without either."""
     ppath = profiles_path
     if ppath is None and isinstance(data.get("profiles"), str) and data["profiles"]:
         ppath = path.parent / data["profiles"]
-    if ppath is not None:
-        profiles = hw.load(ppath)
+    return hw.load(ppath) if ppath is not None else None
+
+
+def _entry_problems(document: schema.Document, data: dict, profiles) -> list[schema.Problem]:
+    """What the declaration cannot see across entries: a duplicate name, a profile not in the
+    profiles file, an entry with neither resource class nor profile."""
+    problems: list[schema.Problem] = []
     defaults = data.get("defaults") if isinstance(data.get("defaults"), dict) else {}
     names: set[str] = set()
     for i, raw in enumerate(data["flavors"]):
@@ -275,28 +295,27 @@ def load(path: Path | str = DEFAULT_PATH, profiles_path: Path | str | None = Non
                 rc = rc or profiles.by_name()[profile].resource_class
         if not rc and profile is None:
             problems.append(document.problem(("flavors", i), f"flavor '{name}' needs resource_class or profile"))
-    if problems or declared is None:
-        raise schema.SchemaError(str(path), sorted(problems, key=lambda p: p.line or 0))
-    out = []
-    base = declared.defaults.model_dump(exclude_unset=True) if declared.defaults else {}
-    for entry in declared.flavors:
-        f = {**base, **entry.model_dump(exclude_unset=True)}
-        get = lambda k: f.get(k, FlavorEntry.model_fields[k].default)  # noqa: E731
-        rc, traits, profile = f.get("resource_class"), f.get("required_traits"), f.get("profile")
-        if profile is not None:
-            p = profiles.by_name()[profile]
-            rc = rc or p.resource_class
-            traits = list(p.traits) if traits is None else traits
-        access = get("access")
-        is_public = access == "public"
-        projects = () if is_public else tuple(access["projects"])
-        extra = f.get("extra_specs") or {}
-        out.append(FlavorSpec(name=entry.name, resource_class=rc, required_traits=tuple(sorted(set(traits or []))),
-                              vcpus=get("vcpus"), ram=get("ram_mb"), disk=get("disk_gb"), is_public=is_public,
-                              projects=projects, description=f.get("description"),
-                              extra=tuple(sorted((k, str(v)) for k, v in extra.items())),
-                              id=str(entry.id) if entry.id is not None else None, profile=profile, scope=scope))
-    return FlavorFile(str(path), tuple(out), scope, scope_source)
+    return problems
+
+
+def _flavor_spec(entry: FlavorEntry, base: dict, profiles, scope: str | None) -> FlavorSpec:
+    """One validated entry over the file's defaults, its profile's resource class and traits filled in."""
+    f = {**base, **entry.model_dump(exclude_unset=True)}
+    get = lambda k: f.get(k, FlavorEntry.model_fields[k].default)  # noqa: E731
+    rc, traits, profile = f.get("resource_class"), f.get("required_traits"), f.get("profile")
+    if profile is not None:
+        p = profiles.by_name()[profile]
+        rc = rc or p.resource_class
+        traits = list(p.traits) if traits is None else traits
+    access = get("access")
+    is_public = access == "public"
+    projects = () if is_public else tuple(access["projects"])
+    extra = f.get("extra_specs") or {}
+    return FlavorSpec(name=entry.name, resource_class=rc, required_traits=tuple(sorted(set(traits or []))),
+                      vcpus=get("vcpus"), ram=get("ram_mb"), disk=get("disk_gb"), is_public=is_public,
+                      projects=projects, description=f.get("description"),
+                      extra=tuple(sorted((k, str(v)) for k, v in extra.items())),
+                      id=str(entry.id) if entry.id is not None else None, profile=profile, scope=scope)
 
 
 # ----------------------------------------------------------------------------- Nova (clients.compute)
