@@ -136,45 +136,8 @@ def prepass(path: str, text: str, limits: Any) -> tuple[bool, Any]:
     if events is None:
         return False, None
     yaml = events
-    starts = {yaml.MappingStartEvent, yaml.SequenceStartEvent}
-    ends = {yaml.MappingEndEvent, yaml.SequenceEndEvent}
-    scalar, alias = yaml.ScalarEvent, yaml.AliasEvent
-    values = aliases = depth = 0
-    plain_doc = True           # no anchor, alias or tag: the tree can be built from libyaml's events
-
-    def refuse(event, detail):
-        line = event.start_mark.line + 1 if getattr(event, "start_mark", None) else None
-        raise ConfigError(path=f"{path}:{line}" if line else path, detail=detail)
-
     try:
-        # Counting only (a refused file costs no tree): ~1 us an event.
-        for event in yaml.parse(text, Loader=yaml.CSafeLoader):
-            kind = type(event)
-            if kind is scalar:
-                values += 1
-                if plain_doc and (event.anchor is not None or event.tag is not None):
-                    plain_doc = False
-            elif kind in ends:
-                depth -= 1
-                continue
-            elif kind in starts:
-                values += 1
-                depth += 1
-                if depth > limits.max_depth:
-                    refuse(event, f"nested more than {limits.max_depth} levels deep")
-                if plain_doc and (event.anchor is not None or event.tag is not None):
-                    plain_doc = False
-            elif kind is alias:
-                values += 1
-                aliases += 1
-                plain_doc = False
-                if aliases > limits.max_aliases:
-                    refuse(event, f"more than {limits.max_aliases} YAML aliases (*name); not expanded")
-            else:
-                continue
-            if values > limits.max_values:
-                refuse(event, f"more than {limits.max_values} values (mappings, lists, scalars); not read "
-                              "(the limit for this kind of file)")
+        plain_doc = _count_events(yaml, path, text, limits)
     except ConfigError:
         raise
     except yaml.YAMLError as exc:
@@ -189,6 +152,50 @@ def prepass(path: str, text: str, limits: Any) -> tuple[bool, Any]:
     # libyaml counts NEL, LS and PS as line breaks (YAML 1.1), ruamel does not: its lines would differ.
     plain_doc = plain_doc and not any(c in text for c in "\x85\u2028\u2029")
     return True, (build(yaml, text) if plain_doc else None)
+
+
+def _count_events(yaml, path: str, text: str, limits: Any) -> bool:
+    """Count the text's events against the limits, refusing (:class:`ConfigError`, with its
+    line) at the first one over; whether the document is plain (no anchor, alias or tag)."""
+    starts = {yaml.MappingStartEvent, yaml.SequenceStartEvent}
+    ends = {yaml.MappingEndEvent, yaml.SequenceEndEvent}
+    scalar, alias = yaml.ScalarEvent, yaml.AliasEvent
+    values = aliases = depth = 0
+    plain_doc = True           # no anchor, alias or tag: the tree can be built from libyaml's events
+
+    def refuse(event, detail):
+        line = event.start_mark.line + 1 if getattr(event, "start_mark", None) else None
+        raise ConfigError(path=f"{path}:{line}" if line else path, detail=detail)
+
+    # Counting only (a refused file costs no tree): ~1 us an event.
+    for event in yaml.parse(text, Loader=yaml.CSafeLoader):
+        kind = type(event)
+        if kind is scalar:
+            values += 1
+            if plain_doc and (event.anchor is not None or event.tag is not None):
+                plain_doc = False
+        elif kind in ends:
+            depth -= 1
+            continue
+        elif kind in starts:
+            values += 1
+            depth += 1
+            if depth > limits.max_depth:
+                refuse(event, f"nested more than {limits.max_depth} levels deep")
+            if plain_doc and (event.anchor is not None or event.tag is not None):
+                plain_doc = False
+        elif kind is alias:
+            values += 1
+            aliases += 1
+            plain_doc = False
+            if aliases > limits.max_aliases:
+                refuse(event, f"more than {limits.max_aliases} YAML aliases (*name); not expanded")
+        else:
+            continue
+        if values > limits.max_values:
+            refuse(event, f"more than {limits.max_values} values (mappings, lists, scalars); not read "
+                          "(the limit for this kind of file)")
+    return plain_doc
 
 
 def build(yaml, text: str):
