@@ -19,7 +19,6 @@ LONG = {
     ("devcloud/openstack.py", "ironic"): 99,
     ("magnum/upgrade.py", "plan_cluster"): 63,
     ("devcloud/bmc/redfish_emulator.py", "make_machine_driver_class"): 72,
-    ("commands/pipeline.py", "run"): 68,
     ("magnum/templates.py", "resolve"): 63,
     ("imagebuild/build.py", "plan"): 63,
     ("imagebuild/disk.py", "assemble"): 61,

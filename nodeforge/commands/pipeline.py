@@ -119,6 +119,33 @@ def emit_packages(changes: list[dict], *, title: str) -> None:
         output.emit(changes, "table", rows=changes, columns=PACKAGE_COLUMNS, title=title)
 
 
+def _emit_plan(app, plan) -> None:
+    """A dry run's plan: its stages per minor, and (as a table) the OS package changes the bump would make."""
+    output.emit(plan.to_dict(), app.output, rows=plan.stages, columns=["stage", "minor", "action"],
+                title=f"plan (dry run): {', '.join(plan.minors) or 'nothing new upstream'}")
+    if app.output == "table":
+        emit_packages(plan.packages, title="OS package changes the bump would make (lock not written)")
+
+
+def _run_settings(fn):
+    """--dib-cache, --retention, --verify-timeout, --no-packages and --fixture-label (the run's build,
+    verify and promote settings; passed as ``dib_cache``, ``retention_path``, ``verify_timeout``,
+    ``no_packages``, ``fixture_label``)."""
+    fn = click.option("--fixture-label", metavar="TEXT", envvar="NODEFORGE_FIXTURE_LABEL",
+                      help="The artifacts come from a fixture mirror: label every image with this (refused with "
+                           "the production lockfile).")(fn)
+    fn = click.option("--no-packages", is_flag=True,
+                      help="Ignore the OS package lock (os-packages.lock.yaml beside the lockfile): only a "
+                           "Kubernetes patch release triggers a run, and the lock is not moved.")(fn)
+    fn = click.option("--verify-timeout", type=click.FloatRange(min=10), default=boottest.DEFAULT_TIMEOUT,
+                      show_default=True, help="Seconds each boot may take.")(fn)
+    fn = click.option("--retention", "retention_path", type=click.Path(dir_okay=False, path_type=Path),
+                      default=retention.DEFAULT_PATH, show_default=True, envvar="NODEFORGE_IMAGE_RETENTION",
+                      help="Retention policy for promote.")(fn)
+    return click.option("--dib-cache", type=click.Path(file_okay=False, path_type=Path), envvar="NODEFORGE_DIB_CACHE",
+                        help="debootstrap/apt cache for builds.")(fn)
+
+
 @click.group()
 def pipeline():
     """The release pipeline: a new Kubernetes patch release or Debian package update to approved images, recorded."""
@@ -134,19 +161,7 @@ def pipeline():
 @options.sources("Mirror settings.  [default: sources.yaml beside the lockfile]")
 @options.cache_dir()
 @options.work_dir("Scratch space for build and verify.  [default: $TMPDIR]")
-@click.option("--dib-cache", type=click.Path(file_okay=False, path_type=Path), envvar="NODEFORGE_DIB_CACHE",
-              help="debootstrap/apt cache for builds.")
-@click.option("--retention", "retention_path", type=click.Path(dir_okay=False, path_type=Path),
-              default=retention.DEFAULT_PATH, show_default=True, envvar="NODEFORGE_IMAGE_RETENTION",
-              help="Retention policy for promote.")
-@click.option("--verify-timeout", type=click.FloatRange(min=10), default=boottest.DEFAULT_TIMEOUT,
-              show_default=True, help="Seconds each boot may take.")
-@click.option("--no-packages", is_flag=True,
-              help="Ignore the OS package lock (os-packages.lock.yaml beside the lockfile): only a Kubernetes "
-                   "patch release triggers a run, and the lock is not moved.")
-@click.option("--fixture-label", metavar="TEXT", envvar="NODEFORGE_FIXTURE_LABEL",
-              help="The artifacts come from a fixture mirror: label every image with this (refused with the "
-                   "production lockfile).")
+@_run_settings
 @options.scope("Ownership scope the images are published and promoted under (promote retires only this "
                "scope's older images).  [default: the lockfile's scope: its scope: key, else derived from its path]")
 @options.signing
@@ -181,11 +196,7 @@ def run(app, minors, resume_id, runs_dir, lockfile_path, sources_file, cache_dir
                             cloud_source=cloud_source)
     pipe = Pipeline(config, runs_dir=runs_dir, say=lambda line: log.say(line, level="info", prefix=False))
     if dry_run:
-        plan = pipe.plan(list(minors))
-        output.emit(plan.to_dict(), app.output, rows=plan.stages, columns=["stage", "minor", "action"],
-                    title=f"plan (dry run): {', '.join(plan.minors) or 'nothing new upstream'}")
-        if app.output == "table":
-            emit_packages(plan.packages, title="OS package changes the bump would make (lock not written)")
+        _emit_plan(app, pipe.plan(list(minors)))
         return
     record = pipe.resume(resume_id) if resume_id else pipe.run(list(minors))
     # The catalog as the run left it (a run that found nothing new touched no image: no snapshot).
