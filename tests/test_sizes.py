@@ -17,7 +17,6 @@ LONG = {
     ("devcloud/smoke.py", "_checks"): 113,
     ("devcloud/bmc/redfish_emulator.py", "make_driver_class"): 104,
     ("devcloud/openstack.py", "ironic"): 99,
-    ("magnum/upgrade.py", "plan_cluster"): 63,
     ("devcloud/bmc/redfish_emulator.py", "make_machine_driver_class"): 72,
     ("magnum/templates.py", "resolve"): 63,
     ("imagebuild/build.py", "plan"): 63,

@@ -250,12 +250,7 @@ def plan_cluster(cluster: dict, idx: A.Index, maintained: A.Maintained, cands: l
         plan.notes.append(f"status {plan.status}: Magnum upgrades only a cluster in a *_COMPLETE state; "
                           "fix or re-create it first")
     shape = _shape(template, idx)
-    # Never the cluster's own template: Magnum has nothing to do for an upgrade to it.
-    same = [t for t in cands if _shape(t, idx) == shape and t["uuid"] != template["uuid"]]
-    by_minor: dict[tuple[int, int], list[dict]] = {}
-    for t in same:
-        v = A.parse_version(A.kube_tag(t))
-        by_minor.setdefault((v[0], v[1]), []).append(t)
+    same, by_minor = _same_shape(template, shape, idx, cands)
     groups = _nodegroups(plan, nodegroups, current, template)
 
     at, at_template = current, template
@@ -275,12 +270,7 @@ def plan_cluster(cluster: dict, idx: A.Index, maintained: A.Maintained, cands: l
         at_template = to or at_template
     at, at_template = _minor_steps(plan, by_minor, groups, at, at_template)
     if at_template is not template:
-        for g in groups:
-            if g["template"] is not at_template:
-                plan.steps.append(Step("nodegroup", _v(g["version"]), _v(at), at_template.get("name") or "",
-                                       at_template["uuid"], nodegroup=g["name"],
-                                       reason="follows the cluster to its template"))
-                g["version"], g["template"] = at, at_template
+        _nodegroups_follow(plan, groups, at, at_template)
     if not plan.steps:
         plan.notes.append("up to date: no newer target template of the same shape"
                           if same else "no target template of the same shape (coe, driver, server type, OS, "
@@ -288,6 +278,27 @@ def plan_cluster(cluster: dict, idx: A.Index, maintained: A.Maintained, cands: l
     if plan.urgent and maintained.minors and f"{at[0]}.{at[1]}" not in maintained.minors:
         plan.notes.append(f"still outside the maintained minors after the plan ({at[0]}.{at[1]})")
     return plan
+
+
+def _same_shape(template: dict, shape: tuple, idx: A.Index, cands: list[dict]) -> tuple[list[dict], dict]:
+    """The candidate templates of ``template``'s shape, and the same by Kubernetes minor. Never the
+    cluster's own template: Magnum has nothing to do for an upgrade to it."""
+    same = [t for t in cands if _shape(t, idx) == shape and t["uuid"] != template["uuid"]]
+    by_minor: dict[tuple[int, int], list[dict]] = {}
+    for t in same:
+        v = A.parse_version(A.kube_tag(t))
+        by_minor.setdefault((v[0], v[1]), []).append(t)
+    return same, by_minor
+
+
+def _nodegroups_follow(plan: ClusterPlan, groups: list[dict], at, at_template: dict) -> None:
+    """A step for each node group not yet on the cluster's final template: it follows the cluster there."""
+    for g in groups:
+        if g["template"] is not at_template:
+            plan.steps.append(Step("nodegroup", _v(g["version"]), _v(at), at_template.get("name") or "",
+                                   at_template["uuid"], nodegroup=g["name"],
+                                   reason="follows the cluster to its template"))
+            g["version"], g["template"] = at, at_template
 
 
 def plan(state: LiveState, maintained: A.Maintained, templates: list | None = None) -> list[ClusterPlan]:
