@@ -586,6 +586,17 @@ def boot_volume_size(t: Template) -> int:
 
 def resolve(t: Template, state: CloudState) -> Resolution:
     issues: list[Issue] = []
+    images = _resolve_images(t, state, issues)
+    chosen, need = _resolve_flavors(t, state, issues)
+    capacity = _resolve_capacity(t, state, chosen, need, issues)
+    driver = _choose_driver(t, images, issues)
+    networks = _resolve_networks(t, state, issues)
+    project_id = _resolve_project(t, state, issues)
+    return Resolution(t, images, chosen, issues, capacity, driver, networks, project_id)
+
+
+def _resolve_images(t: Template, state: CloudState, issues: list[Issue]) -> dict[str, dict]:
+    """The image of each variant the node groups use, and its Kubernetes version against the template's."""
     images: dict[str, dict] = {}
     by_variant: dict[str, list[str]] = {}
     for gr in t.groups:
@@ -607,6 +618,13 @@ def resolve(t: Template, state: CloudState) -> Resolution:
             issues.append(Issue(t.name, "kube_version", subject,
                                 f"image {image['id']} ({image.get('name')}) is Kubernetes {version} but the "
                                 f"template's kube_tag is {t.kube_tag}"))
+    return images
+
+
+def _resolve_flavors(t: Template, state: CloudState,
+                     issues: list[Issue]) -> tuple[dict[str, dict], dict[str, list[NodeGroup]]]:
+    """Each node group's flavor (by name or ID): found, a root disk or a boot volume, bare-metal-shaped
+    for a bare-metal group. The flavors found, and the bare-metal groups by flavor."""
     flavors_by_name = {f["name"]: f for f in state.flavors}
     flavors_by_id = {f["id"]: f for f in state.flavors}
     chosen: dict[str, dict] = {}
@@ -628,6 +646,12 @@ def resolve(t: Template, state: CloudState) -> Resolution:
                 issues.append(_issue(t, "flavor", gr.name, f"flavor '{gr.flavor}' is not bare-metal-shaped: "
                                      f"{problem}", _group_field(t, gr, "flavor")))
             need.setdefault(gr.flavor, []).append(gr)
+    return chosen, need
+
+
+def _resolve_capacity(t: Template, state: CloudState, chosen: dict[str, dict], need: dict[str, list[NodeGroup]],
+                      issues: list[Issue]) -> dict[str, dict]:
+    """Each bare-metal flavor's available nodes against the node counts its groups need."""
     capacity = {}
     for name, groups in need.items():
         flavor = chosen[name]
@@ -643,10 +667,7 @@ def resolve(t: Template, state: CloudState) -> Resolution:
                                 f"{shape.resource_class}, traits {', '.join(sorted(shape.required)) or 'none'}; "
                                 f"'available', not in maintenance); the template needs {wanted} ("
                                 + " + ".join(f"{gr.name} {gr.count}" for gr in groups) + ")"))
-    driver = _choose_driver(t, images, issues)
-    networks = _resolve_networks(t, state, issues)
-    project_id = _resolve_project(t, state, issues)
-    return Resolution(t, images, chosen, issues, capacity, driver, networks, project_id)
+    return capacity
 
 
 def _resolve_project(t: Template, state: CloudState, issues: list[Issue]) -> str | None:
