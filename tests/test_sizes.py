@@ -18,7 +18,6 @@ LONG = {
     ("devcloud/bmc/redfish_emulator.py", "make_driver_class"): 104,
     ("devcloud/openstack.py", "ironic"): 99,
     ("devcloud/bmc/redfish_emulator.py", "make_machine_driver_class"): 72,
-    ("imagebuild/build.py", "plan"): 63,
     ("imagebuild/disk.py", "assemble"): 61,
     ("devcloud/bmc/ipmi_sim.py", "make_bmc_class"): 61,
 }

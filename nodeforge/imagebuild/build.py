@@ -258,20 +258,7 @@ def plan(req: BuildRequest) -> BuildPlan:
     # A rendered tree given: this lockfile's and these elements' render, unchanged (else refused, named).
     rendered = rd.load(req.rendered, lock, req.minor, arch=req.arch) if req.rendered is not None else None
 
-    runner.require(*HOST_TOOLS, path=runner.sbin_path())
-    dic = Path(sys.prefix) / "bin" / "disk-image-create"
-    if not dic.exists():
-        found = runner.which("disk-image-create")
-        if not found:
-            raise PreflightError(detail="diskimage-builder's disk-image-create is not installed",
-                                 hint="run 'make setup' (installs diskimage-builder into .venv)")
-        dic = Path(found)
-    if os.geteuid() != 0:
-        # diskimage-builder chroots, and the disk assembly reads and writes every
-        # file of the image (root-owned, some unreadable to users).
-        raise PreflightError(detail="image build must run as root",
-                             hint="run it as root, e.g. sudo .venv/bin/nodeforge image build ...")
-
+    dic = _checked_host()
     out = Path(req.out) if req.out else REPO / "build" / "images" / f"k8s-{lock.minor(req.minor).version}-" \
         f"{datetime.datetime.now(datetime.timezone.utc).strftime('%Y%m%dT%H%M%SZ')}"
     out = out.absolute()
@@ -300,6 +287,24 @@ def plan(req: BuildRequest) -> BuildPlan:
         artifacts.append(ArtifactPlan(pin, cache.path_for(pin.sha256), cached, sources.artifact_url(pin.component, pin.version, req.arch)))
     return BuildPlan(Plan(req, lock, out, work_root, Path(req.dib_cache or default_dib_cache()).absolute(), cache,
                           mirrors, [a.artifact for a in artifacts], str(dic), os_lock, rendered), sources, artifacts)
+
+
+def _checked_host() -> Path:
+    """The host tools present and the build run as root; diskimage-builder's disk-image-create."""
+    runner.require(*HOST_TOOLS, path=runner.sbin_path())
+    dic = Path(sys.prefix) / "bin" / "disk-image-create"
+    if not dic.exists():
+        found = runner.which("disk-image-create")
+        if not found:
+            raise PreflightError(detail="diskimage-builder's disk-image-create is not installed",
+                                 hint="run 'make setup' (installs diskimage-builder into .venv)")
+        dic = Path(found)
+    if os.geteuid() != 0:
+        # diskimage-builder chroots, and the disk assembly reads and writes every
+        # file of the image (root-owned, some unreadable to users).
+        raise PreflightError(detail="image build must run as root",
+                             hint="run it as root, e.g. sudo .venv/bin/nodeforge image build ...")
+    return dic
 
 
 def fetch(bp: BuildPlan) -> Plan:
