@@ -611,8 +611,12 @@ def ironic(ctx: Context) -> ServiceSpec:
             "fast_track": True,
             "fast_track_timeout": RAMDISK_HEARTBEAT_TIMEOUT,
             # Automated cleaning erases metadata (partition tables, signatures); a full-disk erase
-            # is a hardware team's choice per node (manual cleaning with erase_devices).
+            # is a hardware team's choice per node (the inventory's cleaning: {erase: full}: a manual
+            # erase_devices at enrollment). Its shred writes zeros once, no random pass first (an
+            # emulated disk under TCG; a real site keeps Ironic's default of one random pass).
             "erase_devices_priority": 0,
+            "shred_random_overwrite_iterations": 0,
+            "shred_final_overwrite_with_zeros": True,
         },
         # The agent heartbeats every 0.3-0.6 of this (the default 300 s makes steps that wait on a
         # heartbeat, and fast-track's freshness, minutes slow).

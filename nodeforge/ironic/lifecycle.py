@@ -35,7 +35,7 @@ from typing import Callable
 from nodeforge.ironic import constants as C
 from nodeforge.ironic.constants import ProvisionState as PS, Verb
 from nodeforge.ironic.errorkind import ErrorKind
-from nodeforge.ironic.inventory import CleanMode, NodeSpec
+from nodeforge.ironic.inventory import NodeSpec
 from nodeforge.ironic.pacing import Pacer
 from nodeforge.ironic.provisioner import IronicError, Provisioner
 from nodeforge.redact import scrub
@@ -285,8 +285,9 @@ def on_manageable(w: Work, ctx: Ctx) -> Outcome:
     if w.spec.inspect and cp not in ("inspected", "cleaned"):
         return _then(first, _issue(w, ctx, Stage.INSPECT, Verb.INSPECT))
     cleaning = w.spec.cleaning
-    if cleaning.mode is CleanMode.MANUAL and cp != "cleaned":
-        return _then(first, _issue(w, ctx, Stage.CLEAN, Verb.CLEAN, clean_steps=[s.to_dict() for s in cleaning.steps],
+    steps = cleaning.enrollment_steps()
+    if steps and cp != "cleaned":
+        return _then(first, _issue(w, ctx, Stage.CLEAN, Verb.CLEAN, clean_steps=steps,
                                    disable_ramdisk=True if cleaning.disable_ramdisk else None))
     return _then(first, _issue(w, ctx, Stage.PROVIDE, Verb.PROVIDE))
 

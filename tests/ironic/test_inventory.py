@@ -109,6 +109,37 @@ def test_plaintext_allowed_explicitly(tmp_path):
     assert node.bmc.password.reveal() == "plain-pass-1"
 
 
+def test_cleaning_policy_burn_in_and_full_erase(tmp_path):
+    """``erase: full`` and ``burn_in`` become the agent's driver_info settings (the inventory's own
+    driver_info wins) and the enrollment's manual cleaning; without the agent they are refused,
+    naming the line and the field."""
+    p = tmp_path / "inv.yaml"
+    node = ("  - name: {name}\n    bmc: {{address: 'redfish://10.0.0.{i}/redfish/v1/Systems/1', username: u, "
+            "password: p{i}-secret}}\n    cleaning: {cleaning}\n")
+    p.write_text("version: 1\nnodes:\n" + node.format(name="n1", i=1, cleaning=(
+        "{erase: full, burn_in: {cpu: 60, memory: 30}}")) +
+        "    driver_info: {agent_burnin_vm_timeout: 45}\n")
+    n1 = inv.load(p, allow_plaintext=True).nodes[0]
+    assert n1.cleaning.mode is CleanMode.AUTOMATED and n1.cleaning.erase == "full"
+    assert [s["step"] for s in n1.cleaning.enrollment_steps()] == ["burnin_cpu", "burnin_memory", "erase_devices"]
+    info = n1.driver_info()
+    assert (info["agent_burnin_cpu_timeout"], info["agent_burnin_vm_timeout"], info["agent_burnin_vm_vm-bytes"]) == (
+        60, 45, "75%")
+    assert n1.to_dict()["cleaning"]["burn_in"] == {"cpu": 60, "memory": 30}
+    p.write_text("version: 1\nnodes:\n"
+                 + node.format(name="n1", i=1, cleaning="{mode: none, erase: full}")
+                 + node.format(name="n2", i=2, cleaning="{mode: manual, disable_ramdisk: true, burn_in: {cpu: 5}}")
+                 + node.format(name="n3", i=3, cleaning="{burn_in: {network: 60, cpu: 0}}"))
+    with pytest.raises(inv.InventoryError) as err:
+        inv.load(p, allow_plaintext=True)
+    text = str(err.value)
+    assert "inv.yaml:5: nodes[0].cleaning: erase: full runs in the agent ramdisk: not with mode: none" in text
+    assert "inv.yaml:8: nodes[1].cleaning: burn_in runs in the agent ramdisk: not with disable_ramdisk: true" in text
+    assert "inv.yaml:11: nodes[2].cleaning.burn_in.network: key got the string 'network'" in text
+    assert "inv.yaml:11: nodes[2].cleaning.burn_in.cpu: must be greater than or equal to 1" in text
+    assert "secret" not in text
+
+
 def test_csv_errors_name_row(tmp_path, bmc_password):
     p = tmp_path / "inv.csv"
     p.write_text("name,bmc_address,bmc_username,bmc_password,macs,colour\n"

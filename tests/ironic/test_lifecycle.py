@@ -61,6 +61,24 @@ def test_state_table(name, kw, behaviour, result, error_type, verbs):
         assert node["extra"][C.EXTRA_CHECKPOINT] == "inspected"
 
 
+def test_burn_in_and_full_erase_run_once_at_enrollment_then_automated_cleaning():
+    """The agent's burn-in (in BURN_IN's order) and a full-disk erase, as one manual cleaning after
+    inspection; then provide, where Ironic's automated cleaning (metadata) runs as on every provide."""
+    policy = Cleaning(CleanMode.AUTOMATED, erase="full", burn_in=(("disk", 20), ("cpu", 30)))
+    fake = FakeProvisioner()
+    w = drive(fake, [spec("burn", inspect=True, cleaning=policy)])["burn"]
+    assert w.result is lc.NodeState.AVAILABLE
+    assert [c[0].split(":")[1] for c in fake.calls if c[0].startswith("provision:")] == [
+        "manage", "inspect", "clean", "provide"]
+    [(name, steps, no_ramdisk)] = fake.cleanings
+    assert [(s["interface"], s["step"]) for s in steps] == [
+        ("deploy", "burnin_cpu"), ("deploy", "burnin_disk"), ("deploy", "erase_devices")]
+    assert no_ramdisk is None                              # the steps run in the agent
+    assert policy.driver_info() == {"agent_burnin_cpu_timeout": 30, "agent_burnin_fio_disk_runtime": 20,
+                                    "agent_burnin_fio_disk_loops": 1}
+    assert Cleaning().enrollment_steps() == [] and Cleaning().driver_info() == {}
+
+
 def test_resume_from_checkpoint_skips_done_stages():
     fake = FakeProvisioner()
     s = spec("resumed", inspect=True, cleaning=MANUAL)

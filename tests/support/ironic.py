@@ -39,6 +39,7 @@ class FakeProvisioner:
         self.retries = 0
         self.retried: dict[str, int] = {}
         self._locked: dict[tuple[str, Verb], int] = {}
+        self.cleanings: list[tuple[str, list | None, bool | None]] = []   # (node, clean_steps, disable_ramdisk)
 
     def _node(self, ident: str) -> dict:
         for n in self.nodes.values():
@@ -138,6 +139,8 @@ class FakeProvisioner:
     def set_provision_state(self, ident: str, verb: Verb, *, clean_steps=None, disable_ramdisk=None) -> None:
         n = self._node(ident)
         self._write(f"provision:{verb.value}", n["name"])
+        if verb is Verb.CLEAN:
+            self.cleanings.append((n["name"], clean_steps, disable_ramdisk))
         mode = self.behaviour.get(n["name"], {}).get(verb.value, "ok")
         if mode.startswith("locked:"):
             left = self._locked.setdefault((n["uuid"], verb), int(mode.split(":")[1]))

@@ -189,18 +189,26 @@ class CleanStepEntry(Declared):
 class CleaningPolicy(Declared):
     """How a node is cleaned: ``automated`` (Ironic's automated cleaning on provide),
     ``manual`` (the listed steps, then provide without automated cleaning) or ``none``.
-    A bare mode (``cleaning: none``) is the same as ``{mode: none}``."""
+    A bare mode (``cleaning: none``) is the same as ``{mode: none}``. With the agent, at
+    enrollment: ``burn_in`` (seconds of CPU, memory and disk stress) and ``erase: full`` (every
+    disk overwritten; the passes are the conductor's ``[deploy] shred_*`` settings)."""
 
     mode: Literal["automated", "manual", "none"] = "automated"
     steps: list[CleanStepEntry] = []
     disable_ramdisk: bool = False
+    erase: Literal["metadata", "full"] = "metadata"
+    burn_in: dict[Literal["cpu", "memory", "disk"], Annotated[int, Field(ge=1, le=7 * 86400)]] = {}
 
     @model_validator(mode="after")
     def _steps_match_mode(self):
-        if self.mode == "manual" and not self.steps:
-            raise ValueError("manual cleaning needs at least one step")
+        agent = [k for k, on in (("erase: full", self.erase == "full"), ("burn_in", bool(self.burn_in))) if on]
+        if self.mode == "manual" and not (self.steps or agent):
+            raise ValueError("manual cleaning needs at least one step (or erase: full, or burn_in)")
         if self.mode != "manual" and self.steps:
             raise ValueError("steps are only used with mode: manual")
+        if agent and (self.mode == "none" or self.disable_ramdisk):
+            raise ValueError(f"{' and '.join(agent)} {'run' if len(agent) > 1 else 'runs'} in the agent ramdisk: not with "
+                             f"{'mode: none' if self.mode == 'none' else 'disable_ramdisk: true'}")
         return self
 
 

@@ -200,15 +200,54 @@ class CleanStep:
         return {"interface": self.interface, "step": self.step, "args": dict(self.args)}
 
 
+# Burn-in kinds (ironic-python-agent's generic hardware manager: stress-ng for CPU and memory, fio
+# for the disks): its clean step and the driver_info key that bounds its time.
+BURN_IN = {"cpu": ("burnin_cpu", "agent_burnin_cpu_timeout"),
+           "memory": ("burnin_memory", "agent_burnin_vm_timeout"),
+           "disk": ("burnin_disk", "agent_burnin_fio_disk_runtime")}
+ERASE_FULL = "full"
+
+
 @dataclasses.dataclass(frozen=True)
 class Cleaning:
+    """How a node is cleaned. ``mode`` is Ironic's cleaning on every provide (``automated``: the
+    conductor's automated cleaning, a metadata erase on the local cloud) or nodeforge's own
+    (``manual``) or none. At enrollment, before the first provide, the agent also runs the
+    policy's burn-in (``burn_in``: seconds per kind, in the order of :data:`BURN_IN`), then a
+    full-disk erase (``erase: full``: the agent's ``erase_devices``, a secure erase where the disk
+    has one, else ``shred`` with the passes of the conductor's ``[deploy] shred_*`` settings,
+    which Ironic hands the agent itself), then the listed manual ``steps``: one manual cleaning
+    (:meth:`enrollment_steps`)."""
+
     mode: CleanMode = CleanMode.AUTOMATED
     steps: tuple[CleanStep, ...] = ()
     disable_ramdisk: bool = False
+    erase: str = "metadata"
+    burn_in: tuple[tuple[str, int], ...] = ()
+
+    def enrollment_steps(self) -> list[dict]:
+        """The manual cleaning run once at enrollment (empty: none)."""
+        seconds = dict(self.burn_in)
+        steps = [{"interface": "deploy", "step": BURN_IN[k][0], "args": {}} for k in BURN_IN if k in seconds]
+        if self.erase == ERASE_FULL:
+            steps.append({"interface": "deploy", "step": "erase_devices", "args": {}})
+        return steps + [s.to_dict() for s in self.steps]
+
+    def driver_info(self) -> dict[str, Any]:
+        """The agent's settings for those steps (driver_info; the inventory's own values win)."""
+        info: dict[str, Any] = {BURN_IN[k][1]: v for k, v in self.burn_in}
+        if "disk" in dict(self.burn_in):
+            info["agent_burnin_fio_disk_loops"] = 1     # fio runs for the time given, not four passes
+        if "memory" in dict(self.burn_in):
+            # stress-ng's share of the available memory (the agent's default, 98%, leaves the agent,
+            # which runs from its initramfs in RAM, too little)
+            info["agent_burnin_vm_vm-bytes"] = "75%"
+        return info
 
     def to_dict(self) -> dict:
         return {"mode": self.mode.value, "steps": [s.to_dict() for s in self.steps],
-                "disable_ramdisk": self.disable_ramdisk}
+                "disable_ramdisk": self.disable_ramdisk, "erase": self.erase,
+                "burn_in": dict(self.burn_in)}
 
 
 @dataclasses.dataclass

@@ -122,6 +122,9 @@ def _spec(reader: _Reader, node: NodeEntry, entry: _Entry) -> NodeSpec | None:
         return None
     kind, host, port, transport, system_id = parse_bmc_url(node.bmc.address)
     c, bulk = node.cleaning, entry.bulk
+    cleaning = Cleaning(CleanMode(c.mode), tuple(CleanStep(s.interface, s.step, dict(s.args)) for s in c.steps),
+                        c.disable_ramdisk, c.erase, tuple(c.burn_in.items()))
+    di_extra = {**cleaning.driver_info(), **di_extra}
     return NodeSpec(
         name=node.name, location=entry.location, macs=list(node.macs), resource_class=node.resource_class,
         bmc=Bmc(kind=kind, address=node.bmc.address, host=host, port=623 if kind is BmcKind.IPMI and port is None
@@ -130,8 +133,7 @@ def _spec(reader: _Reader, node: NodeEntry, entry: _Entry) -> NodeSpec | None:
         properties=dict(node.properties), traits=sorted(set(node.traits)) if node.traits is not None else None,
         owner=node.owner, extra=dict(node.extra), interfaces=dict(node.interfaces), driver_info_extra=di_extra,
         inspect=node.inspect, description=node.description,
-        cleaning=Cleaning(CleanMode(c.mode), tuple(CleanStep(s.interface, s.step, dict(s.args)) for s in c.steps),
-                          c.disable_ramdisk),
+        cleaning=cleaning,
         chassis=bulk.get("chassis"), chassis_uuid=bulk.get("chassis_uuid"), ports=bulk.get("ports", []),
         portgroups=bulk.get("portgroups", []), ironic=bulk.get("ironic", {}),
         ironic_newer=bulk.get("ironic_newer", {}))
