@@ -250,10 +250,17 @@ def assemble(tree: Path, disk_path: Path, *, root_uuid: str, esp_id: str, workdi
     if epoch is not None:
         set_inode_times(disk_path, layout.root_offset, tree, epoch, workdir, log=log, env=env)
 
-    # UEFI: GRUB in the ESP.
-    efi_img = workdir / "BOOTX64.EFI"
     early = workdir / "early.cfg"
     early.write_text(early_cfg(root_uuid))
+    _install_uefi(tree, disk_path, layout, esp_id, early, workdir, env=env, epoch=epoch, log=log)
+    _install_bios(tree, disk_path, early, workdir, log=log)
+    return Disk(disk_path, layout, root_uuid, f"{esp_id[:4]}-{esp_id[4:]}")
+
+
+def _install_uefi(tree: Path, disk_path: Path, layout: Layout, esp_id: str, early: Path, workdir: Path, *,
+                  env: dict, epoch: int | None, log) -> None:
+    """UEFI: GRUB in the ESP, the ESP written at its partition's offset."""
+    efi_img = workdir / "BOOTX64.EFI"
     _run(["grub-mkimage", "-d", str(tree / "usr/lib/grub/x86_64-efi"), "-O", "x86_64-efi", "-o", str(efi_img),
           "-c", str(early), "-p", "/boot/grub", *EFI_MODULES], log)
     esp = workdir / "esp.img"
@@ -269,14 +276,15 @@ def assemble(tree: Path, disk_path: Path, *, root_uuid: str, esp_id: str, workdi
           "::/EFI/BOOT/BOOTX64.EFI"], log, env=env)
     _copy_into(esp, disk_path, layout.esp_offset)
 
-    # BIOS: boot.img in the MBR, core.img in the BIOS boot partition.
+
+def _install_bios(tree: Path, disk_path: Path, early: Path, workdir: Path, *, log) -> None:
+    """BIOS: boot.img in the MBR, core.img in the BIOS boot partition."""
     core = workdir / "core.img"
     bios_dir = tree / "usr/lib/grub/i386-pc"
     _run(["grub-mkimage", "-d", str(bios_dir), "-O", "i386-pc", "-o", str(core), "-c", str(early),
           "-p", "/boot/grub", *BIOS_MODULES], log)
     install_bios(disk_path, (bios_dir / "boot.img").read_bytes(), core.read_bytes(), BIOS_BOOT[0] // SECTOR,
                  BIOS_BOOT[1])
-    return Disk(disk_path, layout, root_uuid, f"{esp_id[:4]}-{esp_id[4:]}")
 
 
 def set_inode_times(disk_path: Path, offset: int, tree: Path, epoch: int, workdir: Path, *, log=None,
