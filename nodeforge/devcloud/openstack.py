@@ -574,7 +574,33 @@ def ironic(ctx: Context) -> ServiceSpec:
     ca_bundle = pki.ca_bundle(ctx.paths)
     esp_image = esp.image_path(ctx.paths)
     http_port = port(IRONIC_HTTP)
-    inifile.write(conf, {
+    inifile.write(conf, _ironic_conf(ctx, state, ca_bundle, esp_image, http_port))
+    args = ["--config-file", str(conf)]
+
+    def prepare():
+        for d in (ironic_http_root(ctx.paths), ironic_files_dir(ctx.paths), state / "tftpboot", state / "locks"):
+            d.mkdir(parents=True, exist_ok=True)
+        esp.ensure(ctx.paths)
+        # `upgrade` fails on a fresh SQLite database; create the schema.
+        ctx.once("ironic-db", lambda: ctx.run("ironic", [ctx.venv_bin("ironic-dbsync")] + args + ["create_schema"]),
+                 ("ironic",))
+
+    env = _ironic_env(http_port)
+    launcher = Path(str(resources.files("nodeforge.devcloud") / "wsgi" / "ironic_launch.py"))
+    return ServiceSpec(
+        name="ironic", group="baremetal",
+        argv=[ctx.venv_bin("python"), str(launcher)] + args,
+        ports=[port("ironic")], env=env, prepare=prepare, depends=("keystone",),
+        health=http_health(url("ironic") + "/", ok=(200,)), url=url("ironic"),
+        start_timeout=90,
+    )
+
+
+def _ironic_conf(ctx: Context, state: Path, ca_bundle: Path, esp_image: Path, http_port: int) -> dict:
+    """ironic.conf: every path under the cloud's own state, no Swift, no DHCP, no message bus."""
+    from nodeforge.devcloud import esp
+
+    return {
         "DEFAULT": {
             "log_file": str(ctx.paths.log / "ironic-app.log"),
             "auth_strategy": "keystone",
@@ -596,28 +622,7 @@ def ironic(ctx: Context) -> ServiceSpec:
             "file_url_allowed_paths": f"{esp_image.parent},{ironic_files_dir(ctx.paths)}",
         },
         "database": {"connection": ctx.db("ironic")},
-        # No Swift: Ironic stages ISOs and images under http_root, which the ironic-http service
-        # serves on loopback. The BMC emulator fetches ISOs from external_http_url (loopback); a
-        # machine's guest reaches the same server, and Ironic's API, at GUEST_HOST (guestfwd).
-        "deploy": {
-            "http_root": str(ironic_http_root(ctx.paths)),
-            "http_url": f"http://{GUEST_HOST}:{http_port}",
-            "external_http_url": f"http://{HOST}:{http_port}",
-            "external_callback_url": f"http://{GUEST_HOST}:{port('ironic')}",
-            "default_boot_mode": "uefi",
-            "iso_master_path": str(state / "master_iso_images"),
-            # Fast-track: the agent that cleaned a machine stays up and deploys it without a second
-            # ramdisk boot (~2 min under TCG), if it heartbeated within fast_track_timeout.
-            "fast_track": True,
-            "fast_track_timeout": RAMDISK_HEARTBEAT_TIMEOUT,
-            # Automated cleaning erases metadata (partition tables, signatures); a full-disk erase
-            # is a hardware team's choice per node (the inventory's cleaning: {erase: full}: a manual
-            # erase_devices at enrollment). Its shred writes zeros once, no random pass first (an
-            # emulated disk under TCG; a real site keeps Ironic's default of one random pass).
-            "erase_devices_priority": 0,
-            "shred_random_overwrite_iterations": 0,
-            "shred_final_overwrite_with_zeros": True,
-        },
+        "deploy": _ironic_deploy(ctx, state, http_port),
         # The agent heartbeats every 0.3-0.6 of this (the default 300 s makes steps that wait on a
         # heartbeat, and fast-track's freshness, minutes slow).
         "api": {"host_ip": HOST, "port": port("ironic"), "public_endpoint": url("ironic"),
@@ -640,31 +645,43 @@ def ironic(ctx: Context) -> ServiceSpec:
         "oslo_concurrency": {"lock_path": str(state / "locks")},
         "oslo_messaging_notifications": {"driver": "noop"},
         "webserver": {"webserver_verify_ca": str(ca_bundle)},
-    })
-    args = ["--config-file", str(conf)]
+    }
 
-    def prepare():
-        for d in (ironic_http_root(ctx.paths), ironic_files_dir(ctx.paths), state / "tftpboot", state / "locks"):
-            d.mkdir(parents=True, exist_ok=True)
-        esp.ensure(ctx.paths)
-        # `upgrade` fails on a fresh SQLite database; create the schema.
-        ctx.once("ironic-db", lambda: ctx.run("ironic", [ctx.venv_bin("ironic-dbsync")] + args + ["create_schema"]),
-                 ("ironic",))
 
+def _ironic_deploy(ctx: Context, state: Path, http_port: int) -> dict:
+    """ironic.conf's [deploy]: images and ISOs over http_root, UEFI, fast-track, the erase settings."""
+    # No Swift: Ironic stages ISOs and images under http_root, which the ironic-http service
+    # serves on loopback. The BMC emulator fetches ISOs from external_http_url (loopback); a
+    # machine's guest reaches the same server, and Ironic's API, at GUEST_HOST (guestfwd).
+    return {
+        "http_root": str(ironic_http_root(ctx.paths)),
+        "http_url": f"http://{GUEST_HOST}:{http_port}",
+        "external_http_url": f"http://{HOST}:{http_port}",
+        "external_callback_url": f"http://{GUEST_HOST}:{port('ironic')}",
+        "default_boot_mode": "uefi",
+        "iso_master_path": str(state / "master_iso_images"),
+        # Fast-track: the agent that cleaned a machine stays up and deploys it without a second
+        # ramdisk boot (~2 min under TCG), if it heartbeated within fast_track_timeout.
+        "fast_track": True,
+        "fast_track_timeout": RAMDISK_HEARTBEAT_TIMEOUT,
+        # Automated cleaning erases metadata (partition tables, signatures); a full-disk erase
+        # is a hardware team's choice per node (the inventory's cleaning: {erase: full}: a manual
+        # erase_devices at enrollment). Its shred writes zeros once, no random pass first (an
+        # emulated disk under TCG; a real site keeps Ironic's default of one random pass).
+        "erase_devices_priority": 0,
+        "shred_random_overwrite_iterations": 0,
+        "shred_final_overwrite_with_zeros": True,
+    }
+
+
+def _ironic_env(http_port: int) -> dict[str, str]:
+    """The Ironic service's environment."""
     # ipmitool must be on PATH: the ipmitool power interface refuses to load.
-    env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-           "NODEFORGE_SUSHY_RETRIES": str(SUSHY_RETRIES[0]), "NODEFORGE_SUSHY_RETRY_DELAY": str(SUSHY_RETRIES[1]),
-           # The conductor checks the instance image URL it hands the agent (a HEAD of http_url/...)
-           # from where it runs; that URL names the guests' view (GUEST_HOST), which only a machine
-           # reaches. The conductor's own requests go to the http_root server as their proxy (it
-           # takes absolute-form targets); everything on loopback goes direct.
-           "http_proxy": f"http://{HOST}:{http_port}", "no_proxy": f"{HOST},localhost",
-           "HTTP_PROXY": f"http://{HOST}:{http_port}", "NO_PROXY": f"{HOST},localhost"}
-    launcher = Path(str(resources.files("nodeforge.devcloud") / "wsgi" / "ironic_launch.py"))
-    return ServiceSpec(
-        name="ironic", group="baremetal",
-        argv=[ctx.venv_bin("python"), str(launcher)] + args,
-        ports=[port("ironic")], env=env, prepare=prepare, depends=("keystone",),
-        health=http_health(url("ironic") + "/", ok=(200,)), url=url("ironic"),
-        start_timeout=90,
-    )
+    return {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "NODEFORGE_SUSHY_RETRIES": str(SUSHY_RETRIES[0]), "NODEFORGE_SUSHY_RETRY_DELAY": str(SUSHY_RETRIES[1]),
+            # The conductor checks the instance image URL it hands the agent (a HEAD of http_url/...)
+            # from where it runs; that URL names the guests' view (GUEST_HOST), which only a machine
+            # reaches. The conductor's own requests go to the http_root server as their proxy (it
+            # takes absolute-form targets); everything on loopback goes direct.
+            "http_proxy": f"http://{HOST}:{http_port}", "no_proxy": f"{HOST},localhost",
+            "HTTP_PROXY": f"http://{HOST}:{http_port}", "NO_PROXY": f"{HOST},localhost"}
