@@ -16,7 +16,6 @@ LONG = {
     ("devcloud/bmc/redfish_emulator.py", "build_app"): 141,
     ("devcloud/bmc/redfish_emulator.py", "make_driver_class"): 104,
     ("devcloud/bmc/redfish_emulator.py", "make_machine_driver_class"): 72,
-    ("devcloud/bmc/ipmi_sim.py", "make_bmc_class"): 61,
 }
 
 

@@ -34,8 +34,63 @@ import uuid as uuidlib
 LOG = logging.getLogger("nodeforge.ipmi_sim")
 
 
+class _SimulatedHost:
+    """An emulated host's power state and boot device as pyghmi's Bmc asks for them (power
+    changes land immediately); mixed into :class:`SimBmc` by :func:`make_bmc_class`."""
+
+    def _set_power(self, state: str, verb: str):
+        with self._lock:
+            old, self.powerstate = self.powerstate, state
+        LOG.info("%s: %s (power %s -> %s)", self.name, verb, old, state)
+
+    def get_system_guid(self):
+        return self.uuid
+
+    def cold_reset(self):
+        LOG.info("%s: BMC cold reset requested (acknowledged, BMC keeps running)", self.name)
+        return 0
+
+    def get_power_state(self):
+        return self.powerstate
+
+    def power_off(self):
+        self._set_power("off", "power off")
+
+    def power_on(self):
+        self._set_power("on", "power on")
+
+    def power_cycle(self):
+        # Off then on; a powered-off host comes on, as on real BMCs.
+        self._set_power("on", "power cycle")
+
+    def power_reset(self):
+        if self.powerstate != "on":
+            # Real BMCs refuse a reset of a host that is off.
+            LOG.info("%s: power reset refused, host is off", self.name)
+            return 0xD5     # "command not supported in present state"
+        self._set_power("on", "power reset")
+
+    def power_shutdown(self):
+        self._set_power("off", "soft power off")
+
+    def pulse_diag(self):
+        LOG.info("%s: diagnostic interrupt (NMI)", self.name)
+
+    def is_active(self):
+        return self.powerstate == "on"
+
+    def get_boot_device(self):
+        return self.bootdevice
+
+    def set_boot_device(self, bootdevice):
+        with self._lock:
+            self.bootdevice = bootdevice
+        LOG.info("%s: boot device -> %s", self.name, bootdevice)
+
+
 def make_bmc_class(bmc_module):
-    class SimBmc(bmc_module.Bmc):
+    """pyghmi's Bmc with a simulated host (pyghmi is imported by the caller, in the bmc virtualenv)."""
+    class SimBmc(_SimulatedHost, bmc_module.Bmc):
         def __init__(self, spec: dict, address: str):
             self.name = spec["name"]
             self._lock = threading.Lock()
@@ -44,55 +99,6 @@ def make_bmc_class(bmc_module):
             super().__init__({spec["username"]: spec["password"]}, port=int(spec["port"]),
                              bmcuuid=uuidlib.UUID(spec["uuid"]) if spec.get("uuid") else None,
                              address=address)
-
-        def _set_power(self, state: str, verb: str):
-            with self._lock:
-                old, self.powerstate = self.powerstate, state
-            LOG.info("%s: %s (power %s -> %s)", self.name, verb, old, state)
-
-        def get_system_guid(self):
-            return self.uuid
-
-        def cold_reset(self):
-            LOG.info("%s: BMC cold reset requested (acknowledged, BMC keeps running)", self.name)
-            return 0
-
-        def get_power_state(self):
-            return self.powerstate
-
-        def power_off(self):
-            self._set_power("off", "power off")
-
-        def power_on(self):
-            self._set_power("on", "power on")
-
-        def power_cycle(self):
-            # Off then on; a powered-off host comes on, as on real BMCs.
-            self._set_power("on", "power cycle")
-
-        def power_reset(self):
-            if self.powerstate != "on":
-                # Real BMCs refuse a reset of a host that is off.
-                LOG.info("%s: power reset refused, host is off", self.name)
-                return 0xD5     # "command not supported in present state"
-            self._set_power("on", "power reset")
-
-        def power_shutdown(self):
-            self._set_power("off", "soft power off")
-
-        def pulse_diag(self):
-            LOG.info("%s: diagnostic interrupt (NMI)", self.name)
-
-        def is_active(self):
-            return self.powerstate == "on"
-
-        def get_boot_device(self):
-            return self.bootdevice
-
-        def set_boot_device(self, bootdevice):
-            with self._lock:
-                self.bootdevice = bootdevice
-            LOG.info("%s: boot device -> %s", self.name, bootdevice)
 
     return SimBmc
 
