@@ -465,14 +465,22 @@ def build_app(cfg: dict, port: int, machine_mod=None):
     hw.install(app, flask=flask, error=error, api_utils=api_utils,
                volumes=hw.Volumes(stock["SUSHY_EMULATOR_VOLUMES"], stock["SUSHY_EMULATOR_DRIVES"]))
 
-    overlays = overlays_for(systems)
+    _install_machine_requests(app, flask=flask, error=error, machines=machines)
+    _install_overlays(app, flask=flask, error=error, overlays=overlays_for(systems), machines=machines,
+                      machine_mod=machine_mod)
+    _install_memory(app, flask=flask, error=error, api_utils=api_utils, by_uuid=by_uuid)
+    return app, server_tls(cfg), machines
 
-    def _machine_of(identity):
-        try:
-            return machines.get(app.systems.uuid(identity))
-        except error.FishyError:
-            return None
 
+def _machine_of(app, error, machines: dict, identity):
+    """The machine behind the system ``identity`` (None: a fake system, or no such system)."""
+    try:
+        return machines.get(app.systems.uuid(identity))
+    except error.FishyError:
+        return None
+
+
+def _install_machine_requests(app, *, flask, error, machines: dict) -> None:
     @app.before_request
     def _machine_requests():
         """What sushy-tools' own routes would get wrong for a machine: BootSourceOverrideEnabled
@@ -482,7 +490,7 @@ def build_app(cfg: dict, port: int, machine_mod=None):
         parts = flask.request.path.rstrip("/").split("/")
         if len(parts) < 5 or parts[1:4] != ["redfish", "v1", "Systems"]:
             return None
-        m = _machine_of(parts[4])
+        m = _machine_of(app, error, machines, parts[4])
         if m is None:
             return None
         body = flask.request.get_json(silent=True) or {}
@@ -505,6 +513,10 @@ def build_app(cfg: dict, port: int, machine_mod=None):
                                        "on loopback only")
         return None
 
+
+def _install_overlays(app, *, flask, error, overlays: dict, machines: dict, machine_mod) -> None:
+    """The fleet's fields (:func:`overlays_for`) and a machine's boot override merged into rendered GETs."""
+
     @app.after_request
     def _overlay(response):
         if flask.request.method != "GET" or response.status_code != 200:
@@ -512,7 +524,7 @@ def build_app(cfg: dict, port: int, machine_mod=None):
         path = flask.request.path.rstrip("/")
         extra = overlays.get(path)
         if machines and path.count("/") == 4 and path.startswith("/redfish/v1/Systems/"):
-            m = _machine_of(path.rsplit("/", 1)[1])
+            m = _machine_of(app, error, machines, path.rsplit("/", 1)[1])
             if m is not None:
                 extra = deep_merge(copy.deepcopy(extra or {}), {"Boot": {
                     "BootSourceOverrideEnabled": m.boot_enabled,
@@ -526,6 +538,10 @@ def build_app(cfg: dict, port: int, machine_mod=None):
         deep_merge(body, copy.deepcopy(extra))
         response.set_data(json.dumps(body, indent=4))
         return response
+
+
+def _install_memory(app, *, flask, error, api_utils, by_uuid: dict) -> None:
+    """Memory: a collection of the system's DIMMs, and each DIMM (stock sushy-tools routes neither)."""
 
     def _memory_collection(identity):
         uuid = app.systems.uuid(identity)
@@ -569,8 +585,6 @@ def build_app(cfg: dict, port: int, machine_mod=None):
                      api_utils.ensure_instance_access(api_utils.returns_json(_memory_collection)))
     app.add_url_rule("/redfish/v1/Systems/<identity>/Memory/<dimm_id>", "nf_memory",
                      api_utils.ensure_instance_access(api_utils.returns_json(_memory)))
-
-    return app, server_tls(cfg), machines
 
 
 def server_tls(cfg: dict):
