@@ -216,8 +216,72 @@ def overlays_for(systems: list[dict]) -> dict[str, dict]:
 
 # -- the extended fake driver --------------------------------------------------
 
+class _FleetHardware:
+    """What the fake driver answers from the fleet: NICs, memory, processors, storage, BIOS
+    attributes and firmware versions. Mixed into the driver :func:`make_driver_class` makes
+    (its ``_spec``, ``_get``, ``_update`` and ``_lock``)."""
+
+    def get_nics(self, identity):
+        return [{"id": n.get("id") or n["mac"], "mac": n["mac"]}
+                for n in self._get(identity)["nics"]]
+
+    def get_total_memory(self, identity):
+        return self._spec(identity)["memory_gib"]
+
+    def get_total_cpus(self, identity):
+        return self._spec(identity)["cpu"]["sockets"]
+
+    def get_processors(self, identity):
+        cpu = self._spec(identity)["cpu"]
+        return [{"id": f"CPU{i}", "socket": f"CPU {i}", "vendor": cpu["vendor"],
+                 "model": cpu["model"], "cores": cpu["cores"], "threads": cpu["threads"]}
+                for i in range(cpu["sockets"])]
+
+    def get_simple_storage_collection(self, identity):
+        spec = self._spec(identity)
+        by_proto: dict[str, dict] = {}
+        for d in spec["disks"]:
+            ctl = by_proto.setdefault(d["protocol"], {"Id": d["protocol"], "Name": d["protocol"],
+                                                      "DeviceList": []})
+            ctl["DeviceList"].append({"Name": d["name"], "CapacityBytes": d["capacity_bytes"]})
+        return by_proto
+
+    def find_or_create_storage_volume(self, data):
+        # Volumes are static (from the fleet); POSTed ones are accepted as is.
+        return data.get("Id")
+
+    def get_bios(self, identity):
+        system = self._get(identity)
+        return copy.deepcopy(system.get("bios") or DEFAULT_BIOS)
+
+    def set_bios(self, identity, attributes):
+        with self._lock:
+            system = self._get(identity)
+            bios = copy.deepcopy(system.get("bios") or DEFAULT_BIOS)
+            bios.update(attributes or {})
+            self._update(system, bios=bios)
+
+    def reset_bios(self, identity):
+        with self._lock:
+            self._update(identity, bios=copy.deepcopy(DEFAULT_BIOS))
+
+    def get_versions(self, identity):
+        system = self._get(identity)
+        return dict(system.get("versions") or {"BiosVersion": self._spec(identity)["bios_version"]})
+
+    def set_versions(self, identity, firmware_versions):
+        with self._lock:
+            versions = self.get_versions(identity)
+            versions.update(firmware_versions or {})
+            self._update(identity, versions=versions)
+
+    def reset_versions(self, identity):
+        with self._lock:
+            self._update(identity, versions=None)
+
+
 def make_driver_class(base_cls, error, systems_by_uuid: dict[str, dict]):
-    class NodeforgeFakeDriver(base_cls):
+    class NodeforgeFakeDriver(_FleetHardware, base_cls):
         """sushy-tools' FakeDriver with immediate power and full inventory."""
 
         _lock = threading.RLock()
@@ -260,64 +324,6 @@ def make_driver_class(base_cls, error, systems_by_uuid: dict[str, dict]):
         def set_boot_mode(self, identity, boot_mode):
             with self._lock:
                 super().set_boot_mode(identity, boot_mode)
-
-        def get_nics(self, identity):
-            return [{"id": n.get("id") or n["mac"], "mac": n["mac"]}
-                    for n in self._get(identity)["nics"]]
-
-        def get_total_memory(self, identity):
-            return self._spec(identity)["memory_gib"]
-
-        def get_total_cpus(self, identity):
-            return self._spec(identity)["cpu"]["sockets"]
-
-        def get_processors(self, identity):
-            cpu = self._spec(identity)["cpu"]
-            return [{"id": f"CPU{i}", "socket": f"CPU {i}", "vendor": cpu["vendor"],
-                     "model": cpu["model"], "cores": cpu["cores"], "threads": cpu["threads"]}
-                    for i in range(cpu["sockets"])]
-
-        def get_simple_storage_collection(self, identity):
-            spec = self._spec(identity)
-            by_proto: dict[str, dict] = {}
-            for d in spec["disks"]:
-                ctl = by_proto.setdefault(d["protocol"], {"Id": d["protocol"], "Name": d["protocol"],
-                                                          "DeviceList": []})
-                ctl["DeviceList"].append({"Name": d["name"], "CapacityBytes": d["capacity_bytes"]})
-            return by_proto
-
-        def find_or_create_storage_volume(self, data):
-            # Volumes are static (from the fleet); POSTed ones are accepted as is.
-            return data.get("Id")
-
-        def get_bios(self, identity):
-            system = self._get(identity)
-            return copy.deepcopy(system.get("bios") or DEFAULT_BIOS)
-
-        def set_bios(self, identity, attributes):
-            with self._lock:
-                system = self._get(identity)
-                bios = copy.deepcopy(system.get("bios") or DEFAULT_BIOS)
-                bios.update(attributes or {})
-                self._update(system, bios=bios)
-
-        def reset_bios(self, identity):
-            with self._lock:
-                self._update(identity, bios=copy.deepcopy(DEFAULT_BIOS))
-
-        def get_versions(self, identity):
-            system = self._get(identity)
-            return dict(system.get("versions") or {"BiosVersion": self._spec(identity)["bios_version"]})
-
-        def set_versions(self, identity, firmware_versions):
-            with self._lock:
-                versions = self.get_versions(identity)
-                versions.update(firmware_versions or {})
-                self._update(identity, versions=versions)
-
-        def reset_versions(self, identity):
-            with self._lock:
-                self._update(identity, versions=None)
 
     return NodeforgeFakeDriver
 
