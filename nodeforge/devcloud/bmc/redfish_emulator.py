@@ -362,76 +362,83 @@ def make_machines(cfg: dict, machine_mod) -> dict:
             for s in cfg["systems"] if s.get("machine")}
 
 
+class _MachineBacked:
+    """Power, boot device and virtual CD of machine-backed systems acting on their QEMU machine;
+    every other system is left to the driver below. Mixed into the driver
+    :func:`make_machine_driver_class` makes (its ``_machines``, ``_machine_mod``, ``_error``)."""
+
+    def machine(self, identity):
+        return self._machines.get(self.uuid(identity))
+
+    def _call(self, fn, *args):
+        try:
+            return fn(*args)
+        except self._machine_mod.MachineError as exc:
+            raise self._error.FishyError(str(exc), code=500) from None
+
+    def get_power_state(self, identity):
+        m = self.machine(identity)
+        return m.power_state() if m else super().get_power_state(identity)
+
+    def set_power_state(self, identity, state):
+        m = self.machine(identity)
+        if m is None:
+            return super().set_power_state(identity, state)
+        if state not in ("On", "ForceOn", "ForceOff", "GracefulShutdown", "GracefulRestart",
+                         "ForceRestart", "PowerCycle", "PushPowerButton", "Nmi"):
+            raise self._error.NotSupportedError(f"Power state {state} is not supported")
+        self._call(m.set_power_state, state)
+
+    def get_boot_device(self, identity):
+        m = self.machine(identity)
+        return m.boot_device if m else super().get_boot_device(identity)
+
+    def set_boot_device(self, identity, boot_source):
+        m = self.machine(identity)
+        if m is None:
+            return super().set_boot_device(identity, boot_source)
+        if boot_source not in self._machine_mod.BOOT_TARGETS:
+            raise self._error.BadRequest(f"boot target {boot_source!r}: a machine boots from "
+                                         f"{', '.join(self._machine_mod.BOOT_TARGETS)}")
+        self._call(m.set_boot, boot_source)
+
+    def set_boot_enabled(self, identity, enabled):
+        m = self.machine(identity)
+        if enabled not in self._machine_mod.BOOT_ENABLED:
+            raise self._error.BadRequest(f"BootSourceOverrideEnabled {enabled!r}: one of "
+                                         f"{', '.join(self._machine_mod.BOOT_ENABLED)}")
+        self._call(m.set_boot, None, enabled)
+
+    def set_boot_mode(self, identity, boot_mode):
+        if self.machine(identity) and boot_mode != "UEFI":
+            raise self._error.BadRequest("a machine-backed system boots UEFI (OVMF) only")
+        super().set_boot_mode(identity, boot_mode)
+
+    def get_boot_image(self, identity, device):
+        m = self.machine(identity)
+        if m is None:
+            return super().get_boot_image(identity, device)
+        if device != "Cd" or not m.cd:
+            return None, False, False
+        return m.cd, m.cd_write_protected, True
+
+    def set_boot_image(self, identity, device, boot_image=None, write_protected=True):
+        m = self.machine(identity)
+        if m is None:
+            return super().set_boot_image(identity, device, boot_image, write_protected)
+        if device != "Cd":
+            if boot_image:
+                raise self._error.NotSupportedError(f"virtual media device {device}: a machine has a CD only")
+            return None
+        self._call(m.set_cd, boot_image or None, write_protected)
+
+
 def make_machine_driver_class(base_cls, error, machine_mod, machines: dict):
     """The fake driver, with power, boot device and virtual CD of machine-backed systems acting on
     their QEMU machine (every other system is left to ``base_cls`` untouched)."""
 
-    class NodeforgeMachineDriver(base_cls):
-
-        def machine(self, identity):
-            return machines.get(self.uuid(identity))
-
-        def _call(self, fn, *args):
-            try:
-                return fn(*args)
-            except machine_mod.MachineError as exc:
-                raise error.FishyError(str(exc), code=500) from None
-
-        def get_power_state(self, identity):
-            m = self.machine(identity)
-            return m.power_state() if m else super().get_power_state(identity)
-
-        def set_power_state(self, identity, state):
-            m = self.machine(identity)
-            if m is None:
-                return super().set_power_state(identity, state)
-            if state not in ("On", "ForceOn", "ForceOff", "GracefulShutdown", "GracefulRestart",
-                             "ForceRestart", "PowerCycle", "PushPowerButton", "Nmi"):
-                raise error.NotSupportedError(f"Power state {state} is not supported")
-            self._call(m.set_power_state, state)
-
-        def get_boot_device(self, identity):
-            m = self.machine(identity)
-            return m.boot_device if m else super().get_boot_device(identity)
-
-        def set_boot_device(self, identity, boot_source):
-            m = self.machine(identity)
-            if m is None:
-                return super().set_boot_device(identity, boot_source)
-            if boot_source not in machine_mod.BOOT_TARGETS:
-                raise error.BadRequest(f"boot target {boot_source!r}: a machine boots from "
-                                       f"{', '.join(machine_mod.BOOT_TARGETS)}")
-            self._call(m.set_boot, boot_source)
-
-        def set_boot_enabled(self, identity, enabled):
-            m = self.machine(identity)
-            if enabled not in machine_mod.BOOT_ENABLED:
-                raise error.BadRequest(f"BootSourceOverrideEnabled {enabled!r}: one of "
-                                       f"{', '.join(machine_mod.BOOT_ENABLED)}")
-            self._call(m.set_boot, None, enabled)
-
-        def set_boot_mode(self, identity, boot_mode):
-            if self.machine(identity) and boot_mode != "UEFI":
-                raise error.BadRequest("a machine-backed system boots UEFI (OVMF) only")
-            super().set_boot_mode(identity, boot_mode)
-
-        def get_boot_image(self, identity, device):
-            m = self.machine(identity)
-            if m is None:
-                return super().get_boot_image(identity, device)
-            if device != "Cd" or not m.cd:
-                return None, False, False
-            return m.cd, m.cd_write_protected, True
-
-        def set_boot_image(self, identity, device, boot_image=None, write_protected=True):
-            m = self.machine(identity)
-            if m is None:
-                return super().set_boot_image(identity, device, boot_image, write_protected)
-            if device != "Cd":
-                if boot_image:
-                    raise error.NotSupportedError(f"virtual media device {device}: a machine has a CD only")
-                return None
-            self._call(m.set_cd, boot_image or None, write_protected)
+    class NodeforgeMachineDriver(_MachineBacked, base_cls):
+        _machines, _machine_mod, _error = machines, machine_mod, error
 
     return NodeforgeMachineDriver
 
