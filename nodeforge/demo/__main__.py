@@ -147,10 +147,16 @@ def agent_deploy_images() -> dict[str, str]:
     return agent_images.driver_info(items)
 
 
+# A new server's cleaning policy (docs/inventory.md), kept short for the demo: a burn-in of CPU,
+# memory and disk and a full-disk erase once at enrollment, then automated cleaning on every provide.
+MACHINE_CLEANING = {"mode": "automated", "burn_in": {"cpu": 10, "memory": 10, "disk": 10}, "erase": "full"}
+
+
 def write_inventory(state: Path, paths: Paths, deploy_images: dict[str, str] | None) -> Path:
     """The emulated Redfish batch (no machine behind it: out-of-band inspection, cleaning 'none'),
     and, with ``deploy_images``, the machine behind a Redfish BMC as a hardware team enrolls a
-    server with the agent (virtual media, in-band inspection, automated cleaning)."""
+    server with the agent (virtual media, in-band inspection, burn-in and full erase, automated
+    cleaning)."""
     secrets = state / "baremetal"
     secrets.mkdir(parents=True, exist_ok=True)
     os.chmod(secrets, 0o700)
@@ -170,7 +176,8 @@ def write_inventory(state: Path, paths: Paths, deploy_images: dict[str, str] | N
         [machine] = bmc.redfish_machines()
         nodes.append(bmc.machine_inventory_entry(paths, machine, name=f"{NODE_PREFIX}{machine.name}",
                                                  password_ref=f"file:{pw}", deploy_images=deploy_images,
-                                                 kernel_append=dc_openstack.IRONIC_KERNEL_APPEND))
+                                                 kernel_append=dc_openstack.IRONIC_KERNEL_APPEND,
+                                                 cleaning=MACHINE_CLEANING))
     inv = secrets / "inventory.yaml"
     inv.write_text(yaml.safe_dump({"version": 1, "nodes": nodes}, sort_keys=False))
     return inv

@@ -28,6 +28,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import subprocess
 import time
 import uuid
@@ -48,6 +49,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.devcloud]
 
 RC = "baremetal-canary"              # manifests/hardware-profiles.yaml: profile 'canary'
 GOLDEN = "golden-image"              # the broken image's baked hostname
+# A hardware team's new-server policy, short: burn-in and a full-disk erase once at enrollment (the
+# agent's manual cleaning), then automated cleaning (metadata) on every provide.
+CLEANING = {"mode": "automated", "burn_in": {"cpu": 5, "memory": 5, "disk": 5}, "erase": "full"}
+ENROLLMENT_STEPS = ("burnin_cpu", "burnin_memory", "burnin_disk", "erase_devices")
 
 
 def _nf(capsys, *args: str) -> tuple[int, dict | None, str]:
@@ -126,7 +131,8 @@ def machine(devcloud, tmp_path_factory):
     inventory = secrets / "machines.yaml"
     inventory.write_text(yaml.safe_dump({"version": 1, "scope": f"canary-{tag}", "nodes": [
         bmc.machine_inventory_entry(devcloud.paths, system, name=name, password_ref=f"file:{secrets / 'redfish.pw'}",
-                                    deploy_images=agent["driver_info"], kernel_append=openstack.IRONIC_KERNEL_APPEND)]},
+                                    deploy_images=agent["driver_info"], kernel_append=openstack.IRONIC_KERNEL_APPEND,
+                                    cleaning=CLEANING)]},
         sort_keys=False))
     t0 = time.monotonic()
     report = nf("--os-cloud", "nodeforge-dev-system", "baremetal", "enroll", str(inventory), "--timeout", "1800",
@@ -186,6 +192,12 @@ def test_the_machine_is_inspected_by_the_agent_and_classified_into_the_canary_po
     assert node.driver_internal_info.get("agent_url") == f"https://127.0.0.1:{machine['system'].machine.agent_port}"
     console = (machine["dir"] / "console.log").read_text(errors="replace")
     assert "ironic-python-agent[" in console and "erase_devices_metadata" in console
+    # The enrollment's burn-in and full erase ran in that agent, in order, before automated cleaning.
+    done = [m.group(1) for m in re.finditer(r"Clean step completed: .*?'step': '(\w+)'", console)]
+    assert [s for s in done if s in ENROLLMENT_STEPS] == list(ENROLLMENT_STEPS), done
+    assert done.index("erase_devices") < len(done) - 1 - done[::-1].index("erase_devices_metadata"), done
+    assert "stress-ng" in console and "fio" in console
+    assert node.driver_info.get("agent_burnin_cpu_timeout") == 5
     print(f"\nagent: enroll -> inspect -> clean -> available in {machine['timings']['enroll']:.0f} s")
 
 

@@ -128,13 +128,15 @@ def redfish_driver_info(paths: Paths, system: RedfishSystem, port: int | None = 
 
 
 def machine_inventory_entry(paths: Paths, system: RedfishSystem, *, name: str, password_ref: str,
-                            deploy_images: dict[str, str], kernel_append: str) -> dict:
+                            deploy_images: dict[str, str], kernel_append: str,
+                            cleaning: str | dict = "automated") -> dict:
     """A nodeforge inventory entry for a machine-backed system, as a hardware team writes one for a
     server with the agent: virtual-media boot, direct deploy, in-band inspection by the agent,
     automated cleaning; ``deploy_images``: ``deploy_kernel``/``deploy_ramdisk`` (Glance IDs);
     ``kernel_append``: Ironic's kernel parameters, to which the agent's advertise settings are
     added (Ironic reaches the agent on the machine's forward on loopback). ``password_ref``: a
-    secret reference (``file:...``), never the password."""
+    secret reference (``file:...``), never the password; ``cleaning``: the entry's cleaning policy
+    (docs/inventory.md: burn-in and a full-disk erase at enrollment, say)."""
     return {"name": name,
             "bmc": {"address": f"redfish+{redfish_system_url(system)}", "username": ensure_credentials(paths).redfish.username,
                     "password": password_ref, "verify_ca": str(pki.ca_bundle(paths))},
@@ -142,7 +144,7 @@ def machine_inventory_entry(paths: Paths, system: RedfishSystem, *, name: str, p
             "interfaces": {"boot": "redfish-virtual-media", "deploy": "direct", "inspect": "agent"},
             "driver_info": {**deploy_images, "kernel_append_params":
                             f"{kernel_append} ipa-advertise-host={HOST} ipa-advertise-port={system.machine.agent_port}"},
-            "inspect": True, "cleaning": "automated"}
+            "inspect": True, "cleaning": cleaning}
 
 
 def redfish_machines(count: int = fleet.DEFAULT_MACHINE_COUNT, agent_port: int | None = None,

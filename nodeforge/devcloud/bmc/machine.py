@@ -233,7 +233,9 @@ class QemuMachine:
                        f"serial={_opt(s['serial'])},sku={_opt(s['sku'])},uuid={s['uuid']}",
             "-drive", f"if=pflash,format=raw,unit=0,readonly=on,file={_opt(t['ovmf_code'])}",
             "-drive", f"if=pflash,format=raw,unit=1,file={_opt(self.path('OVMF_VARS.fd'))}",
-            "-drive", f"if=none,id=disk0,format=qcow2,cache=unsafe,discard=unmap,"
+            # Thin like a SAN volume: blocks the guest zeroes (a full-disk erase's zero pass) are
+            # unmapped in the qcow2, not written out on this host's disk.
+            "-drive", f"if=none,id=disk0,format=qcow2,cache=unsafe,discard=unmap,detect-zeroes=unmap,"
                       f"file={_opt(self.path('disk.qcow2'))}",
             "-device", f"virtio-blk-pci,drive=disk0,id=disk,bootindex={index['Hdd']}",
             "-drive", f"if=none,id=cd0,media=cdrom,readonly=on{cd}",
