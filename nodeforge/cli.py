@@ -21,18 +21,51 @@ from nodeforge.redact import scrub
 # The command groups: name -> the module defining it (nodeforge/commands/<name>.py).
 GROUPS = {name: f"nodeforge.commands.{name}" for name in
           ("devcloud", "release", "image", "baremetal", "flavor", "template", "pipeline", "report")}
+# What ``nodeforge --help`` lists for each group without importing it: the first paragraph of the
+# group's docstring (tests/test_cli_errors.py holds them equal).
+SUMMARIES = {
+    "baremetal": "Bare-metal enrollment into Ironic (system-scoped credentials: --os-cloud nodeforge-dev-system).",
+    "devcloud": "Run a real local OpenStack (Keystone, Glance, Nova API, Placement, Barbican, Ironic, Neutron, "
+                "Magnum with RabbitMQ) plus Redfish and IPMI BMC emulators on 127.0.0.1.",
+    "flavor": "Bare-metal Nova flavors: one per Ironic resource class.",
+    "image": "Node images: publish to Glance, sign, promote, list.",
+    "pipeline": "The release pipeline: a new Kubernetes patch release or Debian package update to approved "
+                "images, recorded.",
+    "release": "Release watch: Kubernetes patch releases and Debian package updates; bump the locks, prefetch "
+               "artifacts.",
+    "report": "Reports to look at: HTML pages made from the JSON documents nodeforge writes.",
+    "template": "Magnum cluster templates: approved image + bare-metal flavors + capacity + driver.",
+}
 
 
 class LazyGroup(click.Group):
     """A group whose subcommand groups are imported when click first asks for one
     (:meth:`get_command`): a command pays only for its own imports (``release prefetch``
     starts in half the time of importing every group); ``nodeforge --help`` lists them all
-    (:meth:`list_commands`) and so imports them. Each group gets the global options when it
-    is loaded (:func:`options.add_common_options`), so they work on either side of it."""
+    from their summaries (:meth:`format_commands`), importing none. Each group gets the global
+    options when it is loaded (:func:`options.add_common_options`), so they work on either
+    side of it."""
 
-    def __init__(self, *args, lazy: dict[str, str], **kwargs):
+    def __init__(self, *args, lazy: dict[str, str], summaries: dict[str, str], **kwargs):
         super().__init__(*args, **kwargs)
-        self.lazy = dict(lazy)
+        self.lazy, self.summaries = dict(lazy), dict(summaries)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """click's listing, with a group not loaded yet shown by its summary, shortened as click
+        shortens a loaded group's help."""
+        names = self.list_commands(ctx)
+        if not names:
+            return
+        limit = formatter.width - 6 - max(len(n) for n in names)
+        rows = []
+        for name in names:
+            cmd = self.commands.get(name)
+            if cmd is None and name in self.summaries:
+                rows.append((name, click.Command(name, help=self.summaries[name]).get_short_help_str(limit)))
+            elif (cmd := self.get_command(ctx, name)) is not None and not cmd.hidden:
+                rows.append((name, cmd.get_short_help_str(limit)))
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*self.lazy, *self.commands})
@@ -45,7 +78,7 @@ class LazyGroup(click.Group):
         return self.commands.get(name)
 
 
-@click.group(cls=LazyGroup, lazy=GROUPS, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=LazyGroup, lazy=GROUPS, summaries=SUMMARIES, context_settings={"help_option_names": ["-h", "--help"]})
 @options.os_cloud
 @options.output
 @options.verbose
