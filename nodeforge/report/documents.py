@@ -31,6 +31,7 @@ class Documents:
     catalog: dict | None = None              # the image catalog snapshot (images: image list rows)
     audits: dict[str, dict] = dataclasses.field(default_factory=dict)     # file name -> template check --live
     hardware: dict[str, dict] = dataclasses.field(default_factory=dict)   # file name -> hardware audit
+    verify: dict[str, dict] = dataclasses.field(default_factory=dict)     # minor -> the run's verify report
     skipped: list[str] = dataclasses.field(default_factory=list)        # JSON files that are neither
 
     def __bool__(self) -> bool:
@@ -89,6 +90,8 @@ def find(root: Path | str, catalog: dict | None = None) -> Documents:
     with gc_paused():
         for path in files:
             _read_one(docs, path)
+        if docs.run is not None:
+            _read_verify_reports(docs)
     if catalog is not None:
         docs.catalog = scrub_obj(as_catalog(catalog, "the cloud, now"))
     if not docs:
@@ -119,6 +122,30 @@ def _read_one(docs: Documents, path: Path) -> None:
         docs.hardware[path.name] = scrub_obj(doc)
     else:
         docs.skipped.append(f"{path.name}: not a run record, an enrollment report, a catalog or an audit")
+
+
+def _read_verify_reports(docs: Documents) -> None:
+    """The verify reports the run record names (each verify stage's ``verify_json``: the build's
+    ``verify.json``, with every boot's timeline), read when they lie inside the run directory, as the
+    pipeline writes them; one elsewhere is listed as not read (the report reads nothing outside)."""
+    root = docs.root.resolve()
+    for stage in docs.run.get("stages") or []:
+        outputs = stage.get("outputs") if isinstance(stage, dict) and stage.get("name") == "verify" else None
+        path = outputs.get("verify_json") if isinstance(outputs, dict) else None
+        if not isinstance(path, str):
+            continue
+        real = Path(path).resolve()
+        if not real.is_relative_to(root) or not real.is_file():
+            docs.skipped.append(f"{Path(path).name} of verify [{stage.get('minor')}]: not in this run directory, "
+                                "not read (no boot timelines)")
+            continue
+        try:
+            doc = schema.read_json(real, LIMITS)
+        except ConfigError as exc:
+            docs.skipped.append(f"{real.relative_to(root)}: {exc}")
+            continue
+        if isinstance(doc, dict) and isinstance(doc.get("variants"), dict):
+            docs.verify[str(stage.get("minor") or "")] = scrub_obj(doc)
 
 
 def as_catalog(doc, source: str) -> dict:

@@ -139,11 +139,74 @@ def catalog_groups(catalog: dict) -> list[dict]:
     return out
 
 
+# A boot's parts, between the markers of the verify report's ``timeline`` (seconds from the start).
+BOOT_PARTS = (("firmware", "firmware", "bootloader"), ("boot loader", "bootloader", "kernel"),
+              ("kernel", "kernel", "userspace"), ("userspace", "userspace", "checks"), ("checks", "checks", "report"))
+
+
+def _number(value) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def boots(verify: dict[str, dict]) -> dict:
+    """Every verify boot of the run (minor, variant): its result, accelerator and why, time to the
+    verdict, and one segment per part of the boot (:data:`BOOT_PARTS`), laid out as a bar each."""
+    rows = []
+    for minor, report in sorted(verify.items()):
+        for variant, v in sorted((report.get("variants") or {}).items()):
+            if not isinstance(v, dict):
+                continue
+            marks = v.get("timeline") if isinstance(v.get("timeline"), dict) else {}
+            parts = []
+            for label, a, b in BOOT_PARTS:
+                start, end = _number(marks.get(a)), _number(marks.get(b))
+                if start is not None and end is not None:
+                    parts.append({"label": label, "start": start, "seconds": max(end - start, 0.0)})
+            seconds = v.get("seconds") if isinstance(v.get("seconds"), dict) else {}
+            rows.append({"minor": minor, "variant": variant, "passed": v.get("passed") is True,
+                         "accel": v.get("accel"), "why": v.get("accel_reason"), "fallback": v.get("fallback"),
+                         "seconds": _number(seconds.get("boot_to_verdict")), "parts": parts,
+                         "by_part": {p["label"]: p["seconds"] for p in parts}})
+    span = max([r["seconds"] or 0 for r in rows] + [p["start"] + p["seconds"] for r in rows for p in r["parts"]]
+               + [1.0])
+    scale = (TIMELINE_WIDTH - 260) / span
+    for i, r in enumerate(rows):
+        r["y"] = i * 26 + 10
+        for p in r["parts"]:
+            p.update(x=260 + p["start"] * scale, width=max(p["seconds"] * scale, 1))
+    return {"rows": rows, "parts": [label for label, _, _ in BOOT_PARTS], "height": len(rows) * 26 + 30,
+            "width": TIMELINE_WIDTH}
+
+
+def stage_outputs(run: dict, name: str) -> list[tuple[str, dict]]:
+    """(minor, outputs) of every stage ``name`` of the run that recorded outputs."""
+    return [(str(s.get("minor") or ""), s["outputs"]) for s in run.get("stages") or []
+            if isinstance(s, dict) and s.get("name") == name and isinstance(s.get("outputs"), dict)]
+
+
+CANARY_TIMES = ("allocate", "deploy", "first_boot", "checks", "clean")
+
+
+def canaries(run: dict) -> list[dict]:
+    """One row per canary class of the run's canary stages: result, node and its times."""
+    rows = []
+    for minor, out in stage_outputs(run, "canary"):
+        for rc, v in sorted((out.get("classes") or {}).items()):
+            if isinstance(v, dict):
+                seconds = v.get("seconds") if isinstance(v.get("seconds"), dict) else {}
+                rows.append({"minor": minor, "resource_class": rc, "passed": v.get("passed") is True,
+                             "node": v.get("node"), "seconds": {k: _number(seconds.get(k)) for k in CANARY_TIMES}})
+    return rows
+
+
 def _run_context(docs: Documents, page: Page) -> dict:
     approved = docs.run.get("approved") if isinstance(docs.run.get("approved"), dict) else {}
     rows = [(minor, variant, image) for minor, variants in approved.items() if isinstance(variants, dict)
             for variant, image in variants.items()]
-    return {"run": docs.run, "timeline": timeline(docs.run), "approved": rows}
+    builds = [(minor, {k: _number(v) for k, v in out["build_seconds"].items()})
+              for minor, out in stage_outputs(docs.run, "build") if isinstance(out.get("build_seconds"), dict)]
+    return {"run": docs.run, "timeline": timeline(docs.run), "approved": rows, "boots": boots(docs.verify),
+            "canaries": canaries(docs.run), "canary_times": CANARY_TIMES, "builds": builds}
 
 
 def _batch_context(docs: Documents, page: Page) -> dict:

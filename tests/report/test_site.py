@@ -243,3 +243,57 @@ def test_documents_are_told_apart_by_shape(tmp_path):
     assert kind_of({"error": "no cloud", "hint": "set OS_CLOUD", "exit_code": 2}) is None
     assert kind_of({"summary": {}, "nodes": [{"name": "n1"}]}) is None
     assert kind_of({"findings": [], "templates": "x", "counts": {}}) is None
+
+
+def _succeeded_run(root, verify_json) -> None:
+    """The failed record of the factory made a succeeded one with what the pipeline's stages record:
+    the build's seconds, verify's report (``verify_json``), a canary class."""
+    from nodeforge.pipeline import runrecord as rr
+
+    factory.run_record(root, sequential=True)
+    rec = rr.RunRecord.load(root.parent, root.name)
+    rec.stage("build", "1.36").outputs = {"build_seconds": {"rootfs": 27.5, "disk_vm": 9.4, "total": 52.8}}
+    verify = rec.stage("verify", "1.36")
+    verify.status, verify.error, verify.outputs = rr.SUCCEEDED, None, {"verify_json": str(verify_json)}
+    rec.stage("canary", "1.36").outputs = {"asked": True, "classes": {"baremetal-canary": {
+        "passed": True, "node": "rf-vm-01", "seconds": {"allocate": 1.0, "deploy": 80.5, "first_boot": 60.6,
+                                                       "checks": 0.0, "clean": 95.5}}}}
+    rec.status = rr.SUCCEEDED
+    rec.save()
+
+
+def test_the_run_shows_each_boot_by_part_the_canary_and_the_build_from_the_run_s_own_reports(tmp_path, capsys):
+    root = tmp_path / "runs" / "r1"
+    build = root / "builds" / "k8s-1.36.1"
+    build.mkdir(parents=True)
+    marks = {"baremetal": {"firmware": 0.0, "bootloader": 4.0, "kernel": 8.5, "userspace": 12.0, "checks": 47.6,
+                           "report": 48.6},
+             "vm": {"firmware": 0.0, "bootloader": 0.5, "kernel": 8.0, "userspace": 13.0, "checks": 49.0,
+                    "report": 50.0}}
+    (build / "verify.json").write_text(json.dumps({"schema": 3, "variants": {
+        v: {"passed": True, "accel": "tcg", "accel_reason": "auto: KVM probe failed", "fallback": None,
+            "seconds": {"boot_to_verdict": m["report"]}, "timeline": m} for v, m in marks.items()}}))
+    _succeeded_run(root, build / "verify.json")
+    dest = tmp_path / "site"
+    assert main(["report", "html", str(root), "--dest", str(dest)]) == 0
+    page = Page((dest / "run.html").read_text())
+    boots = page.all("g", **{"class": "boot"})
+    assert [(b["data-boot"], float(b["data-seconds"])) for b in boots] == [("1.36 baremetal", 48.6), ("1.36 vm", 50.0)]
+    parts = [(r["data-part"], float(r["data-seconds"])) for r in page.all("rect") if "data-part" in r]
+    order = ("firmware", "bootloader", "kernel", "userspace", "checks", "report")
+    want = [(label, round(m[b] - m[a], 1)) for m in marks.values() for label, (a, b) in
+            zip(("firmware", "boot loader", "kernel", "userspace", "checks"), zip(order, order[1:]))]
+    assert parts == want                                  # each part as long as its console markers say
+    text = " ".join(page.text)
+    assert "baremetal-canary" in text and "rf-vm-01" in text and "80.5 s" in text and "95.5 s" in text
+    assert "rootfs" in text and "27.5 s" in text
+    # A verify report outside the run directory is not read: named on the index, no boots shown.
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "verify.json").write_text((build / "verify.json").read_text())
+    other = tmp_path / "runs" / "r2"
+    _succeeded_run(other, outside / "verify.json")
+    capsys.readouterr()
+    assert main(["report", "html", str(other), "--dest", str(tmp_path / "site2")]) == 0
+    assert not Page((tmp_path / "site2" / "run.html").read_text()).all("g", **{"class": "boot"})
+    assert "not in this run directory" in (tmp_path / "site2" / "index.html").read_text()
