@@ -295,15 +295,75 @@ def templates_step(run_dir: Path) -> int:
                       "--report", str(run_dir / "template-audit.json"))
 
 
-def hardware_audit(run_dir: Path) -> None:
-    """The demo's nodes against their profiles (``baremetal audit``: baseline drift, outliers in a
-    class), written beside the run record for the report's hardware page. Informational: the
-    demo's nodes are of several shapes, each alone in its class, and carry no baseline."""
-    say("\n== hardware audit of the demo's nodes (baremetal audit)")
-    code = nf("--os-cloud", SYSTEM_CLOUD, "baremetal", "audit", "--node", f"{NODE_PREFIX}*",
-              "--report", str(run_dir / "hardware-audit.json"))
-    if code not in (0, int(ExitCode.DRIFT)):
-        say(f"  the audit could not read every node (exit {code}); see above")
+# The baseline the demo declares for one profile (docs/baseline.md): two BIOS settings every
+# compute node must have (steady clocks; no network boot from the first NIC: they boot from their
+# disk), judged against the emulated machines' registry.
+DEMO_BASELINE = {"bios_registry": "bios-registry-qemu.yaml",
+                 "bios": {"ProcTurboMode": "Disabled", "NicBoot1": "Disabled"}}
+BASELINE_PROFILE = "compute"
+
+
+def baseline_profiles(state: Path) -> Path:
+    """The production profiles (manifests/hardware-profiles.yaml, which classified the batch) with
+    the demo's baseline on the compute profile, written beside the demo's state with the registry
+    it is judged against."""
+    from nodeforge import schema
+    from nodeforge.ironic import profiles as profiles_mod
+
+    data = schema.load(profiles_mod.DEFAULT_PATH).data
+    for profile in data["profiles"]:
+        if profile["name"] == BASELINE_PROFILE:
+            profile["baseline"] = DEMO_BASELINE
+    shutil.copyfile(REPO / "docs" / "examples" / "bios-registry-qemu.yaml", state / "bios-registry-qemu.yaml")
+    path = state / "hardware-profiles.yaml"
+    path.write_text("# the demo's copy of manifests/hardware-profiles.yaml with a baseline for the compute "
+                    "profile\n" + yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def drift_behind_ironic(paths: Paths, node_name: str) -> None:
+    """What an operator at a BMC's console does, unseen by Ironic: one compute node's turbo mode
+    switched back on, straight on the emulated BMC."""
+    creds = bmc.credentials(paths)
+    systems = {f"{NODE_PREFIX}{s.shape}-{s.index:03d}": s for s in bmc.redfish_systems()}
+    url = f"{bmc.redfish_endpoint(bmc.redfish_port())}/redfish/v1/Systems/{systems[node_name].uuid}/BIOS/Settings"
+    r = requests.patch(url, json={"Attributes": {"ProcTurboMode": "Enabled"}}, timeout=30,
+                       auth=(creds.redfish.username, creds.redfish.password.reveal()), verify=str(bmc.ca_bundle(paths)))
+    r.raise_for_status()
+
+
+def hardware_step(state: Path, paths: Paths, inventory: Path, run_dir: Path) -> int:
+    """The hardware baseline (docs/baseline.md): the compute profile's BIOS settings applied to the
+    batch through Ironic's cleaning, one node's setting changed behind Ironic's back, and the audit
+    (reading the BMCs themselves, ``--inventory``) finds it; the audit is written beside the run
+    record for the report's hardware page. 1 when the apply failed or the audit missed the change."""
+    say("\n== hardware baseline: the compute profile's BIOS settings applied to the batch (baremetal baseline "
+        "apply), one changed behind Ironic's back at its BMC, then the audit (baremetal audit)")
+    profiles = baseline_profiles(state)
+    select = ("--profiles", str(profiles), "--node", f"{NODE_PREFIX}*")
+    code = nf("--os-cloud", SYSTEM_CLOUD, "baremetal", "baseline", "apply", *select, "--timeout", "900")
+    if code:
+        return code
+    drifted = f"{NODE_PREFIX}compute-{DEMO_SYSTEMS[1]:03d}"
+    drift_behind_ironic(paths, drifted)
+    say(f"  {drifted}: ProcTurboMode set back to Enabled at its BMC (Ironic was not told)")
+    report = run_dir / "hardware-audit.json"
+    code = nf("--os-cloud", SYSTEM_CLOUD, "baremetal", "audit", *select, "--inventory", str(inventory),
+              "--report", str(report))
+    found = [n for n in schema_read(report).get("nodes", []) if n.get("status") == "drift"]
+    if code != int(ExitCode.DRIFT) or [n.get("name") for n in found] != [drifted]:
+        say(f"  the audit did not find exactly that change (exit {code}; drift on {[n.get('name') for n in found]})")
+        return 1
+    say(f"  the audit found it: {drifted} bios.ProcTurboMode Enabled, wanted Disabled (exit {code}: drift); "
+        "the next 'baremetal baseline apply' sets it back")
+    return 0
+
+
+def schema_read(path: Path) -> dict:
+    from nodeforge import schema
+
+    doc = schema.read_json(path)
+    return doc if isinstance(doc, dict) else {}
 
 
 def say_result(record: rr.RunRecord, approved: list[dict], templates: list[dict], label: str | None) -> int:
@@ -368,7 +428,7 @@ def main(argv: list[str] | None = None) -> int:
     templates = []
     if not args.skip_baremetal:
         code = code or templates_step(record.root)
-        hardware_audit(record.root)
+        code = code or hardware_step(state, paths, state / "baremetal" / "inventory.yaml", record.root)
         templates = applied_templates(config.connect())
         rest_machine()
         if not templates:

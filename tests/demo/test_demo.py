@@ -63,3 +63,16 @@ def test_the_fixture_lockfile_builds_images_the_shipped_templates_choose(tmp_pat
     for name in demo.TEMPLATES:
         assert shipped[name].scope == scope, name
     assert F.load(demo.REPO / "manifests" / "flavors.yaml").scope == scope
+
+
+def test_the_demo_baseline_profiles_load_and_only_the_compute_profile_has_a_baseline(tmp_path):
+    """The demo's profiles file (the production profiles with its baseline on one profile) is one
+    the profile loader accepts: every BIOS name and value judged against the registry beside it."""
+    from nodeforge.ironic import profiles
+
+    loaded = profiles.load(demo.baseline_profiles(tmp_path))
+    production = profiles.load()
+    assert [p.name for p in loaded.profiles] == [p.name for p in production.profiles]
+    with_baseline = {p.name: p.baseline for p in loaded.profiles if p.baseline}
+    assert list(with_baseline) == [demo.BASELINE_PROFILE]
+    assert with_baseline["compute"].bios == {"ProcTurboMode": "Disabled", "NicBoot1": "Disabled"}
