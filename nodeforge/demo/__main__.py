@@ -15,6 +15,9 @@
    ``k8s-1.36-baremetal-vN`` and ``k8s-1.36-vm-vN``, new only when their
    content changed), then every template and cluster in Magnum audited
    (``template check --live``, which must be clean);
+5. the hardware baseline: two BIOS settings declared for the compute profile, applied to the
+   batch through Ironic's cleaning (``baremetal baseline apply``), one changed at its BMC behind
+   Ironic's back, found by ``baremetal audit`` reading the BMCs;
 then the approved image IDs next to the Magnum template IDs, the canary's times, and where the
 run report is.
 
