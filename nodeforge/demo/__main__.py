@@ -38,7 +38,7 @@ from pathlib import Path
 import requests
 import yaml
 
-from nodeforge import cli, log
+from nodeforge import cli, log, schema
 from nodeforge.cloud import connect
 from nodeforge.errors import ExitCode
 from nodeforge.devcloud import bmc, openstack as dc_openstack, signing_key
@@ -155,6 +155,16 @@ def agent_deploy_images() -> dict[str, str]:
 MACHINE_CLEANING = {"mode": "automated", "burn_in": {"cpu": 10, "memory": 10, "disk": 10}, "erase": "full"}
 
 
+def batch_node_name(system) -> str:
+    """The demo's node name of an emulated Redfish system of the batch (``nfdemo-compute-041``)."""
+    return f"{NODE_PREFIX}{system.shape}-{system.index:03d}"
+
+
+def machine_node_name(machine) -> str:
+    """The demo's node name of the machine behind a Redfish BMC (``nfdemo-rf-vm-01``)."""
+    return f"{NODE_PREFIX}{machine.name}"
+
+
 def write_inventory(state: Path, paths: Paths, deploy_images: dict[str, str] | None) -> Path:
     """The emulated Redfish batch (no machine behind it: out-of-band inspection, cleaning 'none'),
     and, with ``deploy_images``, the machine behind a Redfish BMC as a hardware team enrolls a
@@ -170,14 +180,14 @@ def write_inventory(state: Path, paths: Paths, deploy_images: dict[str, str] | N
     nodes = []
     for i in DEMO_SYSTEMS:
         s = systems[i]
-        nodes.append({"name": f"{NODE_PREFIX}{s.shape}-{i:03d}",
+        nodes.append({"name": batch_node_name(s),
                       "bmc": {"address": f"redfish+https://127.0.0.1:{bmc.redfish_port()}/redfish/v1/Systems/{s.uuid}",
                               "username": creds.redfish.username, "password": f"file:{pw}",
                               "verify_ca": str(bmc.ca_bundle(paths))},
                       "macs": list(s.macs), "resource_class": None, "inspect": True, "cleaning": "none"})
     if deploy_images:
         [machine] = bmc.redfish_machines()
-        nodes.append(bmc.machine_inventory_entry(paths, machine, name=f"{NODE_PREFIX}{machine.name}",
+        nodes.append(bmc.machine_inventory_entry(paths, machine, name=machine_node_name(machine),
                                                  password_ref=f"file:{pw}", deploy_images=deploy_images,
                                                  kernel_append=dc_openstack.IRONIC_KERNEL_APPEND,
                                                  cleaning=MACHINE_CLEANING))
@@ -213,7 +223,7 @@ def rest_machine(timeout: float = 300) -> None:
     ironic = BaremetalClient(connect(SYSTEM_CLOUD))
     [machine] = bmc.redfish_machines()
     try:
-        node = ironic.get_node(f"{NODE_PREFIX}{machine.name}")
+        node = ironic.get_node(machine_node_name(machine))
     except IronicError:
         return
     if node.get("provision_state") != "available" or node.get("power_state") != "power on":
@@ -310,7 +320,6 @@ def baseline_profiles(state: Path) -> Path:
     """The production profiles (manifests/hardware-profiles.yaml, which classified the batch) with
     the demo's baseline on the compute profile, written beside the demo's state with the registry
     it is judged against."""
-    from nodeforge import schema
     from nodeforge.ironic import profiles as profiles_mod
 
     data = schema.load(profiles_mod.DEFAULT_PATH).data
@@ -324,12 +333,11 @@ def baseline_profiles(state: Path) -> Path:
     return path
 
 
-def drift_behind_ironic(paths: Paths, node_name: str) -> None:
+def drift_behind_ironic(paths: Paths, system) -> None:
     """What an operator at a BMC's console does, unseen by Ironic: one compute node's turbo mode
     switched back on, straight on the emulated BMC."""
     creds = bmc.credentials(paths)
-    systems = {f"{NODE_PREFIX}{s.shape}-{s.index:03d}": s for s in bmc.redfish_systems()}
-    url = f"{bmc.redfish_endpoint(bmc.redfish_port())}/redfish/v1/Systems/{systems[node_name].uuid}/BIOS/Settings"
+    url = f"{bmc.redfish_endpoint(bmc.redfish_port())}/redfish/v1/Systems/{system.uuid}/BIOS/Settings"
     r = requests.patch(url, json={"Attributes": {"ProcTurboMode": "Enabled"}}, timeout=30,
                        auth=(creds.redfish.username, creds.redfish.password.reveal()), verify=str(bmc.ca_bundle(paths)))
     r.raise_for_status()
@@ -347,26 +355,21 @@ def hardware_step(state: Path, paths: Paths, inventory: Path, run_dir: Path) -> 
     code = nf("--os-cloud", SYSTEM_CLOUD, "baremetal", "baseline", "apply", *select, "--timeout", "900")
     if code:
         return code
-    drifted = f"{NODE_PREFIX}compute-{DEMO_SYSTEMS[1]:03d}"
-    drift_behind_ironic(paths, drifted)
+    system = {s.index: s for s in bmc.redfish_systems()}[DEMO_SYSTEMS[1]]       # a compute-shaped one
+    drifted = batch_node_name(system)
+    drift_behind_ironic(paths, system)
     say(f"  {drifted}: ProcTurboMode set back to Enabled at its BMC (Ironic was not told)")
     report = run_dir / "hardware-audit.json"
     code = nf("--os-cloud", SYSTEM_CLOUD, "baremetal", "audit", *select, "--inventory", str(inventory),
               "--report", str(report))
-    found = [n for n in schema_read(report).get("nodes", []) if n.get("status") == "drift"]
+    doc = schema.read_json(report)
+    found = [n for n in (doc.get("nodes", []) if isinstance(doc, dict) else []) if n.get("status") == "drift"]
     if code != int(ExitCode.DRIFT) or [n.get("name") for n in found] != [drifted]:
         say(f"  the audit did not find exactly that change (exit {code}; drift on {[n.get('name') for n in found]})")
         return 1
     say(f"  the audit found it: {drifted} bios.ProcTurboMode Enabled, wanted Disabled (exit {code}: drift); "
         "the next 'baremetal baseline apply' sets it back")
     return 0
-
-
-def schema_read(path: Path) -> dict:
-    from nodeforge import schema
-
-    doc = schema.read_json(path)
-    return doc if isinstance(doc, dict) else {}
 
 
 def say_result(record: rr.RunRecord, approved: list[dict], templates: list[dict], label: str | None) -> int:
