@@ -162,6 +162,11 @@ class BaremetalClient:
     def patch_node(self, ident: str, patch: list[dict]) -> dict:
         return self.call("PATCH", f"/nodes/{ident}", f"update node {ident}", body=patch, write=True)
 
+    def set_target_raid_config(self, ident: str, config: dict) -> None:
+        """The RAID layout ``raid.create_configuration`` builds (``{"logical_disks": [...]}``)."""
+        self.call("PUT", f"/nodes/{ident}/states/raid", f"set target RAID configuration of {ident}", body=config,
+                  write=True)
+
     def set_traits(self, ident: str, traits: list[str]) -> None:
         self.call("PUT", f"/nodes/{ident}/traits", f"set traits of {ident}", body={"traits": traits}, write=True)
 

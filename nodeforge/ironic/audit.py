@@ -55,9 +55,11 @@ class NodeView:
     resource_class: str | None
     source: str = "ironic"                   # ironic | bmc
     bios: list[dict] | None = None
-    disks: list[dict] | None = None          # inspected disks, sizes in bytes
+    disks: list[dict] | None = None          # the physical disks a RAID is built from, sizes in bytes
     raid_config: dict | None = None
     firmware: list[dict] | None = None
+    root_device: dict | None = None          # the node's root device hints (a property)
+    agent: bool = False                      # the node boots Ironic's agent (deploy images in driver_info)
     facts: P.Facts | None = None
     error: str | None = None
 
@@ -164,7 +166,8 @@ def judge(view: NodeView, profile: P.Profile | None) -> NodeAudit:
     if view.source == "bmc" and b.raid and raid is not None:
         raid = live_raid_config(raid.get("volumes") or [], list(b.raid))
     plan = bl.plan_node(b, view.name, bios=view.bios if b.bios else None, disks=view.disks, raid_config=raid,
-                        firmware=view.firmware if b.firmware else None, provision_state=view.provision_state)
+                        firmware=view.firmware if b.firmware else None, provision_state=view.provision_state,
+                        root_device=view.root_device)
     status = PROBLEM if plan.problems else DEFERRED if plan.items and plan.deferred else \
         DRIFTED if plan.items else OK
     return NodeAudit(view, profile.name, status, plan.items, [str(p) for p in plan.problems])
@@ -220,17 +223,33 @@ def outliers(views: list[NodeView]) -> list[Outlier]:
 
 # --- reading the views ------------------------------------------------------------------------
 
+def boots_agent(node: dict) -> bool:
+    """Whether cleaning this node boots Ironic's agent: its driver_info names a deploy kernel and
+    ramdisk (or an ISO) and its boot and deploy interfaces are real ones."""
+    info = node.get("driver_info") or {}
+    images = bool(info.get("deploy_kernel") and info.get("deploy_ramdisk")) or \
+        bool(info.get("deploy_iso") or info.get("redfish_deploy_iso"))
+    return images and "fake" not in (node.get("boot_interface"), node.get("deploy_interface"))
+
+
 def read_view(node: dict, provisioner: Provisioner, profile: P.Profile | None, bmc_reader=None) -> NodeView:
     """The node's view from Ironic, then (``bmc_reader``: a callable giving a
-    :class:`~nodeforge.ironic.bmcview.BmcView`, or None) from its BMC."""
+    :class:`~nodeforge.ironic.bmcview.BmcView`, or None) from its BMC.
+
+    The disks a RAID layout is judged against are the controller's physical drives: the BMC's
+    when it is read, out-of-band inspection's otherwise. In-band inspection (the agent) lists the
+    block devices the operating system sees, a RAID controller's volumes rather than its drives,
+    so its disks are not used for that (Ironic's RAID step then judges the layout itself)."""
     view = NodeView(node.get("name") or node["uuid"], node["uuid"], node.get("provision_state"),
-                    node.get("resource_class"), raid_config=node.get("raid_config") or None)
+                    node.get("resource_class"), raid_config=node.get("raid_config") or None,
+                    root_device=(node.get("properties") or {}).get("root_device") or None, agent=boots_agent(node))
     b = profile.baseline if profile else None
     try:
         data = provisioner.get_inventory(node["uuid"])
         if data and data.get("inventory"):
             view.facts = P.facts_from_inventory(data, node.get("properties") or {})
-            view.disks = list(data["inventory"].get("disks") or [])
+            if node.get("inspect_interface") != "agent":
+                view.disks = list(data["inventory"].get("disks") or [])
         if b is not None and b.bios:
             view.bios = provisioner.get_bios(node["uuid"])
         if b is not None and b.firmware:
@@ -248,6 +267,8 @@ def read_view(node: dict, provisioner: Provisioner, profile: P.Profile | None, b
             return view
         view.source, view.bios, view.firmware = "bmc", live.bios, live.firmware
         view.raid_config = {"volumes": live.volumes}
+        if live.drives:
+            view.disks = live.drives
     elif b is not None:
         missing = [what for what, pinned, got in (("BIOS settings", b.bios, view.bios),
                                                  ("firmware components", b.firmware, view.firmware))

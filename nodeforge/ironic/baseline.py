@@ -248,19 +248,27 @@ class NodePlan:
         """The manual cleaning steps that bring the node to its baseline (none when deferred)."""
         if self.deferred or self.problems:
             return []
-        out = []
-        bios = {i.item.split(".", 1)[1]: i.wanted for i in self.items if i.item.startswith("bios.")}
-        if bios:
-            out.append({"interface": "bios", "step": "apply_configuration",
-                        "args": {"settings": [{"name": k, "value": v} for k, v in sorted(bios.items())]}})
-        if any(i.item == "raid" for i in self.items):
-            out += [{"interface": "raid", "step": "delete_configuration"},
-                    {"interface": "raid", "step": "create_configuration"}]
-        fw = [i.wanted for i in self.items if i.item.startswith("firmware.")]
-        if fw:
-            out.append({"interface": "firmware", "step": "update",
-                        "args": {"settings": [{"component": f["component"], "url": f["url"]} for f in fw]}})
-        return out
+        return clean_steps(self.items)
+
+
+def clean_steps(items: list[Item]) -> list[dict]:
+    """Ironic's manual cleaning steps for ``items``: every BIOS setting in one
+    ``bios.apply_configuration``, the RAID layout as ``raid.delete_configuration`` then
+    ``create_configuration`` (from the node's ``target_raid_config``), the firmware images in one
+    ``firmware.update``. Root device hints are a node property, not a step."""
+    out = []
+    bios = {i.item.split(".", 1)[1]: i.wanted for i in items if i.item.startswith("bios.")}
+    if bios:
+        out.append({"interface": "bios", "step": "apply_configuration",
+                    "args": {"settings": [{"name": k, "value": v} for k, v in sorted(bios.items())]}})
+    if any(i.item == "raid" for i in items):
+        out += [{"interface": "raid", "step": "delete_configuration"},
+                {"interface": "raid", "step": "create_configuration"}]
+    fw = [i.wanted for i in items if i.item.startswith("firmware.")]
+    if fw:
+        out.append({"interface": "firmware", "step": "update",
+                    "args": {"settings": [{"component": f["component"], "url": f["url"]} for f in fw]}})
+    return out
 
 
 def _version(v) -> tuple:
@@ -277,9 +285,10 @@ def raid_capacity_gb(level: str, disk_sizes_gb: list[int]) -> int | None:
 
 def plan_node(baseline: Baseline, node: str, *, bios: list[dict] | None = None, disks: list[dict] | None = None,
               raid_config: dict | None = None, firmware: list[dict] | None = None,
-              provision_state: str | None = None) -> NodePlan:
-    """``node`` (Ironic's views: its BIOS settings with their registry fields, its inspected disks in
-    bytes, its current ``raid_config``, its firmware components) against ``baseline``: each
+              provision_state: str | None = None, root_device: dict | None = None) -> NodePlan:
+    """``node`` (Ironic's views: its BIOS settings with their registry fields, the physical disks
+    in bytes, its current ``raid_config``, its firmware components, its ``root_device`` hints)
+    against ``baseline``: each
     difference with the step that removes it; a value outside the node's own registry, or a RAID
     layout its disks cannot hold, is a problem naming the profile's file, line and field. An
     ``active`` node (serving a cluster) is planned but deferred: drift reported, nothing changed."""
@@ -288,7 +297,15 @@ def plan_node(baseline: Baseline, node: str, *, bios: list[dict] | None = None, 
     if baseline.raid:
         _plan_raid(plan, baseline, disks, raid_config)
     _plan_firmware(plan, baseline, firmware)
+    if baseline.root_device and hints(root_device) != hints(baseline.root_device):
+        plan.items.append(Item("root_device", root_device or None, dict(baseline.root_device), (), reboot=False))
     return plan
+
+
+def hints(root_device: dict | None) -> dict[str, str]:
+    """Root device hints as Ironic compares them: the given ones, values as text (true, not True)."""
+    return {k: str(v).lower() if isinstance(v, bool) else str(v)
+            for k, v in (root_device or {}).items() if v is not None}
 
 
 def _differs(current, wanted) -> bool:

@@ -28,6 +28,7 @@ from typing import Callable
 
 from nodeforge.errors import ExitCode
 from nodeforge.ironic import audit as au
+from nodeforge.ironic import baseline as bl
 from nodeforge.ironic import constants as C
 from nodeforge.ironic.constants import ProvisionState as S
 from nodeforge.ironic.constants import Verb
@@ -62,20 +63,31 @@ class NodeApply:
     ok: bool | None = None
     error: str | None = None
     refusals: int = 0                   # writes Ironic refused for now and that were sent again
+    agent: bool = False                 # the cleaning boots the agent (RAID, firmware steps among them)
+    properties: list[dict] = dataclasses.field(default_factory=list)   # node PATCH before cleaning
+    raid: dict | None = None            # the target_raid_config set before cleaning
+    prepared: bool = False              # properties and target RAID written
 
     def to_dict(self) -> dict:
         return {"name": self.name, "uuid": self.uuid, "state": self.state, "action": self.action,
                 "items": [i.to_dict() for i in self.items], "pending": [i.to_dict() for i in self.pending],
                 "steps": self.steps, "return_to": self.return_to, "detail": self.detail, "stage": self.stage,
-                "ok": self.ok, "error": self.error, "refusals": self.refusals}
+                "ok": self.ok, "error": self.error, "refusals": self.refusals, "agent": self.agent,
+                "properties": self.properties, "raid": self.raid}
 
 
-def _out_of_band(items: list) -> list[dict]:
-    bios = {i.item.split(".", 1)[1]: i.wanted for i in items if i.item.startswith("bios.")}
-    if not bios:
-        return []
-    return [{"interface": "bios", "step": "apply_configuration",
-             "args": {"settings": [{"name": k, "value": v} for k, v in sorted(bios.items())]}}]
+def _prepare(na: NodeApply, items: list, agent: bool) -> None:
+    """What the node's cleaning runs: with the agent every item, else the out-of-band ones (the
+    rest pending); the root device hints as a node PATCH, a RAID layout as the node's target."""
+    na.items = [i for i in items if agent or not i.needs_agent]
+    na.pending = [i for i in items if i.needs_agent and not agent]
+    na.steps = bl.clean_steps(na.items)
+    na.agent = any(i.needs_agent for i in na.items)
+    for i in na.items:
+        if i.item == "root_device":
+            na.properties = [{"op": "add", "path": "/properties/root_device", "value": i.wanted}]
+        elif i.item == "raid":
+            na.raid = {"logical_disks": [dict(d) for d in i.wanted]}
 
 
 def plan(result: au.Audit, nodes: dict[str, dict]) -> list[NodeApply]:
@@ -93,9 +105,7 @@ def plan(result: au.Audit, nodes: dict[str, dict]) -> list[NodeApply]:
         elif n.status == au.DEFERRED:
             na.action, na.items, na.detail = DEFERRED, n.items, "active: deferred until the node is free"
         elif n.status == au.DRIFTED or (mark and state in RESUMABLE):
-            na.items = [i for i in n.items if not i.needs_agent]
-            na.pending = [i for i in n.items if i.needs_agent]
-            na.steps = _out_of_band(na.items)
+            _prepare(na, n.items, v.agent)
             _decide(na, state, mark)
         elif mark and state in (S.MANAGEABLE, S.AVAILABLE):
             na.action = RETURN        # cleaned by an interrupted run: given back, its mark removed
@@ -106,8 +116,11 @@ def plan(result: au.Audit, nodes: dict[str, dict]) -> list[NodeApply]:
 def _decide(na: NodeApply, state: S | None, mark: str | None) -> None:
     if state in (S.CLEANING, S.CLEAN_WAIT) and mark:
         na.action, na.detail = APPLY, "an earlier run's cleaning: waited for"
+    elif not na.steps and na.properties and not mark:
+        na.action, na.detail = APPLY, "node properties only: no cleaning"
     elif not na.steps and not (mark and state is S.CLEAN_FAILED):
-        na.action, na.detail = NEEDS_AGENT, "only items whose steps need the agent ramdisk: not applied"
+        na.action, na.detail = NEEDS_AGENT, "only items whose steps need the agent ramdisk, which this node " \
+                                            "does not boot (no deploy images in its driver_info): not applied"
     elif state is S.AVAILABLE:
         na.action, na.return_to = APPLY, mark or S.AVAILABLE.value
     elif state is S.MANAGEABLE or (state is S.CLEAN_FAILED and mark):
@@ -153,6 +166,13 @@ def _start(na: NodeApply, prov: Provisioner) -> None:
     """The node's first write, from the state it was planned in; its stage moves only once Ironic
     took the write (a refusal for now leaves it ``queued``)."""
     state = S.parse(na.state)
+    if na.action == APPLY and not na.prepared and (na.properties or na.raid):
+        if not _write(na, lambda: _set_properties(na, prov)):
+            return
+        na.prepared = True
+        if not na.steps:
+            na.stage, na.ok = "done", True
+            return
     if na.action == RETURN and state is S.AVAILABLE:
         if _write(na, lambda: prov.patch_node(na.uuid, [{"op": "remove", "path": f"/extra/{C.EXTRA_BASELINE}"}])):
             na.stage, na.ok = "done", True
@@ -171,8 +191,21 @@ def _start(na: NodeApply, prov: Provisioner) -> None:
             na.stage = "manage"
 
 
+def _set_properties(na: NodeApply, prov: Provisioner) -> None:
+    """The root device hints and the target RAID layout (sent again whole after a refusal for now:
+    both are idempotent)."""
+    if na.properties:
+        prov.patch_node(na.uuid, na.properties)
+    if na.raid:
+        prov.set_target_raid_config(na.uuid, na.raid)
+
+
 def _clean(na: NodeApply, prov: Provisioner) -> None:
-    if _write(na, lambda: prov.set_provision_state(na.uuid, Verb.CLEAN, clean_steps=na.steps, disable_ramdisk=True)):
+    """Manual cleaning with the node's steps: out of band (``disable_ramdisk``) unless a step
+    needs the agent (Redfish RAID and firmware steps in Ironic 39), which Ironic then boots."""
+    ramdisk = None if na.agent else True
+    if _write(na, lambda: prov.set_provision_state(na.uuid, Verb.CLEAN, clean_steps=na.steps,
+                                                     disable_ramdisk=ramdisk)):
         na.stage = "clean"
 
 

@@ -39,6 +39,7 @@ class BmcView:
     bios: list[dict]             # [{name, value, allowable_values, read_only, ...}]
     volumes: list[dict]          # [{raid_level, size_gb, name}] in the controller's order
     firmware: list[dict]         # [{component: bios|bmc, current_version}]
+    drives: list[dict] = dataclasses.field(default_factory=list)   # physical drives: [{name, size}] (bytes)
 
 
 def _value(v):
@@ -77,6 +78,14 @@ def _volumes(system) -> list[dict]:
     return out
 
 
+def _drives(system) -> list[dict]:
+    out = []
+    for storage in system.storage.get_members():
+        for drive in storage.drives:
+            out.append({"name": drive.name or drive.identity, "size": int(drive.capacity_bytes or 0)})
+    return out
+
+
 def _firmware(system) -> list[dict]:
     out = [{"component": "bios", "current_version": system.bios_version}] if system.bios_version else []
     for manager in system.managers or []:
@@ -98,6 +107,6 @@ def read(spec: NodeSpec, timeout: float = 10.0) -> BmcView:
                            auth=sushy.auth.BasicAuth(b.username, b.password.reveal()), **redfish_limits(timeout))
         system = root.get_system(b.system_id) if b.system_id else \
             root.get_system(root.get_system_collection().members_identities[0])
-        return BmcView(_bios(system), _volumes(system), _firmware(system))
+        return BmcView(_bios(system), _volumes(system), _firmware(system), _drives(system))
     except Exception as exc:  # noqa: BLE001 - any failure is this node's, named without its credentials
         raise BmcReadError(node=spec.name, detail=f"{type(exc).__name__}: {scrub(str(exc))[:200]}") from None

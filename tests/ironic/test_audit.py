@@ -206,6 +206,26 @@ def test_the_bmc_view_replaces_ironic_s_and_finds_what_changed_behind_its_back(p
     assert audit.judge(views[1], prof.profiles[0]).status == "unreadable"
 
 
+def test_a_raid_layout_is_judged_against_physical_drives_never_an_in_band_disk_list(profile_file):
+    """The agent's inventory lists what the OS sees (a controller's volume: one disk here); RAID 6
+    over it would be a false problem. Out-of-band inspection lists the drives; the BMC too."""
+    one = [{"name": "/dev/sda", "size": 960 * GB, "rotational": False}]
+    prof = profiles.load(profile_file).profiles[0]
+    inband, outband = dict(_node("in"), inspect_interface="agent"), dict(_node("out"), inspect_interface="redfish")
+    ironic = Ironic([inband, outband])
+    for n in ironic.nodes:
+        ironic.inventory[n["uuid"]] = _inventory(disks=one)
+    judged = {n["name"]: audit.judge(audit.read_view(n, ironic, prof), prof) for n in ironic.nodes}
+    assert judged["in"].status == "ok" and judged["in"].view.disks is None
+    assert judged["out"].status == "problem" and "RAID 1 needs 2 disks; node out has 1" in judged["out"].problems[0]
+    drives = [{"name": f"Drive {i}", "size": 960 * GB} for i in range(2)]
+    live = BmcView(_bios(), [{"raid_level": "1", "size_gb": 894}, {"raid_level": "6", "size_gb": 1788}],
+                   [{"component": "bmc", "current_version": "1.1.0"}], drives)
+    view = audit.read_view(inband, ironic, prof, lambda: live)
+    assert view.disks == drives
+    assert [p.split(": ", 2)[-1] for p in audit.judge(view, prof).problems] == ["RAID 6 needs 4 disks; node in has 2"]
+
+
 def test_live_volumes_are_judged_as_far_as_redfish_shows_them():
     wanted = [{"size_gb": 400, "raid_level": "1", "is_root_volume": True}, {"size_gb": "MAX", "raid_level": "6"}]
     same = audit.live_raid_config([{"raid_level": "1", "size_gb": 401}, {"raid_level": "6", "size_gb": 14901}],

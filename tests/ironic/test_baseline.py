@@ -96,7 +96,8 @@ def example():
 def test_a_node_at_its_baseline_has_nothing_to_do(example):
     plan = profiles_plan(example, bios=_bios(ProcTurboMode="Disabled", NumCores="2", QuietBoot="false"),
                          raid_config={"logical_disks": [{"size_gb": "MAX", "raid_level": "1", "is_root_volume": True}]},
-                         firmware=[{"component": "bmc", "current_version": "1.2.0"}])
+                         firmware=[{"component": "bmc", "current_version": "1.2.0"}],
+                         root_device={"size": ">= 8", "rotational": False})
     assert plan.items == [] and plan.problems == [] and plan.clean_steps() == []
 
 
@@ -107,8 +108,9 @@ def test_each_difference_is_an_item_with_its_step_and_the_steps_are_ironic_s(exa
         ("bios.ProcTurboMode", "Enabled", (("bios", "apply_configuration"),)),
         ("bios.QuietBoot", "true", (("bios", "apply_configuration"),)),
         ("raid", [], (("raid", "delete_configuration"), ("raid", "create_configuration"))),
-        ("firmware.bmc", "1.0.9", (("firmware", "update"),))]
-    assert [i.needs_agent for i in plan.items] == [False, False, True, True]
+        ("firmware.bmc", "1.0.9", (("firmware", "update"),)),
+        ("root_device", None, ())]                  # a node property: set by a PATCH, not a step
+    assert [i.needs_agent for i in plan.items] == [False, False, True, True, False]
     steps = plan.clean_steps()
     assert steps[0] == {"interface": "bios", "step": "apply_configuration",
                         "args": {"settings": [{"name": "ProcTurboMode", "value": "Disabled"},

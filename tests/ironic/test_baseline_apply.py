@@ -40,7 +40,15 @@ class MovingIronic(Ironic):
             n.update(provision_state="clean failed", target_provision_state=None, last_error="BIOS refused")
             return
         for step in n.pop("_steps"):
-            for s in step["args"]["settings"]:
+            if (step["interface"], step["step"]) == ("raid", "create_configuration"):
+                n["raid_config"] = dict(n["target_raid_config"])       # Ironic's update_raid_config
+                continue
+            if step["interface"] == "firmware":
+                for s in step["args"]["settings"]:
+                    version = s["url"].rsplit("-", 1)[1].removesuffix(".bin")
+                    self.firmware[n["uuid"]] = [{"component": s["component"], "current_version": version}]
+                continue
+            for s in (step.get("args") or {}).get("settings", []):
                 for b in self.bios[n["uuid"]]:
                     if b["name"] == s["name"]:
                         b["value"] = str(s["value"]).lower() if isinstance(s["value"], bool) else str(s["value"])
@@ -51,12 +59,17 @@ class MovingIronic(Ironic):
         self.calls.append(("patch", ident, patch[0]["op"]))
         n = self._n(ident)
         for p in patch:
-            key = p["path"].rsplit("/", 1)[1]
+            section, key = p["path"].strip("/").split("/")
             if p["op"] == "add":
-                n.setdefault("extra", {})[key] = p["value"]
+                n.setdefault(section, {})[key] = p["value"]
             else:
-                n["extra"].pop(key)
+                n[section].pop(key)
         return n
+
+    def set_target_raid_config(self, ident, config):
+        self.writes += 1
+        self.calls.append(("raid", ident, None))
+        self._n(ident)["target_raid_config"] = config
 
     def set_provision_state(self, ident, verb, *, clean_steps=None, disable_ramdisk=None, configdrive=None):
         self.writes += 1
@@ -218,3 +231,50 @@ def test_a_batch_is_paced_and_ironic_s_refusals_for_now_are_sent_again(profile_f
     else:                                # more asked at once than Ironic takes: refused, sent again, done
         assert ironic.refused > 0 and sum(p.refusals for p in plans) == ironic.refused
     assert ba.exit_code(plans, dry_run=False) == 0
+
+
+AGENT_INFO = {"deploy_kernel": "img-kernel", "deploy_ramdisk": "img-ramdisk"}
+
+
+@pytest.fixture
+def hinted_profile(profile_file):
+    """The store profile with root device hints too."""
+    text = profile_file.read_text().replace("      firmware:\n", "      root_device: {size: \">= 900\"}\n      firmware:\n", 1)
+    profile_file.write_text(text)
+    return profile_file
+
+
+def test_a_node_that_boots_the_agent_gets_raid_firmware_and_hints_in_one_cleaning(hinted_profile):
+    node = dict(_node("agent"), driver_info=dict(AGENT_INFO), raid_config={})
+    ironic = MovingIronic([node])
+    ironic.bios["uuid-agent"] = _bios(turbo="Enabled")
+    ironic.firmware["uuid-agent"] = [{"component": "bmc", "current_version": "1.0.2"}]
+    plans = _apply(ironic, hinted_profile)
+    [p] = plans
+    assert (p.action, p.ok, p.stage, p.agent, p.pending) == ("apply", True, "done", True, []), p.error
+    assert [f"{s['interface']}.{s['step']}" for s in p.steps] == [
+        "bios.apply_configuration", "raid.delete_configuration", "raid.create_configuration", "firmware.update"]
+    # The hints and the target layout first, then the mark, and one cleaning that boots the agent
+    # (no disable_ramdisk: Ironic 39 runs Redfish RAID and firmware steps with the ramdisk up).
+    assert ironic.calls == [("patch", "uuid-agent", "add"), ("raid", "uuid-agent", None),
+                            ("patch", "uuid-agent", "add"), ("manage", "uuid-agent", None),
+                            ("clean", "uuid-agent", None), ("provide", "uuid-agent", None),
+                            ("patch", "uuid-agent", "remove")]
+    assert node["properties"]["root_device"] == {"size": ">= 900"}
+    assert node["target_raid_config"]["logical_disks"][0] == {"size_gb": "MAX", "raid_level": "1",
+                                                             "is_root_volume": True}
+    assert audit.run(ironic, profiles.load(hinted_profile)).nodes[0].status == "ok"
+    before = ironic.writes
+    assert [q.action for q in _apply(ironic, hinted_profile)] == ["no-op"] and ironic.writes == before
+
+
+def test_root_device_hints_alone_are_a_patch_without_cleaning_and_agent_items_stay_pending(hinted_profile):
+    ironic = MovingIronic([_node("hints"), dict(_node("noagent"), raid_config={})])
+    plans = _apply(ironic, hinted_profile)
+    assert [(p.name, p.action, p.ok, [i.item for i in p.pending]) for p in plans] == [
+        ("hints", "apply", True, []), ("noagent", "apply", True, ["raid"])]
+    assert [c[0] for c in ironic.calls if c[1] == "uuid-hints"] == ["patch"]
+    # Without deploy images the RAID step cannot run: the hints are set, the RAID listed as pending.
+    assert [c[0] for c in ironic.calls if c[1] == "uuid-noagent"] == ["patch"]
+    assert ironic._n("uuid-noagent")["properties"]["root_device"] == {"size": ">= 900"}
+    assert "target_raid_config" not in ironic._n("uuid-noagent")

@@ -127,6 +127,10 @@ class FakeProvisioner:
         self._write("set_traits", ident)
         self._node(ident)["traits"] = list(traits)
 
+    def set_target_raid_config(self, ident: str, config: dict) -> None:
+        self._write("set_target_raid_config", ident)
+        self._node(ident)["target_raid_config"] = dict(config)
+
     def create_port(self, node_uuid: str, mac: str) -> dict:
         self._write("create_port", mac)
         if any(p["address"] == mac for p in self.ports.values()):
