@@ -16,6 +16,13 @@ from nodeforge.ironic import baseline_apply as apply_mod
 COLUMNS = ["node", "state", "action", "changes", "pending", "result", "detail"]
 
 
+def _fetch_image(url: str, sha256: str) -> None:
+    """A firmware image pinned by the baseline, fetched into the artifact cache and checked."""
+    from nodeforge.pins.cache import Downloader
+
+    Downloader().fetch(url, sha256, artifact="firmware image", expected_from="the baseline")
+
+
 @click.group()
 def baseline():
     """The hardware baseline of each node's profile (docs/baseline.md)."""
@@ -33,8 +40,11 @@ def baseline():
 @options.dry_run
 @options.pass_app
 def apply(app, profiles_path, nodes, inventory_path, scope, timeout, concurrency, dry_run):
-    """Apply each drifted node's baseline through manual cleaning (bios.apply_configuration).
+    """Apply each drifted node's baseline through manual cleaning.
 
+    BIOS settings out of band (bios.apply_configuration); on nodes that boot
+    the agent also the RAID layout and firmware (each image fetched and
+    checked against its sha256 first); root device hints as a node property.
     An available node is moved to manageable, cleaned and given back; a
     manageable one is cleaned. Active nodes are deferred, never touched.
     Resumable: an interrupted run is picked up by the next one. A node at
@@ -45,7 +55,7 @@ def apply(app, profiles_path, nodes, inventory_path, scope, timeout, concurrency
     result = audit_mod.run(prov, profiles, nodes=list(nodes), scope=scope, inventory=inventory)
     plans = apply_mod.plan(result, listed)
     if not dry_run:
-        apply_mod.run(plans, prov, timeout=timeout, concurrency=concurrency)
+        apply_mod.run(plans, prov, timeout=timeout, concurrency=concurrency, fetch_image=_fetch_image)
     rows = [{"node": p.name, "state": p.state, "action": p.action,
              "changes": "; ".join(f"{i.item}: {audit_mod.show(i.current)} -> {audit_mod.show(i.wanted)}"
                                   for i in p.items),

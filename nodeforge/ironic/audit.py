@@ -163,8 +163,8 @@ def judge(view: NodeView, profile: P.Profile | None) -> NodeAudit:
         return NodeAudit(view, profile.name if profile else None, NO_BASELINE)
     b = profile.baseline
     raid = view.raid_config
-    if view.source == "bmc" and b.raid and raid is not None:
-        raid = live_raid_config(raid.get("volumes") or [], list(b.raid))
+    if b.raid and raid is not None:
+        raid = live_raid_config(raid.get("volumes" if view.source == "bmc" else "logical_disks") or [], list(b.raid))
     plan = bl.plan_node(b, view.name, bios=view.bios if b.bios else None, disks=view.disks, raid_config=raid,
                         firmware=view.firmware if b.firmware else None, provision_state=view.provision_state,
                         root_device=view.root_device)
@@ -174,7 +174,9 @@ def judge(view: NodeView, profile: P.Profile | None) -> NodeAudit:
 
 
 def live_raid_config(volumes: list[dict], wanted: list[dict]) -> dict:
-    """The volumes a BMC reports as Ironic's ``raid_config``, judged as far as Redfish shows: the
+    """The volumes a BMC reports, or the logical disks of Ironic's ``raid_config`` (its Redfish RAID
+    interface records each volume's size in GB and level, no root mark), as the baseline's
+    ``raid_config`` would read, judged as far as Redfish shows: the
     level of each volume in order, and its size where the baseline names one (within
     :data:`GIB_SLACK`; ``MAX`` takes any size). Redfish does not mark the root volume: a volume
     of the level the baseline wants there is taken as it."""

@@ -245,9 +245,30 @@ def _fill(queue: list[NodeApply], todo: list[NodeApply], prov: Provisioner, conc
         queue.pop(0)
 
 
+def _check_firmware(todo: list[NodeApply], fetch_image: Callable[[str, str], object]) -> None:
+    """Every firmware image a node is to get, fetched and checked against the baseline's sha256
+    before any write (Ironic's firmware step takes a URL only): a node whose image is unreachable or
+    differs is failed, naming the image, and never touched."""
+    found: dict[tuple[str, str], str | None] = {}
+    for na in todo:
+        for item in na.items:
+            if not item.item.startswith("firmware."):
+                continue
+            key = (item.wanted["url"], item.wanted["sha256"])
+            if key not in found:
+                try:
+                    fetch_image(*key)
+                    found[key] = None
+                except Exception as exc:  # noqa: BLE001 - any failure is the image's, named without secrets
+                    found[key] = scrub(str(exc))
+            if found[key] and na.stage == "queued":
+                _fail(na, f"{item.item}: the update image was not written: {found[key]}")
+
+
 def run(plans: list[NodeApply], prov: Provisioner, *, timeout: float = 1800.0, poll: float = 2.0,
         concurrency: int = DEFAULT_CONCURRENCY, clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], None] | None = None) -> None:
+        sleep: Callable[[float], None] | None = None,
+        fetch_image: Callable[[str, str], object] | None = None) -> None:
     """Apply every ``apply`` and ``return`` node (outcomes in place: ``ok``, ``stage``, ``error``),
     at most ``concurrency`` of them between their first write and the end of their cleaning and
     giving back (Ironic refuses cleanings beyond ``[conductor] max_concurrent_clean``, 50 by
@@ -256,7 +277,9 @@ def run(plans: list[NodeApply], prov: Provisioner, *, timeout: float = 1800.0, p
     todo = [p for p in plans if p.action in (APPLY, RETURN)]
     for na in todo:
         na.stage = "queued"
-    queue = list(todo)
+    if fetch_image is not None:
+        _check_firmware(todo, fetch_image)
+    queue = [p for p in todo if p.stage == "queued"]
     _fill(queue, todo, prov, concurrency)
     deadline = clock() + timeout
     while [p for p in todo if p.stage not in ("done", "failed")] and clock() < deadline:

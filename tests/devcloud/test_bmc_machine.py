@@ -266,7 +266,8 @@ def test_machine_system_reports_its_machine(menv):
     assert [e.mac_address.lower() for e in system.ethernet_interfaces.get_members()] == spec.macs
     assert system.memory_summary.size_gib == 1
     assert system.processors.summary.count == spec.machine.cpus
-    assert system.simple_storage.disks_sizes_bytes == [2 * fleet.GiB]
+    assert system.simple_storage.disks_sizes_bytes == [2 * fleet.GiB] * 2      # two drives, one volume
+    assert [v.capacity_bytes for v in system.storage.get_members()[0].volumes.get_members()] == [2 * fleet.GiB]
     assert system.boot.mode == sushy.BootSourceOverrideMode.UEFI
     assert system.power_state == sushy.PowerState.OFF
     assert system.boot.enabled == sushy.BootSourceOverrideEnabled.DISABLED

@@ -258,3 +258,15 @@ def test_the_command_prints_json_and_exits_with_the_audit_s_code(profile_file, m
     assert plan.exit_code == 0, plan.output
     assert [(n["node"], n["profile"], n["source"]) for n in json.loads(plan.stdout)["nodes"]] == [
         ("s1", "store", "ironic"), ("s2", "store", "ironic")]
+
+
+def test_ironic_s_raid_config_as_its_redfish_raid_interface_records_it_is_at_the_baseline(profile_file):
+    """Ironic's redfish RAID writes each volume's size in GB and its level, no root mark and no MAX."""
+    recorded = {"logical_disks": [
+        {"id": "1", "name": "os", "controller": "1", "size_gb": 894, "raid_level": "1"},
+        {"id": "2", "name": "data", "controller": "1", "size_gb": 29802, "raid_level": "6"}]}
+    ironic = Ironic([dict(_node("s1"), raid_config=recorded)])
+    assert audit.run(ironic, profiles.load(profile_file)).nodes[0].status == "ok"
+    ironic.nodes[0]["raid_config"] = {"logical_disks": recorded["logical_disks"][:1]}
+    [n] = audit.run(ironic, profiles.load(profile_file)).nodes
+    assert n.status == "drift" and [i.item for i in n.items] == ["raid"]

@@ -278,3 +278,24 @@ def test_root_device_hints_alone_are_a_patch_without_cleaning_and_agent_items_st
     assert [c[0] for c in ironic.calls if c[1] == "uuid-noagent"] == ["patch"]
     assert ironic._n("uuid-noagent")["properties"]["root_device"] == {"size": ">= 900"}
     assert "target_raid_config" not in ironic._n("uuid-noagent")
+
+
+def test_a_firmware_image_that_does_not_match_its_sha256_fails_the_node_before_any_write(hinted_profile):
+    from nodeforge.pins.cache import ChecksumMismatch
+
+    ironic = MovingIronic([dict(_node("fw"), driver_info=dict(AGENT_INFO))])
+    ironic.firmware["uuid-fw"] = [{"component": "bmc", "current_version": "1.0.2"}]
+    fetched = []
+
+    def fetch(url, sha256):
+        fetched.append(url)
+        raise ChecksumMismatch(artifact="firmware image", expected_from="the baseline", expected=sha256,
+                               actual="0" * 64, url=url)
+
+    result = audit.run(ironic, profiles.load(hinted_profile))
+    plans = ba.plan(result, {n["uuid"]: n for n in ironic.nodes})
+    ba.run(plans, ironic, poll=0, sleep=lambda s: None, fetch_image=fetch)
+    [p] = plans
+    assert fetched == ["https://fw.example/bmc-1.1.0.bin"]
+    assert p.ok is False and p.error.startswith("firmware.bmc: the update image was not written:")
+    assert "fw.example/bmc-1.1.0.bin" in p.error and ironic.writes == 0

@@ -293,9 +293,12 @@ def machine_system(index: int, *, agent_port: int | None = None, memory_mib: int
         dimms=(Dimm(id="DIMM1", capacity_mib=machine.memory_mib, speed_mhz=3200, manufacturer="QEMU",
                     part_number="QEMU-RAM", serial=f"VM{index:05d}01"),),
         nics=(Nic(id="NIC1", mac=mac_for(2, index, 0), speed_mbps=shape.nic_speed_mbps),),
-        disks=(Disk(id="Disk1", name=f"{media} {proto} {machine.disk_gib} GiB",
-                    capacity_bytes=machine.disk_gib * GiB, media_type=media, protocol=proto, model=model,
-                    serial=f"VM{index:05d}D1", manufacturer=vendor),),
+        # Two drives behind the machine's storage controller, mirrored into the one volume the guest
+        # sees as its disk (a server with a hardware RAID controller: the OS sees volumes, the BMC
+        # drives and volumes). Volumes made or deleted at the BMC change its record, not the guest.
+        disks=tuple(Disk(id=f"Disk{d}", name=f"{media} {proto} {machine.disk_gib} GiB",
+                         capacity_bytes=machine.disk_gib * GiB, media_type=media, protocol=proto, model=model,
+                         serial=f"VM{index:05d}D{d}", manufacturer=vendor) for d in (1, 2)),
         machine=machine,
     )
 

@@ -123,6 +123,9 @@ def volumes_for(system: dict) -> list[dict]:
                          "CapacityBytes": hdd[0]["capacity_bytes"] * (len(hdd) - 2),
                          "Drives": [d["id"] for d in hdd]})
         return vols
+    if system.get("machine") and len(disks) >= 2:       # the guest's disk: a mirror of the two drives
+        return [{"Id": "1", "Name": "os-mirror", "VolumeType": "Mirrored", "RAIDType": "RAID1",
+                 "CapacityBytes": disks[0]["capacity_bytes"], "Drives": [d["id"] for d in disks[:2]]}]
     return [{"Id": "1", "Name": "boot", "VolumeType": "RawDevice",
              "CapacityBytes": disks[0]["capacity_bytes"], "Drives": [disks[0]["id"]]}]
 
