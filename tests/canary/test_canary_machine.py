@@ -265,3 +265,107 @@ def test_an_image_that_ignores_the_config_drive_hostname_passes_verify_and_fails
         assert g.TAG_APPROVED not in (g.get_image(admin, image_id).get("tags") or [])
     finally:
         g.delete_image(admin, image_id)
+
+
+# --- the hardware baseline through the agent: a RAID-1 root volume, its hints, a BIOS update -------
+
+BIOS_NEW, BIOS_OLD = "2023.05", "2022.02"          # the update image's version is in its file name
+
+
+def _firmware_images(devcloud, tag: str) -> tuple[Path, dict[str, tuple[str, str]]]:
+    """Two BIOS update images on the local cloud's HTTP server (the emulated BMC takes the version
+    from the name, as sushy-tools does; nodeforge fetches each and checks its sha256 first)."""
+    import hashlib
+
+    root = openstack.ironic_http_root(devcloud.paths) / f"nf-firmware-{tag}"
+    root.mkdir(parents=True)
+    images = {}
+    for version in (BIOS_NEW, BIOS_OLD):
+        data = os.urandom(4096)
+        (root / f"ovmf-{version}.bin").write_bytes(data)
+        images[version] = (f"http://{openstack.HOST}:{openstack.port(openstack.IRONIC_HTTP)}/{root.name}/"
+                           f"ovmf-{version}.bin", hashlib.sha256(data).hexdigest())
+    return root, images
+
+
+def _baseline_profiles(tmp: Path, url: str, sha256: str) -> Path:
+    """manifests/hardware-profiles.yaml with a baseline on the canary profile (the machine's class)."""
+    from nodeforge.ironic import profiles as profiles_mod
+
+    data = yaml.safe_load((Path(__file__).resolve().parents[2] / profiles_mod.DEFAULT_PATH).read_text())
+    [canary] = [p for p in data["profiles"] if p["resource_class"] == RC]
+    canary["baseline"] = {"raid": [{"size_gb": "MAX", "raid_level": "1", "is_root_volume": True}],
+                          "root_device": {"size": ">= 9"},
+                          "firmware": [{"component": "bios", "version": BIOS_NEW, "url": url, "sha256": sha256}]}
+    path = tmp / "hardware-profiles.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def _system_nf(capsys, *args: str) -> tuple[int, dict | None, str]:
+    return _nf(capsys, "--os-cloud", "nodeforge-dev-system", "baremetal", *args)
+
+
+def test_the_agent_builds_the_raid_1_root_volume_sets_its_hints_and_updates_the_bios(machine, devcloud, tmp_path,
+                                                                                   capsys):
+    """At the BMC, behind Ironic's back, the mirror the OS disk lives on is deleted and an older BIOS
+    flashed; the audit (the BMC's own view) finds both and the missing root device hints; one apply
+    brings all three back through one manual cleaning with the agent up (Redfish RAID and firmware
+    steps need it in Ironic 39); both views are clean afterwards and a second apply writes nothing."""
+    from tests.ironic.test_audit_devcloud import Emulator
+
+    tag = uuid.uuid4().hex[:6]
+    root, images = _firmware_images(devcloud, tag)
+    profiles = _baseline_profiles(tmp_path, *images[BIOS_NEW])
+    inventory = machine["tmp"] / "inventory" / "machines.yaml"
+    emu, system = Emulator(devcloud.paths), machine["system"]
+    base = f"/redfish/v1/Systems/{system.uuid}"
+    bios_before = emu("GET", base).json()["BiosVersion"]
+    select = ["--profiles", str(profiles), "--node", machine["node"]]
+    emu("DELETE", base + "/Storage/1/Volumes/1")
+    emu("POST", "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate",
+        json={"ImageURI": images[BIOS_OLD][0], "Targets": [base]})
+    try:
+        code, doc, text = _system_nf(capsys, "audit", *select, "--inventory", str(inventory), "-o", "json")
+        assert code == 11, text[-3000:]
+        [found] = doc["nodes"]
+        assert (found["source"], [i["item"] for i in found["items"]]) == \
+            ("bmc", ["raid", "firmware.bios", "root_device"]), found
+        apply = ["baseline", "apply", *select, "--inventory", str(inventory), "-o", "json"]
+        code, doc, text = _system_nf(capsys, *apply, "--dry-run")
+        [plan] = doc["nodes"]
+        assert code == 0 and (plan["action"], plan["agent"], plan["pending"]) == ("apply", True, []), text[-3000:]
+        assert [f"{s['interface']}.{s['step']}" for s in plan["steps"]] == [
+            "raid.delete_configuration", "raid.create_configuration", "firmware.update"]
+        t0 = time.monotonic()
+        code, doc, text = _system_nf(capsys, *apply, "--timeout", "1500")
+        took = time.monotonic() - t0
+        [done] = doc["nodes"]
+        assert code == 0 and (done["ok"], done["stage"]) == (True, "done"), text[-4000:]
+        node = machine["conn"].baremetal.get_node(machine["id"])
+        assert node.provision_state == "available" and "nodeforge_baseline" not in (node.extra or {})
+        assert node.properties["root_device"] == {"size": ">= 9"}
+        assert [(d["raid_level"], d["size_gb"]) for d in node.raid_config["logical_disks"]] == \
+            [("1", system.machine.disk_gib)]
+        [vol] = [emu("GET", m["@odata.id"]).json()
+                 for m in emu("GET", base + "/Storage/1/Volumes").json()["Members"]]
+        assert vol["RAIDType"] == "RAID1" and len(vol["Links"]["Drives"]) == 2
+        assert emu("GET", base).json()["BiosVersion"] == BIOS_NEW
+        # Clean in both views (Ironic's: the RAID it recorded, the firmware it cached at the update).
+        for view in (["--inventory", str(inventory)], []):
+            code, doc, text = _system_nf(capsys, "audit", *select, *view, "-o", "json")
+            assert code == 0 and doc["nodes"][0]["status"] == "ok", text[-3000:]
+        code, doc, text = _system_nf(capsys, *apply)
+        assert code == 0 and doc["writes"] == 0 and [n["action"] for n in doc["nodes"]] == ["no-op"], text[-3000:]
+        print(f"\nbaseline through the agent on {machine['node']}: RAID-1, hints, BIOS {BIOS_OLD} -> {BIOS_NEW} "
+              f"in {took:.0f} s")
+    finally:
+        if not emu("GET", base + "/Storage/1/Volumes").json()["Members"]:
+            drives = [{"@odata.id": f"{base}/Storage/1/Drives/{d.id}"} for d in system.disks]
+            emu("POST", base + "/Storage/1/Volumes", json={"Name": "os-mirror", "RAIDType": "RAID1",
+                                                            "Links": {"Drives": drives}})
+        emu("POST", "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate",
+            json={"ImageURI": f"http://{openstack.HOST}/ovmf-{bios_before.split()[-1]}.bin", "Targets": [base]})
+        for f in root.iterdir():
+            f.unlink()
+        root.rmdir()
