@@ -221,9 +221,9 @@ class Bench:
 
         prov = self.provisioner()
         t0 = time.monotonic()
-        listed = {n["uuid"]: n for n in prov.list_nodes()}
-        result = audit.run(prov, profiles, scope=SCOPE)
-        plans = baseline_apply.plan(result, listed)
+        listed = prov.list_nodes()          # as `baseline apply` does: one listing, no outliers
+        result = audit.run(prov, profiles, scope=SCOPE, listed=listed, outliers_too=False)
+        plans = baseline_apply.plan(result, {n["uuid"]: n for n in listed})
         seconds = time.monotonic() - t0
         applies = [p for p in plans if p.action == baseline_apply.APPLY and p.steps == STEPS]
         if len(applies) != len(names) or len(plans) != len(names):

@@ -234,23 +234,28 @@ def boots_agent(node: dict) -> bool:
     return images and "fake" not in (node.get("boot_interface"), node.get("deploy_interface"))
 
 
-def read_view(node: dict, provisioner: Provisioner, profile: P.Profile | None, bmc_reader=None) -> NodeView:
+def read_view(node: dict, provisioner: Provisioner, profile: P.Profile | None, bmc_reader=None, *,
+              facts: bool = True) -> NodeView:
     """The node's view from Ironic, then (``bmc_reader``: a callable giving a
     :class:`~nodeforge.ironic.bmcview.BmcView`, or None) from its BMC.
 
     The disks a RAID layout is judged against are the controller's physical drives: the BMC's
     when it is read, out-of-band inspection's otherwise. In-band inspection (the agent) lists the
     block devices the operating system sees, a RAID controller's volumes rather than its drives,
-    so its disks are not used for that (Ironic's RAID step then judges the layout itself)."""
+    so its disks are not used for that (Ironic's RAID step then judges the layout itself).
+    ``facts=False``: the inspection data is read only where a RAID layout is judged by it (no
+    outliers wanted: one read per node fewer)."""
     view = NodeView(node.get("name") or node["uuid"], node["uuid"], node.get("provision_state"),
                     node.get("resource_class"), raid_config=node.get("raid_config") or None,
                     root_device=(node.get("properties") or {}).get("root_device") or None, agent=boots_agent(node))
     b = profile.baseline if profile else None
+    inband = node.get("inspect_interface") == "agent"
     try:
-        data = provisioner.get_inventory(node["uuid"])
+        data = provisioner.get_inventory(node["uuid"]) \
+            if facts or (b is not None and b.raid and not inband and bmc_reader is None) else None
         if data and data.get("inventory"):
             view.facts = P.facts_from_inventory(data, node.get("properties") or {})
-            if node.get("inspect_interface") != "agent":
+            if not inband:
                 view.disks = list(data["inventory"].get("disks") or [])
         if b is not None and b.bios:
             view.bios = provisioner.get_bios(node["uuid"])
@@ -282,12 +287,16 @@ def read_view(node: dict, provisioner: Provisioner, profile: P.Profile | None, b
 
 
 def run(provisioner: Provisioner, profiles: P.ProfileSet, *, nodes: list[str] | None = None,
-        scope: str | None = None, inventory=None, jobs: int = 8) -> Audit:
+        scope: str | None = None, inventory=None, jobs: int = 8, listed: list[dict] | None = None,
+        outliers_too: bool = True) -> Audit:
     """Audit the selected nodes (``inventory``: an :class:`~nodeforge.ironic.inventory.Inventory`
-    whose Redfish BMCs are read directly for the nodes it names)."""
+    whose Redfish BMCs are read directly for the nodes it names; ``listed``: Ironic's node listing
+    when the caller has one already; ``outliers_too=False``: the baseline only, no outliers, so no
+    node's inspection data is read unless its RAID layout is judged by it)."""
     from nodeforge.ironic import bmcview
 
-    selected, skipped = cl.in_scope(cl.select(provisioner.list_nodes(), nodes), scope)
+    listed = provisioner.list_nodes() if listed is None else listed
+    selected, skipped = cl.in_scope(cl.select(listed, nodes), scope)
     by_rc = profiles.by_resource_class()
     specs = {s.name: s for s in inventory.nodes} if inventory is not None else {}
 
@@ -295,8 +304,9 @@ def run(provisioner: Provisioner, profiles: P.ProfileSet, *, nodes: list[str] | 
         profile = by_rc.get(node.get("resource_class"))
         spec = specs.get(node.get("name"))
         reader = (lambda: bmcview.read(spec)) if spec is not None and spec.bmc.is_redfish else None
-        return judge(read_view(node, provisioner, profile, reader), profile)
+        return judge(read_view(node, provisioner, profile, reader, facts=outliers_too), profile)
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         audited = list(pool.map(one, selected))
-    return Audit(audited, outliers([a.view for a in audited]), profiles.path, scope, skipped)
+    found = outliers([a.view for a in audited]) if outliers_too else []
+    return Audit(audited, found, profiles.path, scope, skipped)

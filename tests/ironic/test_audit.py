@@ -270,3 +270,27 @@ def test_ironic_s_raid_config_as_its_redfish_raid_interface_records_it_is_at_the
     ironic.nodes[0]["raid_config"] = {"logical_disks": recorded["logical_disks"][:1]}
     [n] = audit.run(ironic, profiles.load(profile_file)).nodes
     assert n.status == "drift" and [i.item for i in n.items] == ["raid"]
+
+
+def test_the_baseline_alone_reads_what_the_floor_reads(profile_file):
+    """For `baseline apply` (no outliers, the caller's listing): no second listing and no inspection
+    data unless a RAID layout is judged by it; the audit itself reads both."""
+    calls = []
+
+    class Counting(Ironic):
+        def list_nodes(self, fields=None):
+            calls.append("list")
+            return super().list_nodes(fields)
+
+        def get_inventory(self, ident):
+            calls.append("inventory")
+            return super().get_inventory(ident)
+
+    inband = [dict(_node(f"n{i}"), inspect_interface="agent") for i in range(3)]
+    ironic = Counting(inband)
+    listed = ironic.list_nodes()
+    calls.clear()
+    result = audit.run(ironic, profiles.load(profile_file), listed=listed, outliers_too=False)
+    assert calls == [] and [n.status for n in result.nodes] == ["ok"] * 3 and result.outliers == []
+    audit.run(ironic, profiles.load(profile_file))
+    assert calls == ["list"] + ["inventory"] * 3
