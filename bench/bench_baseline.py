@@ -10,9 +10,9 @@ systems 1..N:
    ``ProcTurboMode: Enabled`` and a minimum BIOS firmware every node meets: Ironic caches the
    drifted setting at verify, so every node drifts in Ironic's view.
 1. plan, in this process, ``--rounds`` times in alternating order:
-   a. nodeforge: what ``baremetal baseline apply --dry-run`` does (the node listing,
-      ``nodeforge.ironic.audit.run`` over Ironic's view, ``baseline_apply.plan``); every node
-      must be planned ``apply`` with the one BIOS change;
+   a. nodeforge: what ``baremetal baseline apply --dry-run`` does (one node listing, handed to
+      ``nodeforge.ironic.audit.run`` over Ironic's view without outliers, ``baseline_apply.plan``);
+      every node must be planned ``apply`` with the one BIOS change;
    b. the floor: the same nodes' state read through the API and nothing else: one node listing
       (``raid_config`` is a node field), then per node its BIOS settings (``/bios?detail=True``)
       and firmware components (``/firmware``), on as many threads as the audit uses (8).
