@@ -60,6 +60,7 @@ class NodeView:
     firmware: list[dict] | None = None
     root_device: dict | None = None          # the node's root device hints (a property)
     agent: bool = False                      # the node boots Ironic's agent (deploy images in driver_info)
+    raid_interface: str | None = None
     facts: P.Facts | None = None
     error: str | None = None
 
@@ -167,7 +168,7 @@ def judge(view: NodeView, profile: P.Profile | None) -> NodeAudit:
         raid = live_raid_config(raid.get("volumes" if view.source == "bmc" else "logical_disks") or [], list(b.raid))
     plan = bl.plan_node(b, view.name, bios=view.bios if b.bios else None, disks=view.disks, raid_config=raid,
                         firmware=view.firmware if b.firmware else None, provision_state=view.provision_state,
-                        root_device=view.root_device)
+                        root_device=view.root_device, raid_interface=view.raid_interface)
     status = PROBLEM if plan.problems else DEFERRED if plan.items and plan.deferred else \
         DRIFTED if plan.items else OK
     return NodeAudit(view, profile.name, status, plan.items, [str(p) for p in plan.problems])
@@ -247,7 +248,8 @@ def read_view(node: dict, provisioner: Provisioner, profile: P.Profile | None, b
     outliers wanted: one read per node fewer)."""
     view = NodeView(node.get("name") or node["uuid"], node["uuid"], node.get("provision_state"),
                     node.get("resource_class"), raid_config=node.get("raid_config") or None,
-                    root_device=(node.get("properties") or {}).get("root_device") or None, agent=boots_agent(node))
+                    root_device=(node.get("properties") or {}).get("root_device") or None, agent=boots_agent(node),
+                    raid_interface=node.get("raid_interface"))
     b = profile.baseline if profile else None
     inband = node.get("inspect_interface") == "agent"
     try:

@@ -285,7 +285,8 @@ def raid_capacity_gb(level: str, disk_sizes_gb: list[int]) -> int | None:
 
 def plan_node(baseline: Baseline, node: str, *, bios: list[dict] | None = None, disks: list[dict] | None = None,
               raid_config: dict | None = None, firmware: list[dict] | None = None,
-              provision_state: str | None = None, root_device: dict | None = None) -> NodePlan:
+              provision_state: str | None = None, root_device: dict | None = None,
+              raid_interface: str | None = None) -> NodePlan:
     """``node`` (Ironic's views: its BIOS settings with their registry fields, the physical disks
     in bytes, its current ``raid_config``, its firmware components, its ``root_device`` hints)
     against ``baseline``: each
@@ -296,6 +297,7 @@ def plan_node(baseline: Baseline, node: str, *, bios: list[dict] | None = None, 
     _plan_bios(plan, baseline, bios)
     if baseline.raid:
         _plan_raid(plan, baseline, disks, raid_config)
+        _plan_raid_drives(plan, baseline, disks, raid_interface)
     _plan_firmware(plan, baseline, firmware)
     if baseline.root_device and hints(root_device) != hints(baseline.root_device):
         plan.items.append(Item("root_device", root_device or None, dict(baseline.root_device), (), reboot=False))
@@ -351,6 +353,23 @@ def _plan_raid(plan: NodePlan, baseline: Baseline, disks: list[dict] | None, rai
     current = list((raid_config or {}).get("logical_disks") or [])
     if [_raid_key(d) for d in current] != [_raid_key(d) for d in baseline.raid]:
         plan.items.append(Item("raid", current, [dict(d) for d in baseline.raid], RAID_STEPS, needs_agent=True))
+
+
+def _plan_raid_drives(plan: NodePlan, baseline: Baseline, disks: list[dict] | None, raid_interface: str | None) -> None:
+    """What Ironic's Redfish RAID interface refuses in the middle of a cleaning, said before: a
+    ``MAX`` volume without its drives (it picks drives itself only for a given size), and drives
+    the node's controller does not have (when its drives are known by their ids)."""
+    ids = {d["id"] for d in disks or [] if d.get("id")}
+    for i, ld in enumerate(baseline.raid):
+        named = ld.get("physical_disks") or []
+        if raid_interface == "redfish" and ld["size_gb"] == "MAX" and not named:
+            plan.problems.append(baseline.problem(("raid", i, "size_gb"), f"MAX needs physical_disks on node "
+                                                  f"{plan.node} (Ironic's redfish RAID interface picks the drives "
+                                                  f"itself only for a size in GB)"))
+        unknown = [d for d in named if ids and d not in ids]
+        if unknown:
+            plan.problems.append(baseline.problem(("raid", i, "physical_disks"), f"node {plan.node} has no drive "
+                                                  f"{', '.join(unknown)} (it has {', '.join(sorted(ids))})"))
 
 
 def _plan_firmware(plan: NodePlan, baseline: Baseline, firmware: list[dict] | None) -> None:

@@ -39,7 +39,7 @@ class BmcView:
     bios: list[dict]             # [{name, value, allowable_values, read_only, ...}]
     volumes: list[dict]          # [{raid_level, size_gb, name}] in the controller's order
     firmware: list[dict]         # [{component: bios|bmc, current_version}]
-    drives: list[dict] = dataclasses.field(default_factory=list)   # physical drives: [{name, size}] (bytes)
+    drives: list[dict] = dataclasses.field(default_factory=list)   # physical drives: [{id, name, size}] (bytes)
 
 
 def _value(v):
@@ -82,7 +82,8 @@ def _drives(system) -> list[dict]:
     out = []
     for storage in system.storage.get_members():
         for drive in storage.drives:
-            out.append({"name": drive.name or drive.identity, "size": int(drive.capacity_bytes or 0)})
+            out.append({"id": drive.identity, "name": drive.name or drive.identity,
+                        "size": int(drive.capacity_bytes or 0)})
     return out
 
 

@@ -3,6 +3,8 @@ judged without a node is refused when the file is loaded, naming file, line and 
 
 from __future__ import annotations
 
+import dataclasses
+
 import shutil
 from pathlib import Path
 
@@ -165,3 +167,16 @@ def profiles_plan(baseline, **node):
     from nodeforge.ironic import baseline as bl
 
     return bl.plan_node(baseline, "n1", **node)
+
+
+def test_what_ironic_s_redfish_raid_refuses_mid_cleaning_is_a_problem_at_plan_time(example):
+    """A MAX volume without its drives, and drives the controller does not have (ids from the BMC)."""
+    drives = [{"id": f"Disk{i}", "size": 960 * 10 ** 9} for i in (1, 2)]
+    plan = profiles_plan(example, raid_config=None, disks=drives, raid_interface="redfish")
+    assert [str(p).split(": ", 2)[1:] for p in plan.problems] == [
+        ["profiles[0].baseline.raid[0].size_gb", "MAX needs physical_disks on node n1 (Ironic's redfish RAID "
+                                                 "interface picks the drives itself only for a size in GB)"]]
+    assert profiles_plan(example, raid_config=None, disks=drives, raid_interface="agent").problems == []
+    named = dataclasses.replace(example, raid=({**example.raid[0], "physical_disks": ["Disk1", "Disk9"]},))
+    [problem] = profiles_plan(named, raid_config=None, disks=drives, raid_interface="redfish").problems
+    assert str(problem).endswith("raid[0].physical_disks: node n1 has no drive Disk9 (it has Disk1, Disk2)")
