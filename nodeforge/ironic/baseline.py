@@ -15,7 +15,7 @@ baseline:
 What can be judged without a node is judged when the file is loaded, with the file, line and
 field: a BIOS setting the declared registry does not name, or a value outside it (the registry
 is the vendor's attribute registry, saved as YAML beside the profiles); a RAID level Ironic does
-not know, two root volumes; a root device hint Ironic does not take; a firmware image without its
+not know, two root volumes, drives without their controller; a root device hint Ironic does not take; a firmware image without its
 sha256 or on a URL that is not http(s). What depends on a node (its own registry, its disks) is
 judged at plan time against that node.
 """
@@ -171,6 +171,11 @@ def parse(document: schema.Document, at: tuple, raw, base_dir: Path, problems: l
     roots = [i for i, d in enumerate(raid or []) if isinstance(d, dict) and d.get("is_root_volume")]
     for i in roots[1:]:
         problems.append(document.problem((*at, "raid", i, "is_root_volume"), "a second root volume (one at most)"))
+    for i, d in enumerate(raid or []):
+        if isinstance(d, dict) and d.get("physical_disks") and not d.get("controller"):
+            problems.append(document.problem((*at, "raid", i, "physical_disks"), "needs 'controller' too (Ironic's "
+                                             "RAID schema: the controller the drives are on; on Redfish its "
+                                             "Storage id)"))
     root_device = raw.get("root_device") if isinstance(raw.get("root_device"), dict) else None
     size = (root_device or {}).get("size")
     if isinstance(size, str) and not (HINT_OPERATOR.match(size) and re.search(r"\d", size)):

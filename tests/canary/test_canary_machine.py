@@ -295,7 +295,7 @@ def _baseline_profiles(tmp: Path, url: str, sha256: str) -> Path:
     data = yaml.safe_load((Path(__file__).resolve().parents[2] / profiles_mod.DEFAULT_PATH).read_text())
     [canary] = [p for p in data["profiles"] if p["resource_class"] == RC]
     canary["baseline"] = {"raid": [{"size_gb": "MAX", "raid_level": "1", "is_root_volume": True,
-                                    "physical_disks": ["Disk1", "Disk2"]}],
+                                    "controller": "1", "physical_disks": ["Disk1", "Disk2"]}],
                           "root_device": {"size": ">= 9"},
                           "firmware": [{"component": "bios", "version": BIOS_NEW, "url": url, "sha256": sha256}]}
     path = tmp / "hardware-profiles.yaml"

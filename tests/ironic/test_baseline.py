@@ -59,6 +59,8 @@ REFUSED = {
     "two root volumes": ("raid:\n  - {size_gb: 100, raid_level: '1', is_root_volume: true}\n"
                          "  - {size_gb: 100, raid_level: '0', is_root_volume: true}", 9,
                          "baseline.raid[1].is_root_volume", "a second root volume"),
+    "drives without their controller": ("raid:\n  - {size_gb: MAX, raid_level: '1', physical_disks: [Disk1, Disk2]}",
+                                        8, "baseline.raid[0].physical_disks", "needs 'controller' too"),
     "unknown root device hint": ("root_device: {disk_label: sda}", 7, "baseline.root_device.disk_label",
                                  "unknown key"),
     "size hint without a number": ("root_device: {size: '>= big'}", 7, "baseline.root_device.size",
@@ -177,6 +179,7 @@ def test_what_ironic_s_redfish_raid_refuses_mid_cleaning_is_a_problem_at_plan_ti
         ["profiles[0].baseline.raid[0].size_gb", "MAX needs physical_disks on node n1 (Ironic's redfish RAID "
                                                  "interface picks the drives itself only for a size in GB)"]]
     assert profiles_plan(example, raid_config=None, disks=drives, raid_interface="agent").problems == []
-    named = dataclasses.replace(example, raid=({**example.raid[0], "physical_disks": ["Disk1", "Disk9"]},))
+    named = dataclasses.replace(example, raid=({**example.raid[0], "controller": "1",
+                                                 "physical_disks": ["Disk1", "Disk9"]},))
     [problem] = profiles_plan(named, raid_config=None, disks=drives, raid_interface="redfish").problems
     assert str(problem).endswith("raid[0].physical_disks: node n1 has no drive Disk9 (it has Disk1, Disk2)")
