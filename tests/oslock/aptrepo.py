@@ -38,12 +38,17 @@ REVERSION_EPOCH = 1704067200   # 2024-01-01: a re-versioned package without file
 
 
 def _gpg(home: Path, *args: str, input: bytes | None = None) -> bytes:
-    proc = subprocess.run(["gpg", "--homedir", str(home), "--batch", "--yes", "--pinentry-mode", "loopback",
-                           "--passphrase", "", *args], input=input, capture_output=True)
-    if args[0] in ("--quick-gen-key", "--clearsign"):
-        # gpg starts a gpg-agent for secret-key operations and leaves it running: stop it, so a
-        # test run leaves no daemon behind (the next signing starts a new one).
-        subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"], capture_output=True)
+    for _ in range(3):
+        proc = subprocess.run(["gpg", "--homedir", str(home), "--batch", "--yes", "--pinentry-mode", "loopback",
+                               "--passphrase", "", *args], input=input, capture_output=True)
+        if args[0] in ("--quick-gen-key", "--clearsign"):
+            # gpg starts a gpg-agent for secret-key operations and leaves it running: stop it, so a
+            # test run leaves no daemon behind (the next signing starts a new one).
+            subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"], capture_output=True)
+        # A signing right after the previous one's agent was stopped can reach that agent's socket
+        # while it exits ("can't connect to the agent: End of file"): the next attempt starts anew.
+        if proc.returncode == 0 or b"can't connect to the agent" not in proc.stderr:
+            break
     if proc.returncode != 0:
         raise RuntimeError(f"gpg {' '.join(args)} failed: {proc.stderr.decode(errors='replace')}")
     return proc.stdout
