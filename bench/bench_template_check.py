@@ -88,12 +88,12 @@ def make_image(conn, version: str) -> dict:
 
 
 def make_flavor(conn, name: str, extra: dict | None = None) -> dict:
-    from nodeforge.compute import flavors as F
+    from nodeforge.clients import compute as F
 
-    f = F._call(conn, "POST", "/flavors", "create flavor",
+    f = F.call(conn, "POST", "/flavors", "create flavor",
                 body={"flavor": {"name": name, "ram": 1024, "vcpus": 1, "disk": 10}})["flavor"]
     if extra:
-        F._call(conn, "POST", f"/flavors/{f['id']}/os-extra_specs", "extra specs", body={"extra_specs": extra})
+        F.call(conn, "POST", f"/flavors/{f['id']}/os-extra_specs", "extra specs", body={"extra_specs": extra})
     return f
 
 
@@ -118,8 +118,8 @@ def naive_audit(conn, bm_conn) -> tuple[int, int]:
     here: listing it per template would take the peer half an hour), then per template GETs
     its image, each of its two flavors and their extra specs, and lists the Ironic nodes for a
     bare-metal flavor's capacity."""
-    from nodeforge.compute import flavors as F
-    from nodeforge.magnum import client
+    from nodeforge.clients import compute as F
+    from nodeforge.clients import container_infra as client
 
     problems = 0
     templates = client.read_templates(conn)
@@ -135,8 +135,8 @@ def naive_audit(conn, bm_conn) -> tuple[int, int]:
             if img.get("kube_version") != (t.get("labels") or {}).get("kube_tag"):
                 problems += 1
         for field in ("master_flavor_id", "flavor_id"):
-            flavor = F._call(conn, "GET", f"/flavors/{t[field]}", "flavor", missing_ok=True)
-            specs = F._call(conn, "GET", f"/flavors/{t[field]}/os-extra_specs", "specs", missing_ok=True)
+            flavor = F.call(conn, "GET", f"/flavors/{t[field]}", "flavor", missing_ok=True)
+            specs = F.call(conn, "GET", f"/flavors/{t[field]}/os-extra_specs", "specs", missing_ok=True)
             if not flavor:
                 problems += 1
             elif any(k.startswith("resources:CUSTOM_") for k in (specs or {}).get("extra_specs", {})):
@@ -161,7 +161,7 @@ def main() -> int:
     from nodeforge.devcloud import magnum as dc_magnum
     from nodeforge.devcloud.cloud import DevCloud
     from nodeforge.devcloud.paths import Paths
-    from nodeforge.magnum import client
+    from nodeforge.clients import container_infra as client
     from nodeforge.magnum.live import RequestCounter
     from nodeforge import transport
 
