@@ -107,7 +107,7 @@ def apply(plan_: enroll_mod.Plan, inventory: Inventory, prov: Provisioner, setti
         for w in works:
             reports[w.spec.name].state = "enroll"
     if settings.history:
-        attach_history(prov, [r for r in reports.values() if r.uuid])
+        attach_history(prov, [r for r in reports.values() if r.uuid], jobs=settings.jobs)
     return Report("enroll", list(reports.values()), seconds=clock() - start, writes=prov.writes,
                   retried=dict(prov.retried), pacing=prov.pacer.stats.to_dict() if getattr(prov, "pacer", None) else None)
 
@@ -115,17 +115,22 @@ def apply(plan_: enroll_mod.Plan, inventory: Inventory, prov: Provisioner, setti
 HISTORY_FIELDS = ("created_at", "severity", "event_type", "event")
 
 
-def attach_history(prov: Provisioner, reports: list[NodeReport]) -> None:
+def attach_history(prov: Provisioner, reports: list[NodeReport], jobs: int = 8) -> None:
     """Each node's newest :data:`C.HISTORY_EVENTS` history events onto its report row (what a
-    report's node opens to); a history that cannot be read leaves the row's ``history`` None and
-    the node's verdict unchanged."""
-    for rep in reports:
+    report's node opens to), ``jobs`` nodes at a time (the run's pacer bounds them further); a
+    history that cannot be read leaves the row's ``history`` None and the node's verdict unchanged."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(rep: NodeReport) -> None:
         try:
             events = prov.node_history(rep.uuid)
         except NodeforgeError as exc:
             log.debug("history of %s not read: %s", rep.name, exc)
-            continue
+            return
         rep.history = [{k: e.get(k) for k in HISTORY_FIELDS} for e in events[-C.HISTORY_EVENTS:]]
+
+    with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(reports) or 1))) as pool:
+        list(pool.map(one, reports))
 
 
 def preflight(inventory: Inventory, *, jobs: int = 16, clock: Callable[[], float] = time.monotonic):
