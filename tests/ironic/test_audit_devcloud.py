@@ -65,8 +65,8 @@ profiles:
       bios_registry: registry.yaml
       bios: {{ProcTurboMode: Enabled, BootMode: Uefi}}
       raid:
-        - {{size_gb: MAX, raid_level: "1", is_root_volume: true}}
-        - {{size_gb: MAX, raid_level: "6"}}
+        - {{size_gb: MAX, raid_level: "1", is_root_volume: true, controller: "1", physical_disks: [Disk1, Disk2]}}
+        - {{size_gb: MAX, raid_level: "6", controller: "1", physical_disks: [Disk3, Disk4, Disk5, Disk6]}}
       firmware:
         - {{component: bios, version: "2.0.0", url: "https://fw.example/bios-2.0.0.bin", sha256: "{sha}"}}
         - {{component: bmc, version: "1.0.0", url: "https://fw.example/bmc-1.0.0.bin", sha256: "{sha}"}}
