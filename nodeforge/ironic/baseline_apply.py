@@ -4,11 +4,15 @@ The plan is the audit's (:func:`nodeforge.ironic.audit.run`: Ironic's view, or t
 inventory); per node (:class:`NodeApply`):
 
 * ``no-op``: at its baseline (nothing written);
-* ``apply``: the out-of-band steps of its drift as one manual cleaning (``bios.apply_configuration``
-  with every BIOS setting to change; ``disable_ramdisk``: no agent is booted). An ``available``
-  node is moved to ``manageable`` first and given back (``provide``) afterwards; a
-  ``manageable`` one stays there. Items whose steps need the agent ramdisk on Redfish in Ironic
-  39 (RAID, firmware) are listed as ``pending`` and not applied;
+* ``apply``: its drift as one manual cleaning (``bios.apply_configuration`` with every BIOS
+  setting to change; on a node that boots the agent also ``raid.delete_configuration`` /
+  ``create_configuration`` from the layout set as its ``target_raid_config`` first, and
+  ``firmware.update`` with images checked against their sha256 before any write); out of band
+  (``disable_ramdisk``) unless a step needs the agent. Root device hints are a node PATCH, no
+  cleaning. An ``available`` node is moved to ``manageable`` first and given back
+  (``provide``) afterwards; a ``manageable`` one stays there. On a node that does not boot the
+  agent, items whose steps need it on Redfish in Ironic 39 (RAID, firmware) are listed as
+  ``pending`` and not applied;
 * ``return``: cleaned by an earlier, interrupted run and still to be given back;
 * ``deferred`` (active: serving a cluster, never touched), ``problem`` (the baseline cannot be
   applied to it), ``unreadable``, ``busy`` (in a state no cleaning can start from): not written.
@@ -262,7 +266,7 @@ def _check_firmware(todo: list[NodeApply], fetch_image: Callable[[str, str], obj
                 except Exception as exc:  # noqa: BLE001 - any failure is the image's, named without secrets
                     found[key] = scrub(str(exc))
             if found[key] and na.stage == "queued":
-                _fail(na, f"{item.item}: the update image was not written: {found[key]}")
+                _fail(na, f"{item.item}: its update image was refused before any write: {found[key]}")
 
 
 def run(plans: list[NodeApply], prov: Provisioner, *, timeout: float = 1800.0, poll: float = 2.0,

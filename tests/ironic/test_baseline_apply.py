@@ -297,5 +297,5 @@ def test_a_firmware_image_that_does_not_match_its_sha256_fails_the_node_before_a
     ba.run(plans, ironic, poll=0, sleep=lambda s: None, fetch_image=fetch)
     [p] = plans
     assert fetched == ["https://fw.example/bmc-1.1.0.bin"]
-    assert p.ok is False and p.error.startswith("firmware.bmc: the update image was not written:")
+    assert p.ok is False and p.error.startswith("firmware.bmc: its update image was refused before any write:")
     assert "fw.example/bmc-1.1.0.bin" in p.error and ironic.writes == 0
