@@ -95,10 +95,13 @@ def apply(plan_: enroll_mod.Plan, inventory: Inventory, prov: Provisioner, setti
                for r in results}
     specs = inventory.by_name()
     works = [lifecycle.Work(spec=specs[r.name], uuid=r.uuid) for r in results if r.ok and r.uuid]
+    moved: set[str] = set()
     if works and settings.lifecycle:
         lifecycle.run(prov, works, settings.policy(), progress=progress.update, clock=clock, sleep=sleep)
         for w in works:
             rep = reports[w.spec.name]
+            if w.issued is not None or w.recoveries:
+                moved.add(w.spec.name)
             rep.stage = w.stage.value
             rep.state = w.node.get("provision_state")
             rep.ok = w.error_type is None
@@ -106,8 +109,9 @@ def apply(plan_: enroll_mod.Plan, inventory: Inventory, prov: Provisioner, setti
     else:
         for w in works:
             reports[w.spec.name].state = "enroll"
-    if settings.history:
-        attach_history(prov, [r for r in reports.values() if r.uuid], jobs=settings.jobs)
+    if settings.history:        # the nodes this run acted on: a no-change re-run reads none
+        attach_history(prov, [r for r in reports.values() if r.uuid and (
+            r.action != enroll_mod.Action.NOOP.value or r.name in moved or not r.ok)], jobs=settings.jobs)
     return Report("enroll", list(reports.values()), seconds=clock() - start, writes=prov.writes,
                   retried=dict(prov.retried), pacing=prov.pacer.stats.to_dict() if getattr(prov, "pacer", None) else None)
 
@@ -117,7 +121,8 @@ HISTORY_FIELDS = ("created_at", "severity", "event_type", "event")
 
 def attach_history(prov: Provisioner, reports: list[NodeReport], jobs: int = 8) -> None:
     """Each node's newest :data:`C.HISTORY_EVENTS` history events onto its report row (what a
-    report's node opens to), ``jobs`` nodes at a time (the run's pacer bounds them further); a
+    report's node opens to; :func:`apply` reads them for the nodes the run created, updated, moved
+    or failed, a node left as it was keeps the earlier run's report), ``jobs`` nodes at a time (the run's pacer bounds them further); a
     history that cannot be read leaves the row's ``history`` None and the node's verdict unchanged."""
     from concurrent.futures import ThreadPoolExecutor
 

@@ -120,3 +120,17 @@ def test_a_history_that_cannot_be_read_leaves_the_row_without_one(inventory, mon
     monkeypatch.setattr(fake, "node_history", refused)
     _, report = run(inventory, fake, macs_from_bmc=False)
     assert all(n.ok and n.history is None for n in report.nodes)
+
+
+def test_a_no_change_re_run_reads_no_history(inventory):
+    """The histories are of what a run did: nodes left as they were have none read (the earlier run's
+    report has them), so a re-run costs no call per node."""
+    fake = FakeProvisioner()
+    _, first = run(inventory, fake, macs_from_bmc=False)
+    assert all(n.to_dict()["history"] is not None for n in first.nodes)
+    reads = []
+    history = fake.node_history
+    fake.node_history = lambda ident: reads.append(ident) or history(ident)
+    _, again = run(inventory, fake, macs_from_bmc=False)
+    assert {n.to_dict()["action"] for n in again.nodes} == {"no-op"}
+    assert reads == [] and all(n.to_dict()["history"] is None for n in again.nodes)
