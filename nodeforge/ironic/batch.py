@@ -111,12 +111,15 @@ def apply(plan_: enroll_mod.Plan, inventory: Inventory, prov: Provisioner, setti
             reports[w.spec.name].state = "enroll"
     if settings.history:        # the nodes this run acted on: a no-change re-run reads none
         attach_history(prov, [r for r in reports.values() if r.uuid and (
-            r.action != enroll_mod.Action.NOOP.value or r.name in moved or not r.ok)], jobs=settings.jobs)
+            r.action != enroll_mod.Action.NOOP.value or r.name in moved or not r.ok)], jobs=HISTORY_JOBS)
     return Report("enroll", list(reports.values()), seconds=clock() - start, writes=prov.writes,
                   retried=dict(prov.retried), pacing=prov.pacer.stats.to_dict() if getattr(prov, "pacer", None) else None)
 
 
 HISTORY_FIELDS = ("created_at", "severity", "event_type", "event")
+# Histories read at once after a run: reads are not held back by the pacer, and more than a few at
+# once meet a throttled Ironic's refusals (503) and their back-off.
+HISTORY_JOBS = 4
 
 
 def attach_history(prov: Provisioner, reports: list[NodeReport], jobs: int = 8) -> None:
