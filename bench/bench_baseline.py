@@ -44,6 +44,7 @@ Every line ends with the load average. The script prints FAILED and exits 1 when
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import shutil
@@ -224,13 +225,11 @@ class Bench:
 
     # -- the measurements ------------------------------------------------------
     def nf_plan(self, profiles, names: list[str]) -> tuple[float, list]:
-        from nodeforge.ironic import audit, baseline_apply
+        from nodeforge.ironic import baseline_apply
 
         prov = self.provisioner()
         t0 = time.monotonic()
-        listed = prov.list_nodes()          # as `baseline apply` does: one listing, no outliers
-        result = audit.run(prov, profiles, scope=SCOPE, listed=listed, outliers_too=False)
-        plans = baseline_apply.plan(result, {n["uuid"]: n for n in listed})
+        plans = baseline_apply.plan_from_ironic(prov, profiles, scope=SCOPE)      # as `baseline apply` does
         seconds = time.monotonic() - t0
         applies = [p for p in plans if p.action == baseline_apply.APPLY and p.steps == STEPS]
         if len(applies) != len(names) or len(plans) != len(names):
@@ -265,17 +264,12 @@ class Bench:
 
     def second_run(self, profiles) -> tuple[dict[str, int], int]:
         """What `baseline apply` does once more after a complete run: its actions, and its writes."""
-        from nodeforge.ironic import audit, baseline_apply
+        from nodeforge.ironic import baseline_apply
 
         prov = self.provisioner()
-        listed = prov.list_nodes()
-        plans = baseline_apply.plan(audit.run(prov, profiles, scope=SCOPE, listed=listed, outliers_too=False),
-                                    {n["uuid"]: n for n in listed})
+        plans = baseline_apply.plan_from_ironic(prov, profiles, scope=SCOPE)
         baseline_apply.run(plans, prov, timeout=60, poll=POLL)
-        actions: dict[str, int] = {}
-        for p in plans:
-            actions[p.action] = actions.get(p.action, 0) + 1
-        return actions, prov.writes
+        return dict(collections.Counter(p.action for p in plans)), prov.writes
 
     def hand(self, names: list[str]) -> tuple[float, list[str]]:
         """Seconds, and the nodes a phase left in a failed state (not retried, as a loop would not)."""

@@ -51,10 +51,7 @@ def apply(app, profiles_path, nodes, inventory_path, scope, timeout, concurrency
     its baseline costs no write. Exit 0: every node at or brought to its
     baseline; 3: some failed or could not be planned; 1: all failed."""
     profiles, prov, inventory, scope = selection_inputs(app, profiles_path, inventory_path, scope)
-    listed = prov.list_nodes()
-    result = audit_mod.run(prov, profiles, nodes=list(nodes), scope=scope, inventory=inventory, listed=listed,
-                           outliers_too=False)
-    plans = apply_mod.plan(result, {n["uuid"]: n for n in listed})
+    plans = apply_mod.plan_from_ironic(prov, profiles, nodes=list(nodes), scope=scope, inventory=inventory)
     if not dry_run:
         apply_mod.run(plans, prov, timeout=timeout, concurrency=concurrency, fetch_image=_fetch_image)
     rows = [{"node": p.name, "state": p.state, "action": p.action,

@@ -635,10 +635,10 @@ def _ironic_conf(ctx: Context, state: Path, ca_bundle: Path, esp_image: Path, ht
         # Power operations take ~3 s instead of ~15 s. A refused IPMI login
         # (wrong password) is retried until command_retry_timeout runs out.
         "ipmi": {"min_command_interval": 1, "command_retry_timeout": 6},
-        # Each attempt is sushy's own retries (SUSHY_RETRIES above).
-        # Firmware updates (the baseline's firmware.update step): the emulated BMC finishes its
-        # update task at once, so its status is polled every 5 s (Ironic's default: 60) and one
-        # answer after the reboot shows it stable (default: three, 30 s apart).
+        # Each attempt is sushy's own retries (SUSHY_RETRIES above). Firmware updates and BIOS
+        # applies: the emulated BMC finishes its tasks at once, so their status is polled every
+        # 5 s (Ironic's default: 60) and one answer after a firmware reboot shows it stable
+        # (default: three, 30 s apart).
         "redfish": {"connection_attempts": 3, "connection_retry_interval": 1,
                     "use_swift": False, "kernel_append_params": IRONIC_KERNEL_APPEND,
                     "firmware_update_status_interval": 5, "firmware_update_fail_interval": 5,

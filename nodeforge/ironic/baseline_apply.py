@@ -67,10 +67,14 @@ class NodeApply:
     ok: bool | None = None
     error: str | None = None
     refusals: int = 0                   # writes Ironic refused for now and that were sent again
-    agent: bool = False                 # the cleaning boots the agent (RAID, firmware steps among them)
     properties: list[dict] = dataclasses.field(default_factory=list)   # node PATCH before cleaning
     raid: dict | None = None            # the target_raid_config set before cleaning
     prepared: bool = False              # properties and target RAID written
+
+    @property
+    def agent(self) -> bool:
+        """The cleaning boots the agent (a RAID or firmware step among the steps it runs)."""
+        return bool(self.steps) and any(i.needs_agent for i in self.items)
 
     def to_dict(self) -> dict:
         return {"name": self.name, "uuid": self.uuid, "state": self.state, "action": self.action,
@@ -86,7 +90,6 @@ def _prepare(na: NodeApply, items: list, agent: bool) -> None:
     na.items = [i for i in items if agent or not i.needs_agent]
     na.pending = [i for i in items if i.needs_agent and not agent]
     na.steps = bl.clean_steps(na.items)
-    na.agent = any(i.needs_agent for i in na.items)
     for i in na.items:
         if i.item == "root_device":
             na.properties = [{"op": "add", "path": "/properties/root_device", "value": i.wanted}]
@@ -115,6 +118,16 @@ def plan(result: au.Audit, nodes: dict[str, dict]) -> list[NodeApply]:
             na.action = RETURN        # cleaned by an interrupted run: given back, its mark removed
         out.append(na)
     return out
+
+
+def plan_from_ironic(prov: Provisioner, profiles, *, nodes: list[str] | None = None, scope: str | None = None,
+                     inventory=None) -> list[NodeApply]:
+    """The apply plan of the selected nodes: one node listing, handed to the audit (baseline only,
+    no outliers: :func:`nodeforge.ironic.audit.run`), and :func:`plan` over it."""
+    listed = prov.list_nodes()
+    result = au.run(prov, profiles, nodes=nodes, scope=scope, inventory=inventory, listed=listed,
+                    outliers_too=False)
+    return plan(result, {n["uuid"]: n for n in listed})
 
 
 def _decide(na: NodeApply, state: S | None, mark: str | None) -> None:

@@ -68,23 +68,17 @@ def _bios(system) -> list[dict]:
     return out
 
 
-def _volumes(system) -> list[dict]:
-    out = []
+def _storage(system) -> tuple[list[dict], list[dict]]:
+    """The volumes and the physical drives of every storage controller, read in one pass."""
+    volumes, drives = [], []
     for storage in system.storage.get_members():
         for vol in storage.volumes.get_members():
             raid = _value(getattr(vol, "raid_type", None))
             level = RAID_LEVELS.get(str(raid), "JBOD" if raid is None else str(raid))
-            out.append({"name": vol.name, "raid_level": level, "size_gb": int(vol.capacity_bytes or 0) // GIB})
-    return out
-
-
-def _drives(system) -> list[dict]:
-    out = []
-    for storage in system.storage.get_members():
-        for drive in storage.drives:
-            out.append({"id": drive.identity, "name": drive.name or drive.identity,
-                        "size": int(drive.capacity_bytes or 0)})
-    return out
+            volumes.append({"name": vol.name, "raid_level": level, "size_gb": int(vol.capacity_bytes or 0) // GIB})
+        drives += [{"id": d.identity, "name": d.name or d.identity, "size": int(d.capacity_bytes or 0)}
+                   for d in storage.drives]
+    return volumes, drives
 
 
 def _firmware(system) -> list[dict]:
@@ -108,6 +102,7 @@ def read(spec: NodeSpec, timeout: float = 10.0) -> BmcView:
                            auth=sushy.auth.BasicAuth(b.username, b.password.reveal()), **redfish_limits(timeout))
         system = root.get_system(b.system_id) if b.system_id else \
             root.get_system(root.get_system_collection().members_identities[0])
-        return BmcView(_bios(system), _volumes(system), _firmware(system), _drives(system))
+        volumes, drives = _storage(system)
+        return BmcView(_bios(system), volumes, _firmware(system), drives)
     except Exception as exc:  # noqa: BLE001 - any failure is this node's, named without its credentials
         raise BmcReadError(node=spec.name, detail=f"{type(exc).__name__}: {scrub(str(exc))[:200]}") from None
