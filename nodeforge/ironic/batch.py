@@ -96,12 +96,15 @@ def apply(plan_: enroll_mod.Plan, inventory: Inventory, prov: Provisioner, setti
     specs = inventory.by_name()
     works = [lifecycle.Work(spec=specs[r.name], uuid=r.uuid) for r in results if r.ok and r.uuid]
     moved: set[str] = set()
+    eventful: set[str] = set()      # a recovery, a failure or a last_error seen: Ironic recorded something
     if works and settings.lifecycle:
         lifecycle.run(prov, works, settings.policy(), progress=progress.update, clock=clock, sleep=sleep)
         for w in works:
             rep = reports[w.spec.name]
             if w.issued is not None or w.recoveries:
                 moved.add(w.spec.name)
+            if w.recoveries or w.failures or w.error_seen:
+                eventful.add(w.spec.name)
             rep.stage = w.stage.value
             rep.state = w.node.get("provision_state")
             rep.ok = w.error_type is None
@@ -109,11 +112,25 @@ def apply(plan_: enroll_mod.Plan, inventory: Inventory, prov: Provisioner, setti
     else:
         for w in works:
             reports[w.spec.name].state = "enroll"
-    if settings.history:        # the nodes this run acted on: a no-change re-run reads none
-        attach_history(prov, [r for r in reports.values() if r.uuid and (
-            r.action != enroll_mod.Action.NOOP.value or r.name in moved or not r.ok)], jobs=HISTORY_JOBS)
+    if settings.history:
+        attach_history(prov, [r for r in reports.values() if r.uuid and history_worth_reading(r, moved, eventful)],
+                       jobs=HISTORY_JOBS)
     return Report("enroll", list(reports.values()), seconds=clock() - start, writes=prov.writes,
                   retried=dict(prov.retried), pacing=prov.pacer.stats.to_dict() if getattr(prov, "pacer", None) else None)
+
+
+def history_worth_reading(rep: NodeReport, moved: set[str], eventful: set[str]) -> bool:
+    """Whether a node's history is read for its report row: a node that failed, or met an error on
+    the way (a recovery, a failure, a last_error in a poll), and a node that existed before the run
+    and was changed or moved (its history holds earlier events). Ironic records a node's errors
+    there (and a few warnings), so a node this run created and took through without one has none
+    to read: at 200 nodes behind a throttled Ironic those reads were 200 calls for empty lists. A
+    node left as it was keeps the earlier run's report."""
+    if not rep.ok or rep.name in eventful:
+        return True
+    if rep.action == enroll_mod.Action.CREATE.value:
+        return False
+    return rep.action != enroll_mod.Action.NOOP.value or rep.name in moved
 
 
 HISTORY_FIELDS = ("created_at", "severity", "event_type", "event")
@@ -124,8 +141,8 @@ HISTORY_JOBS = 4
 
 def attach_history(prov: Provisioner, reports: list[NodeReport], jobs: int = 8) -> None:
     """Each node's newest :data:`C.HISTORY_EVENTS` history events onto its report row (what a
-    report's node opens to; :func:`apply` reads them for the nodes the run created, updated, moved
-    or failed, a node left as it was keeps the earlier run's report), ``jobs`` nodes at a time (the run's pacer bounds them further); a
+    report's node opens to; :func:`apply` reads the ones :func:`history_worth_reading` names),
+    ``jobs`` nodes at a time (the run's pacer bounds them further); a
     history that cannot be read leaves the row's ``history`` None and the node's verdict unchanged."""
     from concurrent.futures import ThreadPoolExecutor
 

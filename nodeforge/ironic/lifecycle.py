@@ -186,6 +186,7 @@ class Work:
     result: NodeState | None = None
     error_type: ErrorKind | str | None = None
     error: str | None = None
+    error_seen: bool = False         # a poll showed the node with a last_error (Ironic recorded an event)
     node: dict = dataclasses.field(default_factory=dict)
     stage_seconds: dict[str, float] = dataclasses.field(default_factory=dict)
 
@@ -591,6 +592,7 @@ def _observe(deciding: list[Work], nodes: dict[str, dict], seen: dict[str, tuple
     moved = False
     for w in deciding:
         w.node = nodes.get(w.uuid, {"provision_state": None})
+        w.error_seen = w.error_seen or bool(w.node.get("last_error"))
         st = node_state(w.node)
         key = (w.node.get("provision_state"), w.node.get("target_provision_state"))
         moved = moved or seen.get(w.uuid) != key

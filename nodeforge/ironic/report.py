@@ -49,7 +49,8 @@ class NodeReport:
     error: str | None = None
     seconds: float | None = None
     # The node's newest events from Ironic's history (created_at, severity, event_type, event), oldest
-    # first; None: not read (no node, or the history could not be read).
+    # first; None: not read (no node, nothing Ironic would have recorded: batch.history_worth_reading,
+    # or the history could not be read).
     history: list[dict] | None = None
 
     def __post_init__(self):

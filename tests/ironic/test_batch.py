@@ -87,7 +87,8 @@ def test_plan_rows_mask_secrets(inventory, monkeypatch):
 
 def test_each_node_row_carries_its_newest_history_events(inventory):
     """What a report's node opens to: Ironic's history of the node (here the fake's record of the failed
-    manage), the newest C.HISTORY_EVENTS only, oldest first; a node never created has none read."""
+    manage), the newest C.HISTORY_EVENTS only, oldest first; a node the run created and took through
+    without an error has none read (Ironic records errors there: it would be an empty list)."""
     from nodeforge.ironic import constants as C
 
     fake = FakeProvisioner({"ipmi-node-01": {"manage": "fail:Failed to get power state: 401"}})
@@ -96,7 +97,7 @@ def test_each_node_row_carries_its_newest_history_events(inventory):
     [event] = by["ipmi-node-01"]["history"]
     assert event == {"created_at": "2026-12-04T00:00:00+00:00", "severity": "ERROR", "event_type": "manage",
                      "event": "Failed to get power state: 401"}
-    assert by["rf-node-001"]["history"] == []
+    assert by["rf-node-001"]["history"] is None and by["rf-node-001"]["ok"]
     uuid = by["ipmi-node-01"]["uuid"]
     fake.history[uuid] = [dict(event, event=f"event {i}") for i in range(C.HISTORY_EVENTS + 5)]
     _, again = run(inventory, fake, macs_from_bmc=False)
@@ -112,22 +113,69 @@ def test_a_history_that_cannot_be_read_leaves_the_row_without_one(inventory, mon
     from nodeforge.ironic.errorkind import ErrorKind
     from nodeforge.ironic.provisioner import IronicError
 
-    fake = FakeProvisioner()
+    behaviour = {"ipmi-node-01": {"manage": "fail:Failed to get power state: 401"}}
+    _, readable = run(inventory, FakeProvisioner(behaviour), macs_from_bmc=False)
+    fake = FakeProvisioner(behaviour)
+    asked = []
 
     def refused(ident):
+        asked.append(ident)
         raise IronicError(operation="history", status=403, kind=ErrorKind.AUTH, detail="policy")
 
     monkeypatch.setattr(fake, "node_history", refused)
     _, report = run(inventory, fake, macs_from_bmc=False)
-    assert all(n.ok and n.history is None for n in report.nodes)
+    assert asked and all(n.history is None for n in report.nodes)
+    assert [(n.name, n.ok, n.error_type) for n in report.nodes] == \
+        [(n.name, n.ok, n.error_type) for n in readable.nodes]      # the verdicts as with a readable history
+
+
+def test_histories_are_read_where_ironic_can_have_recorded_something():
+    """Failed, met an error on the way, or existed before the run and changed or moved: read. Created
+    by the run and taken through cleanly, or left as it was: not read."""
+    from nodeforge.ironic.report import NodeReport
+
+    def rep(action, ok=True, name="n"):
+        return NodeReport(name, "uuid-1", action, "lifecycle", "available", ok)
+
+    assert batch.history_worth_reading(rep("create", ok=False), set(), set())
+    assert batch.history_worth_reading(rep("create"), set(), {"n"})           # a recovery or last_error seen
+    assert not batch.history_worth_reading(rep("create"), {"n"}, set())       # created, moved, nothing met
+    assert batch.history_worth_reading(rep("update"), set(), set())
+    assert batch.history_worth_reading(rep("no-op"), {"n"}, set())            # an existing node moved on
+    assert not batch.history_worth_reading(rep("no-op"), set(), set())
+
+
+def test_a_last_error_seen_in_a_poll_marks_the_node(inventory):
+    """A node that shows a last_error in a poll and still ends available (Ironic recorded an error
+    on the way) has its history read."""
+    fake = FakeProvisioner()
+    listed = fake.list_nodes
+    marked = []
+
+    def list_nodes(fields=None):
+        nodes = listed(fields)
+        for n in nodes:
+            if n.get("name") == "rf-node-001" and not marked:
+                marked.append(n["uuid"])
+                n["last_error"] = "power state sync: BMC timed out"
+        return nodes
+
+    fake.list_nodes = list_nodes
+    _, report = run(inventory, fake, macs_from_bmc=False)
+    by = {n.name: n for n in report.nodes}
+    assert marked and by["rf-node-001"].ok and by["rf-node-001"].history == []
+    assert all(n.history is None for n in report.nodes if n.name != "rf-node-001")
 
 
 def test_a_no_change_re_run_reads_no_history(inventory):
     """The histories are of what a run did: nodes left as they were have none read (the earlier run's
     report has them), so a re-run costs no call per node."""
-    fake = FakeProvisioner()
+    fake = FakeProvisioner({"ipmi-node-01": {"manage": "fail:Failed to get power state: 401"}})
     _, first = run(inventory, fake, macs_from_bmc=False)
-    assert all(n.to_dict()["history"] is not None for n in first.nodes)
+    assert {n.name for n in first.nodes if n.to_dict()["history"] is not None} == {"ipmi-node-01"}
+    fake.behaviour.clear()
+    _, mended = run(inventory, fake, macs_from_bmc=False)        # the failed node taken through again
+    assert {n.name for n in mended.nodes if n.to_dict()["history"] is not None} == {"ipmi-node-01"}
     reads = []
     history = fake.node_history
     fake.node_history = lambda ident: reads.append(ident) or history(ident)
