@@ -13,14 +13,16 @@ In one run, on the build the tests use (tests/image_fixture.py: cached under
 3. **the floor**: the same images, with the same accelerator, vCPUs,
    memory, firmware, disk overlay, NIC and datasource (an empty
    cloud-config in the same seed), each booted until the console shows a
-   login prompt, nothing checked; the same timeline. Booted before and
-   after the stage, and the two averaged (the load drifts during a run).
+   login prompt, nothing checked; the same timeline; in the stage's layout
+   (side by side: the floor is the pair's wall time; one after the other:
+   the sum). Booted before and after the stage, and the two averaged (the
+   load drifts during a run).
 
 It prints the ratio of the stage's wall time to the floor's (goal: at most
 1.3x under TCG on 2 cores). Timings here are noisy: the ratio compares
 figures measured in the same run.
 
-    python bench/bench_verify.py [--build-dir DIR] [--accel tcg|auto|kvm] [--rounds 1]
+    python bench/bench_verify.py [--build-dir DIR] [--accel tcg|auto|kvm] [--rounds 1] [--sequential]
 """
 
 from __future__ import annotations
@@ -89,6 +91,23 @@ def floor_boot(build: builddir.BuildDir, variant: str, accel_name: str, smp: int
         proc.wait()
 
 
+def floor_boots(build: builddir.BuildDir, names: list[str], accel_name: str, smp: int, tools: dict, work: Path,
+                parallel: bool) -> tuple[float, dict]:
+    """The floor of the variants in the stage's layout: booted side by side when the stage boots
+    them so (its wall time: the later login prompt), else one after the other (the sum). Also
+    each variant's (seconds, timeline)."""
+    if not parallel:
+        each = {v: floor_boot(build, v, accel_name, smp, tools, work / v) for v in names}
+        return sum(sec for sec, _ in each.values()), each
+    from concurrent.futures import ThreadPoolExecutor
+
+    t = time.monotonic()
+    with ThreadPoolExecutor(max_workers=len(names)) as pool:
+        futures = {v: pool.submit(floor_boot, build, v, accel_name, smp, tools, work / v) for v in names}
+        each = {v: f.result() for v, f in futures.items()}
+    return time.monotonic() - t, each
+
+
 def timeline_row(label: str, total: float, durations: dict) -> str:
     cells = " ".join(f"{durations.get(s, 0.0):>10.1f}" for s in STAGES)
     quiet = f" {durations['silence']:>8.1f}" if "silence" in durations else ""
@@ -101,6 +120,9 @@ def main(argv=None) -> int:
     ap.add_argument("--accel", default="tcg", choices=["tcg", "kvm", "auto"],
                     help="accelerator for the verify stage and the floor (default tcg: the goal's setting)")
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--sequential", dest="parallel", action="store_false",
+                    help="the variants one after the other (default: the stage's default layout, side by side "
+                         "on two CPUs or more); the floor is booted in the same layout")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-verify-") as tmp:
         tmp = Path(tmp)
@@ -132,27 +154,29 @@ def main(argv=None) -> int:
             for f in source.iterdir():
                 if f.is_file() and not f.name.startswith("verify"):
                     os.link(f, copy / f.name)
-            smp = boottest.plan(boottest.VerifyRequest(build_dir=copy, accel=args.accel)).smp
+            layout = boottest.plan(boottest.VerifyRequest(build_dir=copy, accel=args.accel, parallel=args.parallel))
+            smp, parallel = layout.smp, layout.parallel
             names = sorted(build.variants, key=lambda v: (v != "vm", v))
-            before = {v: floor_boot(build, v, decision.accel if args.accel == "auto" else args.accel, smp, tools,
-                                    tmp / f"floor-{r}-before-{v}") for v in names}
+            floor_accel = decision.accel if args.accel == "auto" else args.accel
+            wall_before, before = floor_boots(build, names, floor_accel, smp, tools, tmp / f"floor-{r}-before",
+                                              parallel)
             t = time.monotonic()
-            results = boottest.verify(boottest.VerifyRequest(build_dir=copy, accel=args.accel,
+            results = boottest.verify(boottest.VerifyRequest(build_dir=copy, accel=args.accel, parallel=args.parallel,
                                                              cache_dir=REPO / ".cache" / "artifacts",
                                                              accel_cache=tmp / "accel-cache", work_dir=tmp))
             stage = time.monotonic() - t
             print(f"\nround {r + 1}: verify stage {stage:.1f} s for {', '.join(x.variant for x in results)} "
-                  f"({'all passed' if all(x.passed for x in results) else 'NOT all passed'})\n{header}")
+                  f"({'side by side' if parallel else 'one after the other'}, {smp} vCPU each; "
+                  f"{'all passed' if all(x.passed for x in results) else 'NOT all passed'})\n{header}")
             for x in results:
                 b2v = x.seconds["boot_to_verdict"]
                 print(timeline_row(f"verify {x.variant}", b2v, _durations(x.timeline, b2v)))
             # The floor is booted before and after the stage, and averaged: load drifts during a run.
-            after = {x.variant: floor_boot(build, x.variant, x.accel, smp, tools, tmp / f"floor-{r}-after-{x.variant}")
-                     for x in results}
-            floor = 0.0
+            wall_after, after = floor_boots(build, [x.variant for x in results], results[0].accel, smp, tools,
+                                            tmp / f"floor-{r}-after", parallel)
+            floor = (wall_before + wall_after) / 2
             for x in results:
                 (s1, d1), (s2, d2) = before[x.variant], after[x.variant]
-                floor += (s1 + s2) / 2
                 print(timeline_row(f"floor {x.variant} before", s1, d1))
                 print(timeline_row(f"floor {x.variant} after", s2, d2), flush=True)
             ratios.append(stage / floor)

@@ -386,7 +386,9 @@ def test_cli_prints_the_report_and_exits_non_zero_on_a_failed_check(tmp_path, mo
     doc = json.loads(out)     # one document: the report, with the error beside its keys
     assert doc["variants"]["vm"]["passed"] is True and doc["variants"]["baremetal"]["passed"] is False
     assert doc["exit_code"] == 1 and "baremetal: NF-HARD-003" in doc["error"]
-    assert seen["req"].timeout == 300 and seen["req"].accel == "tcg" and not seen["req"].parallel
+    assert seen["req"].timeout == 300 and seen["req"].accel == "tcg" and seen["req"].parallel    # the default
+    assert cli.main(["image", "verify", str(d), "--sequential"]) == 1 and not seen["req"].parallel
+    capsys.readouterr()
     code = cli.main(["image", "verify", str(d), "--variant", "vm", "--parallel"])
     out, _ = capsys.readouterr()
     assert code == 0 and "NF-HARD-003" in out and "baremetal" not in out   # table of the verified variant
@@ -436,7 +438,8 @@ def test_verify_dry_run_prints_the_plan_and_writes_nothing(tmp_path, no_boot, ca
     assert [(v["variant"], v["image"], v["firmware"], v["seed"]) for v in doc["variants"]] == [
         ("vm", str(vm.path), "bios", "cidata"), ("baremetal", str(bm.path), "uefi", "config-2")]
     assert doc["variants"][1]["console_log"] == str(d / "verify-baremetal-console.log")
-    assert (doc["accel"], doc["timeout"], doc["parallel"], doc["work_dir"]) == ("tcg", 300, False, str(work))
+    assert (doc["accel"], doc["timeout"], doc["work_dir"]) == ("tcg", 300, str(work))
+    assert doc["parallel"] is ((os.cpu_count() or 1) >= 2)      # side by side where there are two CPUs
     assert doc["firmware"] == {"code": str(tmp_path / "ovmf" / "OVMF_CODE_4M.fd"),
                                "vars": str(tmp_path / "ovmf" / "OVMF_VARS_4M.fd")}
     assert doc["checks"] == vc.check_ids([c["id"] for c in PROFILE["controls"]])
@@ -639,3 +642,18 @@ def test_a_hung_boot_ends_at_the_timeout_with_the_console_tail(built_image, tmp_
     assert len(msg.split("---\n", 1)[1].strip()) > 0         # what the console showed before the timeout
     assert builddir.load(d).variant("vm").verify is builddir.VerifyStatus.FAILED
     assert (d / "verify-vm-console.log").is_file() and _qemu_children() == []
+
+
+@pytest.mark.parametrize("cpus, parallel, smp", [(1, False, 1), (2, True, 1), (4, True, 2)])
+def test_the_variants_boot_side_by_side_where_there_are_two_cpus(tmp_path, no_boot, monkeypatch, cpus, parallel,
+                                                                  smp):
+    """The default layout, by measurement (docs/boot-verification.md): side by side, the CPUs shared
+    out, on two CPUs or more; one after the other, with up to two vCPUs, when asked or on one CPU."""
+    monkeypatch.setattr(boottest.os, "cpu_count", lambda: cpus)
+    d = make_build_dir(tmp_path / "builds", verify=None)
+    p = boottest.plan(boottest.VerifyRequest(build_dir=d, accel="tcg"))
+    assert (p.parallel, p.smp) == (parallel, smp)
+    one = boottest.plan(boottest.VerifyRequest(build_dir=d, accel="tcg", parallel=False))
+    assert (one.parallel, one.smp) == (False, min(2, cpus))
+    alone = boottest.plan(boottest.VerifyRequest(build_dir=d, accel="tcg", variants=("vm",)))
+    assert (alone.parallel, alone.smp) == (False, min(2, cpus))
