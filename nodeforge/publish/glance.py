@@ -600,13 +600,7 @@ class Publisher:
         # build from bytes damaged on the way.
         hashers = {"sha512": hashlib.sha512()}
         if self.sign is not None:
-            # The signature must be on the image before its data arrives, so
-            # sign in the pass that checks the local file against SHA*SUMS.
-            signer = self.sign.signer
-            local = fs.digest_file(image.path, sorted({"sha512", signer.hash_name}))     # one read pass
-            self._check_local(image, local, name)
-            props.update(signer.properties(signer.sign(bytes.fromhex(local[signer.hash_name])), self.sign.cert_id))
-            hashers = {"sha512": hashlib.sha512()}
+            props.update(self._signature(image, name, hashers))
         # Signed SLSA provenance (nodeforge/publish/provenance.py) and the per-file manifest (for
         # 'image diff') beside the manifest, linked from the image.
         for side in (PROVENANCE, FILES):
@@ -619,7 +613,12 @@ class Publisher:
                 "min_ram": 2048, "tags": tags_for(build, variant), **props}
         created = create_image(self.conn, body)
         with HashingReader(image.path, hashers, self.progress) as reader:
-            self._put(created["id"], reader, name)
+            try:
+                self._put(created["id"], reader, name)
+            except SignatureRejected:
+                if reader.sent == len(reader):      # every byte hashed: a file changed since the build says so
+                    self._check_local(image, reader.digests(), name)
+                raise
             sent = reader.digests()
         stored = get_image(self.conn, created["id"])
         algo = stored.get("os_hash_algo") or "sha512"
@@ -714,6 +713,23 @@ class Publisher:
                                       f"with {algo} {stored.get('os_hash_value')}, not the {len(data)} bytes sent")
         patch_image(self.conn, img["id"], [{"op": "remove", "path": f"/{P}uploader"}], f"updating {img['name']}")
         return img["id"]
+
+    def _signature(self, image: VariantImage, name: str, hashers: dict) -> dict[str, str]:
+        """The ``img_signature*`` properties: the signature must be on the image before its data
+        arrives. It signs the build's own digest (SHA256SUMS or SHA512SUMS) and adds the signing
+        hash to the upload pass's ``hashers``, so the bytes sent are checked against it (Glance
+        checks the signature against them too); a file that changed since the build fails that
+        check and its image is discarded. A signing hash the build does not record (SHA-224,
+        SHA-384) takes one read pass of the file first, checked against SHA*SUMS."""
+        signer = self.sign.signer
+        if signer.hash_name in ("sha256", "sha512"):
+            digest = image.digest(signer.hash_name)
+            hashers.setdefault(signer.hash_name, signer.hasher())
+        else:
+            local = fs.digest_file(image.path, ["sha256", "sha512", signer.hash_name])   # one read pass
+            self._check_local(image, local, name)
+            digest = local[signer.hash_name]
+        return signer.properties(signer.sign(bytes.fromhex(digest)), self.sign.cert_id)
 
     @staticmethod
     def _check_local(image: VariantImage, digests: dict[str, str], name: str) -> None:

@@ -209,3 +209,20 @@ def test_wrong_certificate_refused_before_upload(tmp_path, admin, tracker, signi
     code, _, err = run_cli("image", "publish", str(d), "--sign-key", str(other), "--sign-cert-id", cert_id)
     assert code == 1 and "does not belong to certificate" in err
     assert tracker.images(d.name) == []
+
+
+@pytest.mark.devcloud
+def test_a_file_changed_since_the_build_is_named_and_nothing_is_left(tmp_path, admin, tracker, policy,
+                                                                     signing_setup):
+    """The signature is of the build's own digest (SHA256SUMS), and the upload pass hashes what it
+    sends: a file changed after the build is refused as such, not as a bad signature, and its
+    image is gone."""
+    _, key_path, cert_id = signing_setup
+    d = tracker.build(make_build_dir(tmp_path, variants=("baremetal",)))
+    image = d / "nodeforge-k8s-1.36.0-baremetal.raw"
+    image.write_bytes(image.read_bytes()[:-1] + b"\0")
+    signer = signing.load_signer(key_path, "env:NF_TEST_PASS")
+    with pytest.raises(g.PublishError, match="does not match SHA(256|512)SUMS") as caught:
+        g.Publisher(admin, policy, sign=g.SignOptions(signer, cert_id)).publish(builddir.load(d))
+    assert not isinstance(caught.value, g.SignatureRejected)
+    assert [i for i in tracker.images(d.name) if i.get("nodeforge_role") == "image"] == []
