@@ -596,8 +596,8 @@ class Publisher:
         props = image_properties(build, image, self.policy, manifest_image_id=links[MANIFEST.link],
                                  verify_report_id=links[VERIFY_REPORT.link],
                                  verify_sha256=links[VERIFY_REPORT.digest], scope=entry.scope)
-        # sha512 of what is sent: tells a local file that changed since the
-        # build from bytes damaged on the way.
+        # A digest of what is sent (sha512, or the signing hash): tells a local file that changed
+        # since the build from bytes damaged on the way.
         hashers = {"sha512": hashlib.sha512()}
         if self.sign is not None:
             props.update(self._signature(image, name, hashers))
@@ -716,15 +716,17 @@ class Publisher:
 
     def _signature(self, image: VariantImage, name: str, hashers: dict) -> dict[str, str]:
         """The ``img_signature*`` properties: the signature must be on the image before its data
-        arrives. It signs the build's own digest (SHA256SUMS or SHA512SUMS) and adds the signing
-        hash to the upload pass's ``hashers``, so the bytes sent are checked against it (Glance
-        checks the signature against them too); a file that changed since the build fails that
-        check and its image is discarded. A signing hash the build does not record (SHA-224,
+        arrives. It signs the build's own digest (SHA256SUMS or SHA512SUMS), and the upload pass
+        hashes with the signing hash instead (one hash per pass: what Glance stored is checked by
+        its own sha512, ``os_hash_value``), so the bytes sent are checked against the digest
+        signed (Glance checks the signature against them too); a file that changed since the build
+        fails that check and its image is discarded. A signing hash the build does not record (SHA-224,
         SHA-384) takes one read pass of the file first, checked against SHA*SUMS."""
         signer = self.sign.signer
         if signer.hash_name in ("sha256", "sha512"):
             digest = image.digest(signer.hash_name)
-            hashers.setdefault(signer.hash_name, signer.hasher())
+            hashers.clear()
+            hashers[signer.hash_name] = signer.hasher()
         else:
             local = fs.digest_file(image.path, ["sha256", "sha512", signer.hash_name])   # one read pass
             self._check_local(image, local, name)
