@@ -486,10 +486,11 @@ def plan(req: VerifyRequest) -> VerifyPlan:
     source = repo[1] if repo is not None else (f"{vc.HARDENING_IN_IMAGE} in each image (the repository's "
                                                "profile is another version; read when verify runs)")
     checks = vc.check_ids(controls if controls is not None else [f"(each control of {vc.HARDENING_IN_IMAGE})"])
-    parallel = req.parallel and len(names) > 1 and (os.cpu_count() or 1) >= 2
+    cpus = os.cpu_count() or 1
+    parallel = req.parallel and len(names) > 1 and cpus >= 2
     # Concurrent boots share the CPUs: one vCPU each on 2 CPUs. A boot is mostly serial work, so two
     # one-vCPU guests side by side finish sooner than two two-vCPU guests one after the other.
-    smp = max(1, (os.cpu_count() or 1) // len(names)) if parallel else min(2, os.cpu_count() or 1)
+    smp = max(1, cpus // len(names)) if parallel else min(2, cpus)
     variants = [VariantPlan(i.variant, i.path, i.disk_format, i.sha256,
                             "uefi" if i.variant == "baremetal" and firmware else "bios", seed_label(i.variant),
                             build.path / f"verify-{i.variant}-console.log",

@@ -95,16 +95,10 @@ def apply(plan_: enroll_mod.Plan, inventory: Inventory, prov: Provisioner, setti
                for r in results}
     specs = inventory.by_name()
     works = [lifecycle.Work(spec=specs[r.name], uuid=r.uuid) for r in results if r.ok and r.uuid]
-    moved: set[str] = set()
-    eventful: set[str] = set()      # a recovery, a failure or a last_error seen: Ironic recorded something
     if works and settings.lifecycle:
         lifecycle.run(prov, works, settings.policy(), progress=progress.update, clock=clock, sleep=sleep)
         for w in works:
             rep = reports[w.spec.name]
-            if w.issued is not None or w.recoveries:
-                moved.add(w.spec.name)
-            if w.recoveries or w.failures or w.error_seen:
-                eventful.add(w.spec.name)
             rep.stage = w.stage.value
             rep.state = w.node.get("provision_state")
             rep.ok = w.error_type is None
@@ -113,24 +107,25 @@ def apply(plan_: enroll_mod.Plan, inventory: Inventory, prov: Provisioner, setti
         for w in works:
             reports[w.spec.name].state = "enroll"
     if settings.history:
-        attach_history(prov, [r for r in reports.values() if r.uuid and history_worth_reading(r, moved, eventful)],
-                       jobs=HISTORY_JOBS)
+        ran = {w.spec.name: w for w in works} if settings.lifecycle else {}
+        attach_history(prov, [r for r in reports.values() if r.uuid and history_worth_reading(r, ran.get(r.name))])
     return Report("enroll", list(reports.values()), seconds=clock() - start, writes=prov.writes,
                   retried=dict(prov.retried), pacing=prov.pacer.stats.to_dict() if getattr(prov, "pacer", None) else None)
 
 
-def history_worth_reading(rep: NodeReport, moved: set[str], eventful: set[str]) -> bool:
-    """Whether a node's history is read for its report row: a node that failed, or met an error on
-    the way (a recovery, a failure, a last_error in a poll), and a node that existed before the run
-    and was changed or moved (its history holds earlier events). Ironic records a node's errors
-    there (and a few warnings), so a node this run created and took through without one has none
-    to read: at 200 nodes behind a throttled Ironic those reads were 200 calls for empty lists. A
-    node left as it was keeps the earlier run's report."""
-    if not rep.ok or rep.name in eventful:
+def history_worth_reading(rep: NodeReport, work: lifecycle.Work | None) -> bool:
+    """Whether a node's history is read for its report row (``work``: the node's way through the
+    lifecycle, None when it had none): a node that failed, or met an error on the way (a recovery,
+    a failure, a last_error in a poll), and a node that existed before the run and was changed or
+    moved on (its history holds earlier events). Ironic records a node's errors there (and a few
+    warnings), so a node this run created and took through without one has none to read: at 200
+    nodes behind a throttled Ironic those reads were 200 calls for empty lists. A node left as it
+    was keeps the earlier run's report."""
+    if not rep.ok or (work is not None and (work.recoveries or work.failures or work.error_seen)):
         return True
     if rep.action == enroll_mod.Action.CREATE.value:
         return False
-    return rep.action != enroll_mod.Action.NOOP.value or rep.name in moved
+    return rep.action != enroll_mod.Action.NOOP.value or (work is not None and work.issued is not None)
 
 
 HISTORY_FIELDS = ("created_at", "severity", "event_type", "event")
@@ -139,10 +134,10 @@ HISTORY_FIELDS = ("created_at", "severity", "event_type", "event")
 HISTORY_JOBS = 4
 
 
-def attach_history(prov: Provisioner, reports: list[NodeReport], jobs: int = 8) -> None:
+def attach_history(prov: Provisioner, reports: list[NodeReport], jobs: int = HISTORY_JOBS) -> None:
     """Each node's newest :data:`C.HISTORY_EVENTS` history events onto its report row (what a
     report's node opens to; :func:`apply` reads the ones :func:`history_worth_reading` names),
-    ``jobs`` nodes at a time (the run's pacer bounds them further); a
+    ``jobs`` nodes at a time; a
     history that cannot be read leaves the row's ``history`` None and the node's verdict unchanged."""
     from concurrent.futures import ThreadPoolExecutor
 

@@ -600,7 +600,8 @@ class Publisher:
         # since the build from bytes damaged on the way.
         hashers = {"sha512": hashlib.sha512()}
         if self.sign is not None:
-            props.update(self._signature(image, name, hashers))
+            signature, hashers = self._signature(image, name)
+            props.update(signature)
         # Signed SLSA provenance (nodeforge/publish/provenance.py) and the per-file manifest (for
         # 'image diff') beside the manifest, linked from the image.
         for side in (PROVENANCE, FILES):
@@ -714,9 +715,9 @@ class Publisher:
         patch_image(self.conn, img["id"], [{"op": "remove", "path": f"/{P}uploader"}], f"updating {img['name']}")
         return img["id"]
 
-    def _signature(self, image: VariantImage, name: str, hashers: dict) -> dict[str, str]:
-        """The ``img_signature*`` properties: the signature must be on the image before its data
-        arrives. It signs the build's own digest (SHA256SUMS or SHA512SUMS), and the upload pass
+    def _signature(self, image: VariantImage, name: str) -> tuple[dict[str, str], dict[str, object]]:
+        """The ``img_signature*`` properties, and the hash objects of the upload pass. The
+        signature must be on the image before its data arrives. It signs the build's own digest (SHA256SUMS or SHA512SUMS), and the upload pass
         hashes with the signing hash instead (one hash per pass: what Glance stored is checked by
         its own sha512, ``os_hash_value``), so the bytes sent are checked against the digest
         signed (Glance checks the signature against them too); a file that changed since the build
@@ -724,14 +725,12 @@ class Publisher:
         SHA-384) takes one read pass of the file first, checked against SHA*SUMS."""
         signer = self.sign.signer
         if signer.hash_name in ("sha256", "sha512"):
-            digest = image.digest(signer.hash_name)
-            hashers.clear()
-            hashers[signer.hash_name] = signer.hasher()
+            digest, hashers = image.digest(signer.hash_name), {signer.hash_name: signer.hasher()}
         else:
             local = fs.digest_file(image.path, ["sha256", "sha512", signer.hash_name])   # one read pass
             self._check_local(image, local, name)
-            digest = local[signer.hash_name]
-        return signer.properties(signer.sign(bytes.fromhex(digest)), self.sign.cert_id)
+            digest, hashers = local[signer.hash_name], {"sha512": hashlib.sha512()}
+        return signer.properties(signer.sign(bytes.fromhex(digest)), self.sign.cert_id), hashers
 
     @staticmethod
     def _check_local(image: VariantImage, digests: dict[str, str], name: str) -> None:

@@ -134,15 +134,23 @@ def test_histories_are_read_where_ironic_can_have_recorded_something():
     by the run and taken through cleanly, or left as it was: not read."""
     from nodeforge.ironic.report import NodeReport
 
-    def rep(action, ok=True, name="n"):
-        return NodeReport(name, "uuid-1", action, "lifecycle", "available", ok)
+    from nodeforge.ironic import lifecycle
+    from nodeforge.ironic.lifecycle import Verb
 
-    assert batch.history_worth_reading(rep("create", ok=False), set(), set())
-    assert batch.history_worth_reading(rep("create"), set(), {"n"})           # a recovery or last_error seen
-    assert not batch.history_worth_reading(rep("create"), {"n"}, set())       # created, moved, nothing met
-    assert batch.history_worth_reading(rep("update"), set(), set())
-    assert batch.history_worth_reading(rep("no-op"), {"n"}, set())            # an existing node moved on
-    assert not batch.history_worth_reading(rep("no-op"), set(), set())
+    def rep(action, ok=True):
+        return NodeReport("n", "uuid-1", action, "lifecycle", "available", ok)
+
+    def work(**fields):
+        return lifecycle.Work(spec=None, uuid="uuid-1", **fields)
+
+    assert batch.history_worth_reading(rep("create", ok=False), None)
+    assert batch.history_worth_reading(rep("create"), work(recoveries=1))
+    assert batch.history_worth_reading(rep("create"), work(error_seen=True))
+    assert not batch.history_worth_reading(rep("create"), work(issued=Verb.PROVIDE))   # created, moved, nothing met
+    assert batch.history_worth_reading(rep("update"), None)
+    assert batch.history_worth_reading(rep("no-op"), work(issued=Verb.MANAGE))         # an existing node moved on
+    assert not batch.history_worth_reading(rep("no-op"), work())
+    assert not batch.history_worth_reading(rep("no-op"), None)
 
 
 def test_a_last_error_seen_in_a_poll_marks_the_node(inventory):
