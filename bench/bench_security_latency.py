@@ -29,7 +29,9 @@ patch run reuses an earlier run's base); the build log says which (``package
 base ...: cached`` or ``not cached``). Printed: both latencies, each
 run's stage times, the ratio security/patch, and the goal: the security
 update approved in under 30 minutes on this machine, like a Kubernetes
-patch. Exits 1 when a run fails or the goal is missed.
+patch; and the patch's own goal: at most 150 s from the release to the approved image with a
+warm package base (the patch run's build steps are printed too). Exits 1 when a run fails or
+a goal is missed. ``--patch-only`` runs the patch alone (about 5 minutes).
 
 Needs root, the host's Debian mirror, QEMU (like ``nodeforge image build``
 and ``image verify``), and starts a private local cloud (Keystone, Barbican,
@@ -37,7 +39,7 @@ Glance, and Magnum with what it needs: promote asks it which images are in
 use) at its own port offset (``--offset``, default 19900), stopped at the
 end. About 20-30 minutes on 2 cores when idle (two builds, four boots).
 
-Run: sudo .venv/bin/python bench/bench_security_latency.py [--offset 19900] [--keep] [--dry-run]
+Run: sudo .venv/bin/python bench/bench_security_latency.py [--offset 19900] [--patch-only] [--keep] [--dry-run]
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import private_cloud  # noqa: E402 - bench/private_cloud.py
 
 GOAL_SECONDS = 30 * 60
+PATCH_GOAL_SECONDS = 150    # a Kubernetes patch, warm package base: release -> approved image
 MINOR, PATCH = "1.36", "1.36.1"
 
 
@@ -65,11 +68,31 @@ def _stages(run) -> str:
     return ", ".join(f"{s.name} {s.seconds:.0f}s" for s in run.stages if s.seconds is not None)
 
 
+def _boots(run) -> str:
+    """Each variant's boot in the verify stage: seconds from QEMU's start to each stage it showed
+    (firmware, boot loader, kernel, userspace, checks, report), from the run's verify.json."""
+    path = next((s.outputs or {} for s in run.stages if s.name == "verify"), {}).get("verify_json")
+    try:
+        variants = json.loads(Path(path).read_text())["variants"]
+    except (TypeError, OSError, ValueError, KeyError):
+        return "no verify.json"
+    return "; ".join(f"{v} under {r.get('accel')}: " + " ".join(f"{k} {t:.0f}" for k, t in (r.get("timeline") or {}).items())
+                     for v, r in sorted(variants.items()))
+
+
+def _build_steps(run) -> str:
+    """The build stage's own steps (diskimage-builder's root filesystem, each disk, ...)."""
+    steps = next((s.outputs or {} for s in run.stages if s.name == "build"), {}).get("build_seconds") or {}
+    return ", ".join(f"{k} {v:.1f}s" for k, v in steps.items() if k != "total")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--offset", type=int, default=19900,
                     help="port offset of the private cloud (below the ephemeral range, clear of the test clouds')")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory and the cloud (debugging)")
+    ap.add_argument("--patch-only", action="store_true",
+                    help="only the Kubernetes patch run (its latency against its own goal), no security update")
     ap.add_argument("--dry-run", action="store_true", help="say what would run, and exit")
     args = ap.parse_args()
     if args.dry_run:
@@ -127,7 +150,14 @@ def main() -> int:
                 return 1
             patch = patch_run.latency[MINOR]["latency_seconds"]
             say(f"Kubernetes patch {PATCH}: {patch:.0f} s from the release to the approved image "
-                f"({_stages(patch_run)})")
+                f"({_stages(patch_run)}; build steps: {_build_steps(patch_run)}; boots, seconds since QEMU "
+                f"started: {_boots(patch_run)})")
+            patch_ok = patch <= PATCH_GOAL_SECONDS
+            say(f"patch latency goal <= {PATCH_GOAL_SECONDS} s (warm package base): "
+                f"{'met' if patch_ok else 'NOT met'}; load average {os.getloadavg()[0]:.1f}")
+            if args.patch_only:
+                say(json.dumps({"patch_latency_seconds": patch, "load_average": round(os.getloadavg()[0], 1)}))
+                return 0 if patch_ok else 1
 
             update = sec.publish_update(ol.load(lock_path), now=True)
             sec_run = Pipeline(config, runs_dir=tmp / "runs", say=quiet).run([MINOR])
@@ -141,7 +171,7 @@ def main() -> int:
             say(json.dumps({"patch_latency_seconds": patch, "security_latency_seconds": security,
                             "ratio_security_patch": round(security / patch, 2),
                             "load_average": round(os.getloadavg()[0], 1)}))
-            ok = security < GOAL_SECONDS
+            ok = security < GOAL_SECONDS and patch_ok
             say(f"ratio security/patch: {security / patch:.2f}x; goal under {GOAL_SECONDS // 60} min: "
                 f"{'met' if ok else 'NOT met'}; load average {os.getloadavg()[0]:.1f}")
             return 0 if ok else 1

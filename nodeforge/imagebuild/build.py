@@ -54,7 +54,7 @@ from typing import Callable
 
 from nodeforge.base import fs, runner
 from nodeforge.errors import NodeforgeError
-from nodeforge.imagebuild.steps import Step, run_steps
+from nodeforge.imagebuild.steps import Step, Together, run_steps
 from nodeforge.imagebuild import checksums, contents, disk, manifest as mf, package_base as pb, render as rd
 from nodeforge.imagebuild import pyc, reproducible
 from nodeforge.pins import lockfile as lf
@@ -589,6 +589,7 @@ class _Build:
     files: dict = dataclasses.field(default_factory=dict)
     images: dict = dataclasses.field(default_factory=dict)
     manifest: dict = dataclasses.field(default_factory=dict)
+    digests: dict = dataclasses.field(default_factory=dict)     # variant disk -> {algo: hex}, by its step
 
 
 def _build(plan: Plan, work: Path, stage: Path, logf: _Log, build_time, seconds) -> BuildResult:
@@ -601,7 +602,7 @@ def _build(plan: Plan, work: Path, stage: Path, logf: _Log, build_time, seconds)
                Step("normalise", _step_normalise),
                Step("file_manifest", _step_file_manifest),
                Step("manifest", _step_manifest),
-               *(Step(f"disk_{v}", _step_disk(v), undo=_undo_disk(v)) for v in plan.request.variants),
+               Together(tuple(Step(f"disk_{v}", _step_disk(v), undo=_undo_disk(v)) for v in plan.request.variants)),
                Step("checksums", _step_checksums)], b, seconds, note=logf.write)
     return BuildResult(stage, b.images, b.manifest, seconds, {"key": b.base.key, "reused": b.reused})
 
@@ -726,7 +727,9 @@ def _step_manifest(b: _Build) -> None:
 def _step_disk(variant: str) -> Callable[[_Build], None]:
     def run(b: _Build) -> None:
         """The variant's disk from a hard-linked copy of the tree: its overlay, kernel command line,
-        boot loader and partition table, then raw or qcow2 into the build."""
+        boot loader and partition table, then raw or qcow2 into the build, and its digests. The
+        variants' disks are assembled side by side (:class:`Together`): nothing here is shared
+        but the read-only tree and the log."""
         b.logf.step(f"assemble the {variant} disk")
         tree = b.work / f"tree-{variant}"
         _run_logged(_priv(["cp", "-al", str(b.rootfs), str(tree)]), b.logf, what="cp -al")
@@ -753,6 +756,7 @@ def _step_disk(variant: str) -> Callable[[_Build], None]:
             raw.unlink()
         else:
             fs.move_into_place(raw, dest) if _same_fs(raw, b.stage) else shutil.move(raw, dest)
+        b.digests[b.images[variant]] = checksums.digest_file(dest)    # while the other disk is assembled
     return run
 
 
@@ -765,7 +769,8 @@ def _undo_disk(variant: str) -> Callable[[_Build], None]:
 def _step_checksums(b: _Build) -> None:
     b.logf.step("SBOM and checksums")
     (b.stage / "sbom.cdx.json").write_text(mf.sbom(b.manifest))
-    checksums.sum_files(b.stage, [*b.images.values(), "manifest.json", contents.FILENAME, "sbom.cdx.json"])
+    checksums.sum_files(b.stage, [*b.images.values(), "manifest.json", contents.FILENAME, "sbom.cdx.json"],
+                        known=b.digests)
 
 
 # Left out of the per-file manifest: the build manifest, written into the tree after it (it records

@@ -10,7 +10,7 @@ read and written by :mod:`nodeforge.base.sums`.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Mapping
 
 from nodeforge.base import sums
 from nodeforge.base.fs import digest_file  # noqa: F401 - re-exported (the build's callers, the benchmark)
@@ -19,11 +19,15 @@ from nodeforge.base.sums import SUMS_FILES  # noqa: F401 - re-exported (boottest
 ALGORITHMS = ("sha256", "sha512")
 
 
-def sum_files(directory: Path, names: Iterable[str]) -> dict[str, dict[str, str]]:
+def sum_files(directory: Path, names: Iterable[str],
+              known: Mapping[str, Mapping[str, str]] | None = None) -> dict[str, dict[str, str]]:
     """Digest ``names`` (relative to ``directory``, each read once) and write
-    SHA256SUMS and SHA512SUMS for them; returns ``{name: {"sha256": ..., "sha512": ...}}``."""
+    SHA256SUMS and SHA512SUMS for them; returns ``{name: {"sha256": ..., "sha512": ...}}``.
+    ``known``: digests the caller took of files it has just written (both algorithms), not read again."""
     directory = Path(directory)
-    results = {name: digest_file(directory / name) for name in sorted(names)}
+    known = known or {}
+    results = {name: dict(known[name]) if set(ALGORITHMS) <= set(known.get(name, ())) else digest_file(directory / name)
+               for name in sorted(names)}
     sums.write_sums(directory, results)
     return results
 

@@ -1,14 +1,20 @@
 """Named build steps and the small runner that runs them, as diskimage-builder's block device
 layer runs its nodes: each step is logged and timed under its name, and when one fails, the
 steps already finished are undone in reverse order (each that has an undo), then the failure
-goes on up. An undo that fails itself is logged and does not hide the first failure."""
+goes on up. An undo that fails itself is logged and does not hide the first failure.
+
+Steps that do not depend on each other (the variants' disks) can run side by side
+(:class:`Together`): each is timed under its own name, the group waits for all of them, and
+when one fails the others still finish and are undone with the steps before them."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import logging
+import os
 import time
-from typing import Callable, Generic, Iterable, TypeVar
+from typing import Callable, Generic, Iterable, TypeVar, Union
 
 log = logging.getLogger(__name__)
 
@@ -22,17 +28,58 @@ class Step(Generic[S]):
     undo: Callable[[S], None] | None = None    # what takes back what ``run`` made outside the work dir
 
 
-def run_steps(steps: Iterable[Step[S]], state: S, seconds: dict[str, float],
+@dataclasses.dataclass(frozen=True)
+class Together(Generic[S]):
+    """Steps that share no output and may run side by side, on threads (their work is in
+    subprocesses and I/O), at most ``workers`` at once (default: the CPU count); one worker runs
+    them one after the other, in order."""
+    steps: tuple[Step[S], ...]
+    workers: int | None = None
+
+    def width(self) -> int:
+        return max(1, min(len(self.steps), self.workers or os.cpu_count() or 1))
+
+
+def _timed(step: Step[S], state: S, seconds: dict[str, float]) -> None:
+    t = time.monotonic()
+    step.run(state)
+    seconds[step.name] = seconds.get(step.name, 0.0) + time.monotonic() - t
+
+
+def _together(group: Together[S], state: S, seconds: dict[str, float], done: list[Step[S]]) -> None:
+    """Run ``group``; the steps that finished go to ``done`` (in the group's order) even when
+    another failed, so that they are undone; then the first failure in that order is raised."""
+    if group.width() == 1:
+        for step in group.steps:
+            _timed(step, state, seconds)
+            done.append(step)
+        return
+    pool = concurrent.futures.ThreadPoolExecutor(group.width(), thread_name_prefix="step")
+    futures = [pool.submit(_timed, step, state, seconds) for step in group.steps]
+    try:
+        concurrent.futures.wait(futures)
+    finally:    # Ctrl-C here as well: the running steps end (their subprocesses got it too) first
+        pool.shutdown(wait=True, cancel_futures=True)
+        done.extend(step for step, fut in zip(group.steps, futures)
+                    if not fut.cancelled() and fut.exception() is None)
+    failures = [fut.exception() for fut in futures if not fut.cancelled() and fut.exception() is not None]
+    if failures:
+        raise failures[0]
+
+
+def run_steps(steps: Iterable[Union[Step[S], Together[S]]], state: S, seconds: dict[str, float],
               note: Callable[[str], None] = lambda _m: None) -> None:
-    """Run ``steps`` in order on ``state``; ``seconds[step.name]`` is each one's time. On a
-    failure (Ctrl-C included), undo the finished steps in reverse order, then raise it."""
+    """Run ``steps`` in order on ``state`` (a :class:`Together` group's side by side);
+    ``seconds[step.name]`` is each one's time. On a failure (Ctrl-C included), undo the finished
+    steps in reverse order, then raise it."""
     done: list[Step[S]] = []
     try:
         for step in steps:
-            t = time.monotonic()
-            step.run(state)
-            seconds[step.name] = seconds.get(step.name, 0.0) + time.monotonic() - t
-            done.append(step)
+            if isinstance(step, Together):
+                _together(step, state, seconds, done)
+            else:
+                _timed(step, state, seconds)
+                done.append(step)
     except BaseException:
         for step in reversed(done):
             if step.undo is None:

@@ -46,3 +46,16 @@ def test_sums_files_pass_coreutils_check(tmp_path):
     assert checksums.verify_sums(tmp_path) == []
     (tmp_path / "b.raw").write_bytes(b"tampered")
     assert checksums.verify_sums(tmp_path) == ["b.raw"]
+
+
+def test_digests_the_caller_took_are_written_without_reading_the_file_again(tmp_path, monkeypatch):
+    for name, content in {"disk.raw": b"disk" * 1000, "manifest.json": b"{}"}.items():
+        (tmp_path / name).write_bytes(content)
+    taken = checksums.digest_file(tmp_path / "disk.raw")
+    read = []
+    real = checksums.digest_file
+    monkeypatch.setattr(checksums, "digest_file", lambda path, *a, **kw: read.append(path.name) or real(path, *a, **kw))
+    got = checksums.sum_files(tmp_path, ["disk.raw", "manifest.json"], known={"disk.raw": taken,
+                                                                             "manifest.json": {"sha256": "0" * 64}})
+    assert read == ["manifest.json"]            # one algorithm known is not enough: read
+    assert got["disk.raw"] == taken and checksums.verify_sums(tmp_path) == []

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from nodeforge.imagebuild.steps import Step, run_steps
+from nodeforge.imagebuild.steps import Step, Together, run_steps
 
 
 def _steps(events: list[str], fail_at: str | None = None, undo_fails: str | None = None):
@@ -60,3 +60,55 @@ def test_ctrl_c_undoes_too():
         run_steps([Step("made", lambda s: None, lambda s: undone.append("made")), Step("stop", interrupted)],
                   {}, {})
     assert undone == ["made"]
+
+
+def test_steps_together_run_side_by_side_each_timed_under_its_name():
+    import threading
+    barrier = threading.Barrier(2, timeout=10)      # both must be running at once to get past it
+    events, seconds = [], {}
+
+    def meet(name):
+        def go(_state):
+            barrier.wait()
+            events.append(name)
+        return go
+
+    run_steps([Step("a", lambda s: events.append("a")),
+               Together((Step("x", meet("x")), Step("y", meet("y"))), workers=2),
+               Step("z", lambda s: events.append("z"))], {}, seconds)
+    assert events[0] == "a" and sorted(events[1:3]) == ["x", "y"] and events[3] == "z"
+    assert set(seconds) == {"a", "x", "y", "z"}
+
+
+def test_one_step_of_a_group_failing_lets_the_others_finish_then_undoes_them_with_the_earlier_steps():
+    import threading
+    events, notes = [], []
+    lock = threading.Lock()
+    started = threading.Event()
+
+    def log(text):
+        with lock:
+            events.append(text)
+
+    def slow(_state):
+        started.wait(10)
+        log("run y")
+
+    def broken(_state):
+        started.set()
+        raise RuntimeError("x broke")
+
+    with pytest.raises(RuntimeError, match="x broke"):
+        run_steps([Step("a", lambda s: log("run a"), lambda s: log("undo a")),
+                   Together((Step("x", broken, lambda s: log("undo x")),
+                             Step("y", slow, lambda s: log("undo y"))), workers=2),
+                   Step("z", lambda s: log("run z"))], {}, {}, note=notes.append)
+    assert events == ["run a", "run y", "undo y", "undo a"]     # x failed: not undone; z never ran
+    assert notes == ["undone: y", "undone: a"]
+
+
+def test_a_group_of_width_one_runs_in_order():
+    events = []
+    run_steps([Together((Step("x", lambda s: events.append("x")), Step("y", lambda s: events.append("y"))),
+                        workers=1)], {}, {})
+    assert events == ["x", "y"]
