@@ -54,7 +54,7 @@ from typing import Callable
 
 from nodeforge.base import fs, runner
 from nodeforge.errors import NodeforgeError
-from nodeforge.imagebuild.steps import Step, Together, run_steps
+from nodeforge.imagebuild.steps import BuildLog, Step, Together, run_steps
 from nodeforge.imagebuild import checksums, contents, disk, manifest as mf, package_base as pb, render as rd
 from nodeforge.imagebuild import pyc, reproducible
 from nodeforge.pins import lockfile as lf
@@ -380,30 +380,10 @@ def _ensure_artifacts(req: BuildRequest, cache: Cache, sources: Sources, pins: l
 
 # --- build ------------------------------------------------------------------------------
 
-class _Log:
-    """The build log file, plus optional progress lines."""
-
-    def __init__(self, path: Path, stream: Callable[[str], None] | None):
-        self.fh = open(path, "a", buffering=1)
-        self.stream = stream
-
-    def write(self, text: str) -> None:
-        self.fh.write(text if text.endswith("\n") else text + "\n")
-
-    def step(self, text: str) -> None:
-        stamp = datetime.datetime.now().strftime("%H:%M:%S")
-        self.write(f"== {stamp} {text}")
-        if self.stream:
-            self.stream(f"[{stamp}] {text}")
-
-    def close(self) -> None:
-        self.fh.close()
-
-
 _priv = runner.as_root
 
 
-def _run_logged(argv: list[str], logf: _Log, *, env=None, what: str) -> None:
+def _run_logged(argv: list[str], logf: BuildLog, *, env=None, what: str) -> None:
     logf.write(f"$ {runner.command_line(argv)}")
     runner.run(argv, stdout=logf.fh, env=env, what=what, error=BuildError)
 
@@ -425,7 +405,7 @@ def build(req: BuildRequest, plan: Plan | None = None) -> BuildResult:
     work = Path(tempfile.mkdtemp(prefix="nodeforge-build.", dir=plan.work_root))
     plan.out.parent.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(prefix=f".{plan.out.name}.partial.", dir=plan.out.parent))
-    logf = _Log(stage / "build.log", req.stream)
+    logf = BuildLog(stage / "build.log", req.stream)
     try:
         result = _build(plan, work, stage, logf, build_time, seconds)
         seconds["total"] = time.monotonic() - started
@@ -467,7 +447,7 @@ def _dib_env(plan: Plan, elements_path: Path, image_cache: Path, extra: dict[str
 DIB_CACHE_LOCK = ".nodeforge-dib.lock"
 
 
-def _dib_cache_lock(dib_cache: Path, logf: _Log):
+def _dib_cache_lock(dib_cache: Path, logf: BuildLog):
     """One diskimage-builder run at a time per diskimage-builder cache directory: its apt archive
     cache (``DIB_APT_LOCAL_CACHE``) is bind-mounted into every build's chroot and apt takes its lock
     without waiting, so a second build on the host failed with "Could not get lock
@@ -517,7 +497,7 @@ def package_base_plan(bp: BuildPlan) -> PackageBasePlan:
     return PackageBasePlan(spec.key(), cache.root, cache.present(spec.key()), req.rebuild_package_base)
 
 
-def _package_base(plan: Plan, rendered: rd.Rendered, work: Path, logf: _Log) -> tuple[pb.Entry, bool]:
+def _package_base(plan: Plan, rendered: rd.Rendered, work: Path, logf: BuildLog) -> tuple[pb.Entry, bool]:
     """The cached package base for this build's inputs, built first if missing. Returns (entry, reused)."""
     req = plan.request
     base_elements = work / "base-elements"
@@ -553,7 +533,7 @@ def _package_base(plan: Plan, rendered: rd.Rendered, work: Path, logf: _Log) -> 
         return entry, False
 
 
-def _check_os_lock(os_lock, rootfs: Path, logf: _Log) -> None:
+def _check_os_lock(os_lock, rootfs: Path, logf: BuildLog) -> None:
     """Remove the build-time pins and apt hook from the tree; its dpkg database must be exactly the lock."""
     from nodeforge.oslock import apt_pinning
 
@@ -573,7 +553,7 @@ class _Build:
     plan: Plan
     work: Path
     stage: Path
-    logf: _Log
+    logf: BuildLog
     build_time: datetime.datetime
     pinned_files: dict = dataclasses.field(default_factory=dict)
     rendered: object = None
@@ -589,10 +569,10 @@ class _Build:
     files: dict = dataclasses.field(default_factory=dict)
     images: dict = dataclasses.field(default_factory=dict)
     manifest: dict = dataclasses.field(default_factory=dict)
-    digests: dict = dataclasses.field(default_factory=dict)     # variant disk -> {algo: hex}, by its step
+    digests: dict = dataclasses.field(default_factory=dict)     # disk file name -> {algo: hex}, by its disk step
 
 
-def _build(plan: Plan, work: Path, stage: Path, logf: _Log, build_time, seconds) -> BuildResult:
+def _build(plan: Plan, work: Path, stage: Path, logf: BuildLog, build_time, seconds) -> BuildResult:
     """The build as named steps (:mod:`.steps`): each logged and timed under its name in
     ``seconds``; the finished ones undone when a later one fails."""
     b = _Build(plan, work, stage, logf, build_time)
@@ -778,7 +758,7 @@ def _step_checksums(b: _Build) -> None:
 FILE_MANIFEST_EXCLUDE = ("/" + mf.IN_IMAGE_PATH,)
 
 
-def _normalise(rootfs: Path, epoch: int, logf: _Log, host_paths: dict[str, str]) -> dict:
+def _normalise(rootfs: Path, epoch: int, logf: BuildLog, host_paths: dict[str, str]) -> dict:
     """:func:`reproducible.normalise` on the tree (as root, like the rest of the build)."""
     done = reproducible.normalise(rootfs, epoch, host_paths)
     logf.write(f"normalised: removed {len(done['removed'])} path(s): {' '.join(done['removed'][:40])}"
@@ -792,7 +772,7 @@ def _normalise(rootfs: Path, epoch: int, logf: _Log, host_paths: dict[str, str])
     return done
 
 
-def _file_manifest(rootfs: Path, logf: _Log) -> list[dict]:
+def _file_manifest(rootfs: Path, logf: BuildLog) -> list[dict]:
     return contents.scan(rootfs, exclude=FILE_MANIFEST_EXCLUDE, workers=2)
 
 

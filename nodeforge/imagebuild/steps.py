@@ -11,14 +11,40 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import datetime
 import logging
 import os
+import threading
 import time
 from typing import Callable, Generic, Iterable, TypeVar, Union
 
 log = logging.getLogger(__name__)
 
 S = TypeVar("S")
+
+
+class BuildLog:
+    """The build log file, plus optional progress lines. Steps side by side (:class:`Together`)
+    write to it from their threads: each line is written whole, under a lock; the subprocesses
+    they run write to the same file themselves (``fh``)."""
+
+    def __init__(self, path, stream: Callable[[str], None] | None):
+        self.fh = open(path, "a", buffering=1)   # noqa: SIM115 - closed by close()
+        self.stream = stream
+        self._lock = threading.Lock()
+
+    def write(self, text: str) -> None:
+        with self._lock:
+            self.fh.write(text if text.endswith("\n") else text + "\n")
+
+    def step(self, text: str) -> None:
+        stamp = datetime.datetime.now().strftime("%H:%M:%S")
+        self.write(f"== {stamp} {text}")
+        if self.stream:
+            self.stream(f"[{stamp}] {text}")
+
+    def close(self) -> None:
+        self.fh.close()
 
 
 @dataclasses.dataclass(frozen=True)

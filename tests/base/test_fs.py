@@ -82,7 +82,7 @@ def test_the_build_waits_for_diskimage_builders_cache_and_logs_it(tmp_path):
     t.start()
     assert held.wait(10)
     lines = []
-    log = build._Log(tmp_path / "build.log", lambda line: (lines.append(line), release.set()))
+    log = build.BuildLog(tmp_path / "build.log", lambda line: (lines.append(line), release.set()))
     with build._dib_cache_lock(cache, log):
         order.append("this build")
     log.close()
