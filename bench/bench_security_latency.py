@@ -68,10 +68,15 @@ def _stages(run) -> str:
     return ", ".join(f"{s.name} {s.seconds:.0f}s" for s in run.stages if s.seconds is not None)
 
 
+def _outputs(run, stage: str) -> dict:
+    """The outputs the run record keeps for ``stage`` ({} when it did not run)."""
+    return next((s.outputs or {} for s in run.stages if s.name == stage), {})
+
+
 def _boots(run) -> str:
     """Each variant's boot in the verify stage: seconds from QEMU's start to each stage it showed
     (firmware, boot loader, kernel, userspace, checks, report), from the run's verify.json."""
-    path = next((s.outputs or {} for s in run.stages if s.name == "verify"), {}).get("verify_json")
+    path = _outputs(run, "verify").get("verify_json")
     try:
         variants = json.loads(Path(path).read_text())["variants"]
     except (TypeError, OSError, ValueError, KeyError):
@@ -82,7 +87,7 @@ def _boots(run) -> str:
 
 def _build_steps(run) -> str:
     """The build stage's own steps (diskimage-builder's root filesystem, each disk, ...)."""
-    steps = next((s.outputs or {} for s in run.stages if s.name == "build"), {}).get("build_seconds") or {}
+    steps = _outputs(run, "build").get("build_seconds") or {}
     return ", ".join(f"{k} {v:.1f}s" for k, v in steps.items() if k != "total")
 
 

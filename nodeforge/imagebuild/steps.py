@@ -73,24 +73,20 @@ def _timed(step: Step[S], state: S, seconds: dict[str, float]) -> None:
 
 
 def _together(group: Together[S], state: S, seconds: dict[str, float], done: list[Step[S]]) -> None:
-    """Run ``group``; the steps that finished go to ``done`` (in the group's order) even when
-    another failed, so that they are undone; then the first failure in that order is raised."""
-    if group.width() == 1:
-        for step in group.steps:
-            _timed(step, state, seconds)
-            done.append(step)
-        return
+    """Run ``group``'s steps side by side; the steps that finished go to ``done`` (in the group's
+    order) even when another failed, so that they are undone; then the first failure in that
+    order is raised."""
     pool = concurrent.futures.ThreadPoolExecutor(group.width(), thread_name_prefix="step")
     futures = [pool.submit(_timed, step, state, seconds) for step in group.steps]
     try:
         concurrent.futures.wait(futures)
     finally:    # Ctrl-C here as well: the running steps end (their subprocesses got it too) first
         pool.shutdown(wait=True, cancel_futures=True)
-        done.extend(step for step, fut in zip(group.steps, futures)
-                    if not fut.cancelled() and fut.exception() is None)
-    failures = [fut.exception() for fut in futures if not fut.cancelled() and fut.exception() is not None]
-    if failures:
-        raise failures[0]
+        ended = [(step, fut.exception()) for step, fut in zip(group.steps, futures) if not fut.cancelled()]
+        done.extend(step for step, exc in ended if exc is None)
+    failure = next((exc for _, exc in ended if exc is not None), None)
+    if failure is not None:
+        raise failure
 
 
 def run_steps(steps: Iterable[Union[Step[S], Together[S]]], state: S, seconds: dict[str, float],
@@ -101,11 +97,12 @@ def run_steps(steps: Iterable[Union[Step[S], Together[S]]], state: S, seconds: d
     done: list[Step[S]] = []
     try:
         for step in steps:
-            if isinstance(step, Together):
+            if isinstance(step, Together) and step.width() > 1:
                 _together(step, state, seconds, done)
-            else:
-                _timed(step, state, seconds)
-                done.append(step)
+                continue
+            for one in step.steps if isinstance(step, Together) else (step,):   # a group of width 1: in order
+                _timed(one, state, seconds)
+                done.append(one)
     except BaseException:
         for step in reversed(done):
             if step.undo is None:
