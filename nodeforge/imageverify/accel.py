@@ -57,7 +57,13 @@ ENV_ACCEL = "NODEFORGE_VERIFY_ACCEL"
 ACCELS = ("auto", "kvm", "tcg")
 KVM_DEVICE = "/dev/kvm"
 MACHINE = "q35"
-CPU = {"kvm": "host", "tcg": "max"}   # the CPU model each accelerator boots with (probe and boot alike)
+# The CPU model each accelerator boots with (probe and boot alike). Under TCG a plain x86-64-v2
+# CPU (SSE4.2, POPCNT; no AVX, no SVM, no 5-level paging): every feature ``max`` adds is emulated
+# work the guest then takes on (5-level page walks, AVX2 string and crypto paths, the kvm modules
+# udev loads for SVM), and the same build booted about 30 % slower under ``max``
+# (docs/boot-verification.md, "The emulated CPU"). v2 because it is the floor of any server in use.
+TCG_CPU = "qemu64,svm=off,+ssse3,+sse4.1,+sse4.2,+popcnt"
+CPU = {"kvm": "host", "tcg": TCG_CPU}
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 CACHE_FORMAT = 1
 # The probe guest: the kernel's whole initialisation, then a panic for want of a root file system.

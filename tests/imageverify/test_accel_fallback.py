@@ -37,11 +37,11 @@ from tests.prereq import require_tools
 
 WRAPPER = '''
 import os, sys
-REAL, MODE, HALT = {real!r}, {mode!r}, {halt!r}
+REAL, MODE, HALT, TCG_CPU = {real!r}, {mode!r}, {halt!r}, {tcg_cpu!r}
 args = sys.argv[1:]
 if any("accel=kvm" in a for a in args):
     args = [a.replace("accel=kvm", "accel=tcg") for a in args]
-    args[args.index("-cpu") + 1] = "max"
+    args[args.index("-cpu") + 1] = TCG_CPU
     name = args[args.index("-name") + 1] if "-name" in args else ""
     if MODE == "freeze-all" or not name.startswith("nodeforge-accel-probe"):
         kept, i = [], 0
@@ -81,7 +81,8 @@ def hanging_kvm(tmp_path, monkeypatch):
     def install(mode: str) -> Path:
         wrapper = bindir / boottest.QEMU
         wrapper.write_text(f"#!{sys.executable}\n" + textwrap.dedent(
-            WRAPPER.format(real=real, mode=mode, halt=str(halt_firmware(tmp_path / "halt.rom")))))
+            WRAPPER.format(real=real, mode=mode, halt=str(halt_firmware(tmp_path / "halt.rom")),
+                           tcg_cpu=accel.CPU["tcg"])))
         wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
         monkeypatch.setenv("PATH", f"{bindir}:{__import__('os').environ['PATH']}")
         return wrapper

@@ -16,7 +16,7 @@ FILE is a JSON document (mode 0600, written by nodeforge.devcloud.bmc):
      "auth": {"username": "...", "password": "..."},
      "systems": [ { fleet.RedfishSystem as JSON }, ... ],
      "machine_tools": {"qemu": "...", "qemu_img": "...", "ovmf_code": "...", "ovmf_vars": "...",
-                       "accel": "tcg", "machine_type": "q35", "cpu": "max"},
+                       "accel": "tcg", "machine_type": "q35", "cpu": "qemu64,svm=off,..."},  # accel.CPU["tcg"]
      "guest_forwards": [6385, 8089]}    # the guests' 10.0.2.100:P -> 127.0.0.1:P (machine.py)
 
 A system whose entry has a ``machine`` (memory, vCPUs, disk, agent port) is
