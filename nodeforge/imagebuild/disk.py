@@ -152,7 +152,8 @@ def grub_cfg(*, root_uuid: str, cmdline: str, title: str, kernel: str, initrd: s
         "serial --unit=0 --speed=115200 --word=8 --parity=no --stop=1\n"
         "terminal_input serial console\n"
         "terminal_output serial console\n"
-        "set timeout=1\n"
+        # One entry: boot it at once, no menu (its countdown cost every boot a second of waiting).
+        "set timeout=0\n"
         "set default=0\n"
         f"menuentry '{title}' {{\n"
         f"    search --no-floppy --fs-uuid --set=root {root_uuid}\n"
