@@ -5,12 +5,20 @@ both hashes from each block on two threads: the wall time is close to the
 slower hash alone, not the sum of both (``bench/bench_checksums.py``).
 The files are in ``sha256sum``/``sha512sum -c`` format (``<hex>  <name>``),
 read and written by :mod:`nodeforge.base.sums`.
+
+:func:`verify_sums` reads the files side by side, and can skip a file the
+caller saw just after it was summed (:func:`fingerprints`: size, mtime, ctime,
+inode, device, as ``git`` trusts its index): the pipeline's verify stage right
+after its build stage. Any write, ``chmod``, ``touch`` or replacement since
+changes the ctime or the inode, and the file is read again.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
+import os
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Sequence
 
 from nodeforge.base import sums
 from nodeforge.base.fs import digest_file  # noqa: F401 - re-exported (the build's callers, the benchmark)
@@ -32,17 +40,53 @@ def sum_files(directory: Path, names: Iterable[str],
     return results
 
 
-def verify_sums(directory: Path, *, error=sums.SumsError) -> list[str]:
+def fingerprint(path: Path) -> list[int]:
+    """What changes whenever ``path``'s content can have changed: size, mtime, ctime (set by the
+    kernel on every write, ``chmod`` or ``utime``; not settable from user space), inode, device."""
+    st = os.stat(path)
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
+
+
+def fingerprints(directory: Path, names: Iterable[str]) -> dict[str, list[int]]:
+    """:func:`fingerprint` of ``names`` and of SHA256SUMS/SHA512SUMS in ``directory``."""
+    directory = Path(directory)
+    return {name: fingerprint(directory / name) for name in sorted({*names, *SUMS_FILES.values()})}
+
+
+def verify_sums(directory: Path, *, error=sums.SumsError,
+                unchanged: Mapping[str, Sequence[int]] | None = None) -> list[str]:
     """Names whose content does not match SHA256SUMS/SHA512SUMS (empty: all good);
-    a malformed line raises ``error`` (naming the file and line)."""
+    a malformed line raises ``error`` (naming the file and line). The files are read side by side.
+
+    ``unchanged``: :func:`fingerprints` taken right after the files were summed; a file whose
+    fingerprint is still the same is not read again, provided both sums files are unchanged too
+    (else every file is read)."""
     directory = Path(directory)
     expected: dict[str, dict[str, str]] = {}
     for algo, sums_name in SUMS_FILES.items():
         for name, digest in sums.read_sums(directory / sums_name, error=error).items():
             expected.setdefault(name, {})[algo] = digest
-    bad = []
-    for name, want in sorted(expected.items()):
-        path = directory / name
-        if not path.is_file() or digest_file(path, want.keys()) != want:
-            bad.append(name)
-    return bad
+    trusted = trusted_names(directory, expected, unchanged)
+    todo = [name for name in sorted(expected) if name not in trusted]
+    missing = [name for name in todo if not (directory / name).is_file()]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(len(todo), 2))) as pool:
+        got = dict(zip(todo, pool.map(
+            lambda n: None if n in missing else digest_file(directory / n, expected[n].keys()), todo)))
+    return [name for name in todo if got[name] != expected[name]]
+
+
+def trusted_names(directory: Path, expected: Mapping[str, object],
+                  unchanged: Mapping[str, Sequence[int]] | None) -> set[str]:
+    """The names of ``expected`` :func:`verify_sums` need not read: their fingerprint, and both
+    sums files', are the ones in ``unchanged``."""
+    if not unchanged:
+        return set()
+
+    def same(name: str) -> bool:
+        try:
+            return list(unchanged.get(name) or ()) == fingerprint(directory / name)
+        except OSError:
+            return False
+    if not all(same(n) for n in SUMS_FILES.values()):
+        return set()
+    return {name for name in expected if same(name)}

@@ -3,7 +3,9 @@
 Steps per build directory (``docs/boot-verification.md``):
 
 1. **refuse** before anything boots if ``SHA256SUMS``/``SHA512SUMS`` do not
-   match the files (:func:`checksums.verify_sums`);
+   match the files (:func:`checksums.verify_sums`; an image the caller saw
+   unchanged since the build summed it, ``VerifyRequest.unchanged``, is not
+   read again);
 2. per variant, **offline facts** from the image file itself: the root
    partition is found in the GPT and read with ``debugfs`` at its byte offset
    (``file?offset=N``: no mount, no loop device; a qcow2 is converted to a
@@ -49,7 +51,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping, Sequence
 
 from nodeforge.base import qemuimg, runner
 from nodeforge.base.fs import atomic_write
@@ -388,13 +390,16 @@ class VerifyRequest:
     # are two CPUs or more; else one after the other (docs/boot-verification.md, measured).
     parallel: bool = True
     stream: Callable[[str], None] | None = None
+    # checksums.fingerprints taken right after the build summed its files (the pipeline's build
+    # stage): the images still the same are not read again (checksums.verify_sums).
+    unchanged: Mapping[str, Sequence[int]] | None = None
 
 
-def refuse_bad_checksums(path: Path) -> None:
+def refuse_bad_checksums(path: Path, unchanged: Mapping[str, Sequence[int]] | None = None) -> None:
     for sums in checksums.SUMS_FILES.values():
         if not (path / sums).is_file():
             raise VerifyRefused(path=path, detail=f"no {sums}")
-    bad = checksums.verify_sums(path, error=VerifyRefused)
+    bad = checksums.verify_sums(path, error=VerifyRefused, unchanged=unchanged)
     if bad:
         raise VerifyRefused(path=path, detail=f"{', '.join(bad)} do(es) not match SHA256SUMS/SHA512SUMS",
                             hint="the build directory was changed after the build; rebuild it")
@@ -477,8 +482,10 @@ def plan(req: VerifyRequest) -> VerifyPlan:
     images = [build.variant(v) for v in names]
     tools = require_tools()
     firmware = ovmf() if "baremetal" in names else None
-    _say(req)(f"checking {build.path.name}: SHA256SUMS and SHA512SUMS")
-    refuse_bad_checksums(build.path)
+    same = sorted(checksums.trusted_names(build.path, {i.path.name: None for i in images}, req.unchanged))
+    _say(req)(f"checking {build.path.name}: SHA256SUMS and SHA512SUMS"
+              + (f" ({', '.join(same)} unchanged since the build summed them: not read again)" if same else ""))
+    refuse_bad_checksums(build.path, req.unchanged)
     manifest = build.manifest_data()
     accel, _, accel_note = accel_mod.planned(req.accel)
     repo = repository_controls(manifest, req.profile_path)

@@ -366,9 +366,14 @@ def build(ctx: StageContext) -> dict:
 
 
 def _build_outputs(b, *, reused: bool, seconds: dict | None = None) -> dict:
+    from nodeforge.imagebuild import checksums
+
+    names = [i.path.name for i in b.variants.values()]
     return {"build_dir": str(b.path), "build_id": b.build_id, "kubernetes_version": b.k8s_version,
             "images": {v: str(i.path.name) for v, i in sorted(b.variants.items())}, "reused": reused,
             "build_seconds": seconds or {},
+            # Taken once the build has summed its images: verify reads again only what changed since.
+            "fingerprints": checksums.fingerprints(b.path, names) if not reused else {},
             "summary": f"{b.build_id}: {', '.join(sorted(b.variants))}" + (" (reused)" if reused else "")}
 
 
@@ -392,7 +397,8 @@ def verify(ctx: StageContext) -> dict:
                 ctx.say(f"verify {ctx.minor}: {v}: {i.verify_reason}; booting")
         got = boottest.verify(boottest.VerifyRequest(build_dir=build_dir, timeout=cfg.verify_timeout,
                                                      accel=cfg.accel, cache_dir=cfg.cache_dir,
-                                                     work_dir=cfg.work_dir, stream=ctx.say))
+                                                     work_dir=cfg.work_dir, stream=ctx.say,
+                                                     unchanged=ctx.previous["build"].get("fingerprints")))
         failed = [f"{r.variant}: {', '.join(c['id'] for c in r.checks if not c['passed'])}"
                   for r in got if not r.passed]
         if failed:

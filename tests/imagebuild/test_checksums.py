@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import os
+import time
 import subprocess
 
 from nodeforge.imagebuild import checksums
@@ -59,3 +61,52 @@ def test_digests_the_caller_took_are_written_without_reading_the_file_again(tmp_
                                                                              "manifest.json": {"sha256": "0" * 64}})
     assert read == ["manifest.json"]            # one algorithm known is not enough: read
     assert got["disk.raw"] == taken and checksums.verify_sums(tmp_path) == []
+
+
+def _summed(tmp_path):
+    for name, content in {"a.qcow2": b"one" * 1000, "b.raw": b"two" * 1000}.items():
+        (tmp_path / name).write_bytes(content)
+    checksums.sum_files(tmp_path, ["a.qcow2", "b.raw"])
+    return checksums.fingerprints(tmp_path, ["a.qcow2", "b.raw"])
+
+
+def _reads(monkeypatch):
+    read = []
+    real = checksums.digest_file
+    monkeypatch.setattr(checksums, "digest_file", lambda path, *a, **kw: read.append(path.name) or real(path, *a, **kw))
+    return read
+
+
+def test_files_unchanged_since_they_were_summed_are_not_read_again(tmp_path, monkeypatch):
+    seen = _summed(tmp_path)
+    assert set(seen) == {"a.qcow2", "b.raw", "SHA256SUMS", "SHA512SUMS"}
+    read = _reads(monkeypatch)
+    assert checksums.verify_sums(tmp_path, unchanged=seen) == [] and read == []
+    assert checksums.verify_sums(tmp_path) == [] and sorted(read) == ["a.qcow2", "b.raw"]
+
+
+def test_a_file_written_after_its_fingerprint_is_read_and_refused(tmp_path, monkeypatch):
+    seen = _summed(tmp_path)
+    data = (tmp_path / "b.raw").read_bytes()
+    st = (tmp_path / "b.raw").stat()
+    time.sleep(0.05)                                                    # past the file system's clock tick
+    (tmp_path / "b.raw").write_bytes(b"X" + data[1:])                 # same size,
+    os.utime(tmp_path / "b.raw", ns=(st.st_atime_ns, st.st_mtime_ns))   # same mtime: the ctime moved
+    read = _reads(monkeypatch)
+    assert checksums.verify_sums(tmp_path, unchanged=seen) == ["b.raw"] and read == ["b.raw"]
+
+
+def test_a_replaced_file_or_a_changed_sums_file_means_everything_is_read(tmp_path, monkeypatch):
+    seen = _summed(tmp_path)
+    (tmp_path / "a.qcow2.new").write_bytes((tmp_path / "a.qcow2").read_bytes())
+    os.replace(tmp_path / "a.qcow2.new", tmp_path / "a.qcow2")        # same bytes, another inode
+    read = _reads(monkeypatch)
+    assert checksums.verify_sums(tmp_path, unchanged=seen) == [] and read == ["a.qcow2"]
+    seen = checksums.fingerprints(tmp_path, ["a.qcow2", "b.raw"])
+    sums = tmp_path / "SHA256SUMS"
+    time.sleep(0.05)
+    sums.write_text(sums.read_text())                                  # rewritten: trust nothing
+    read.clear()
+    assert checksums.verify_sums(tmp_path, unchanged=seen) == [] and sorted(read) == ["a.qcow2", "b.raw"]
+    (tmp_path / "b.raw").unlink()
+    assert checksums.verify_sums(tmp_path, unchanged=seen) == ["b.raw"]

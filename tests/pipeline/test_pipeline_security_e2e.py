@@ -97,6 +97,7 @@ class SecurityRun:
     approved: dict[str, dict]
     diff: dict | None                      # image diff (prev vm -> new vm), when nodeforge.publish.diff exists
     seconds: float                         # what the scenario added to the test run
+    said: list[str] = dataclasses.field(default_factory=list)   # the run's progress lines
 
 
 @pytest.fixture(scope="module")
@@ -143,7 +144,9 @@ def security_run(devcloud, signing_key, tmp_path_factory):  # noqa: F811
         update = sec.publish_update(old_lock, PACKAGE, "all")     # the security update appears
         check = _check_json(lockfile)
         t_run = time.monotonic()
-        run = Pipeline(config, runs_dir=tmp / "runs", say=lambda line: print(line, flush=True)).run([MINOR])
+        said: list[str] = []
+        run = Pipeline(config, runs_dir=tmp / "runs",
+                       say=lambda line: said.append(line) or print(line, flush=True)).run([MINOR])
         print(f"\nsecurity update pipeline: {run.status} in {time.monotonic() - t_run:.0f} s", flush=True)
         if run.status != rr.SUCCEEDED:
             pytest.fail(f"the security-update pipeline run did not succeed: {run.status}: {run.message}; "
@@ -159,7 +162,7 @@ def security_run(devcloud, signing_key, tmp_path_factory):  # noqa: F811
         yield SecurityRun(lockfile=lockfile, old_lock=old_lock, old_version=update.old_version,
                           new_version=update.new_version, quiet_check=quiet, check=check, published=update.published,
                           run=run, prev_ids=prev_ids, prev_after=prev_after, approved=approved, diff=diff,
-                          seconds=time.monotonic() - t0)
+                          seconds=time.monotonic() - t0, said=said)
     finally:
         mp.undo()
         server.__exit__(None, None, None)
@@ -213,6 +216,11 @@ def test_pipeline_rebuilds_verifies_publishes_and_promotes(security_run):
     assert dpkg == {p.key: p.version for p in new_lock.packages}
     assert manifest["os_package_lock"]["digest"] == new_lock.digest()
     assert run.find("verify", MINOR).outputs["variants"] == {"vm": "passed", "baremetal": "passed"}
+    # The images the build had just summed were not read again by verify (their fingerprints held).
+    images = sorted(run.find("build", MINOR).outputs["images"].values())
+    assert set(images) < set(run.find("build", MINOR).outputs["fingerprints"])
+    assert any(f"({', '.join(images)} unchanged since the build summed them: not read again)" in line
+               for line in r.said), [line for line in r.said if "SHA256SUMS" in line]
     # Approved; the earlier approved images superseded (hidden, still there).
     assert set(r.approved) == {"vm", "baremetal"}
     for img in r.approved.values():
