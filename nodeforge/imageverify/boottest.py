@@ -3,9 +3,7 @@
 Steps per build directory (``docs/boot-verification.md``):
 
 1. **refuse** before anything boots if ``SHA256SUMS``/``SHA512SUMS`` do not
-   match the files (:func:`checksums.verify_sums`; an image the caller saw
-   unchanged since the build summed it, ``VerifyRequest.unchanged``, is not
-   read again);
+   match the files (:func:`checksums.verify_sums`; ``VerifyRequest.unchanged``);
 2. per variant, **offline facts** from the image file itself: the root
    partition is found in the GPT and read with ``debugfs`` at its byte offset
    (``file?offset=N``: no mount, no loop device; a qcow2 is converted to a
@@ -390,9 +388,7 @@ class VerifyRequest:
     # are two CPUs or more; else one after the other (docs/boot-verification.md, measured).
     parallel: bool = True
     stream: Callable[[str], None] | None = None
-    # checksums.fingerprints taken right after the build summed its files (the pipeline's build
-    # stage): the images still the same are not read again (checksums.verify_sums).
-    unchanged: Mapping[str, Sequence[int]] | None = None
+    unchanged: Mapping[str, Sequence[int]] | None = None   # checksums.fingerprints after the build: not read again
 
 
 def refuse_bad_checksums(path: Path, unchanged: Mapping[str, Sequence[int]] | None = None) -> None:
@@ -467,24 +463,21 @@ def _say(req: VerifyRequest) -> Callable[[str], None]:
 
 
 def plan(req: VerifyRequest) -> VerifyPlan:
-    """Everything :func:`verify` does before it boots, in its order: read the
-    build directory (:func:`builddir.load`), choose the variants (all, ``vm``
-    first; one the build lacks is a :class:`builddir.BuildDirError`), find the
-    host tools and, for ``baremetal``, OVMF, refuse bad checksums
-    (:class:`VerifyRefused`), read the manifest, decide the accelerator
-    (:func:`accel.planned`: ``auto`` on a host whose ``/dev/kvm`` opens stays
-    ``auto``, the KVM probe starts QEMU) and the checks. Reads only: boots,
-    starts and writes nothing; each archive member's expected digest is taken
-    from the manifest, or for an older build the artifact cache is looked at
-    (is each pinned archive there), never re-hashed (:func:`archives_in_cache`)."""
+    """Everything :func:`verify` does before it boots, in its order: read the build directory
+    (:func:`builddir.load`), choose the variants (all, ``vm`` first; one the build lacks is a
+    :class:`builddir.BuildDirError`), find the host tools and, for ``baremetal``, OVMF, refuse bad
+    checksums (:class:`VerifyRefused`), read the manifest, decide the accelerator (:func:`accel.planned`:
+    ``auto`` on a host whose ``/dev/kvm`` opens stays ``auto``, the KVM probe starts QEMU) and the
+    checks. Reads only (boots, starts, writes nothing); each archive member's expected digest is from
+    the manifest, or for an older build the cache is looked at, never re-hashed (:func:`archives_in_cache`)."""
     build = builddir.load(req.build_dir)
     names = req.variants or tuple(sorted(build.variants, key=lambda v: (v != "vm", v)))
     images = [build.variant(v) for v in names]
     tools = require_tools()
     firmware = ovmf() if "baremetal" in names else None
-    same = sorted(checksums.trusted_names(build.path, {i.path.name: None for i in images}, req.unchanged))
+    same = ", ".join(sorted(checksums.trusted_names(build.path, {i.path.name: None for i in images}, req.unchanged)))
     _say(req)(f"checking {build.path.name}: SHA256SUMS and SHA512SUMS"
-              + (f" ({', '.join(same)} unchanged since the build summed them: not read again)" if same else ""))
+              + (f" ({same} unchanged since the build summed them: not read again)" if same else ""))
     refuse_bad_checksums(build.path, req.unchanged)
     manifest = build.manifest_data()
     accel, _, accel_note = accel_mod.planned(req.accel)
