@@ -6,10 +6,11 @@ slower hash alone, not the sum of both (``bench/bench_checksums.py``).
 The files are in ``sha256sum``/``sha512sum -c`` format (``<hex>  <name>``),
 read and written by :mod:`nodeforge.base.sums`.
 
-:func:`verify_sums` reads the files side by side, and can skip a file the
-caller saw just after it was summed (:func:`fingerprints`: size, mtime, ctime,
-inode, device, as ``git`` trusts its index): the pipeline's verify stage right
-after its build stage. Any write, ``chmod``, ``touch`` or replacement since
+:func:`verify_sums` reads the files side by side, and skips those the caller
+names: :func:`unchanged_names`, the files whose :func:`fingerprints` (size,
+mtime, ctime, inode, device, as ``git`` trusts its index) are still the ones
+taken just after they were summed (the pipeline's verify stage right after its
+build stage). Any write, ``chmod``, ``touch`` or replacement since
 changes the ctime or the inode, and the file is read again.
 """
 
@@ -18,7 +19,7 @@ from __future__ import annotations
 import concurrent.futures
 import os
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
+from typing import Collection, Iterable, Mapping, Sequence
 
 from nodeforge.base import sums
 from nodeforge.base.fs import digest_file  # noqa: F401 - re-exported (the build's callers, the benchmark)
@@ -53,40 +54,36 @@ def fingerprints(directory: Path, names: Iterable[str]) -> dict[str, list[int]]:
     return {name: fingerprint(directory / name) for name in sorted({*names, *SUMS_FILES.values()})}
 
 
-def verify_sums(directory: Path, *, error=sums.SumsError,
-                unchanged: Mapping[str, Sequence[int]] | None = None) -> list[str]:
+def verify_sums(directory: Path, *, error=sums.SumsError, skip: Collection[str] = ()) -> list[str]:
     """Names whose content does not match SHA256SUMS/SHA512SUMS (empty: all good);
-    a malformed line raises ``error`` (naming the file and line). The files are read side by side.
-
-    ``unchanged``: :func:`fingerprints` taken right after the files were summed; a file whose
-    fingerprint is still the same is not read again, provided both sums files are unchanged too
-    (else every file is read)."""
+    a malformed line raises ``error`` (naming the file and line). The files are read side by side;
+    ``skip``: names not to read (:func:`unchanged_names`)."""
     directory = Path(directory)
     expected: dict[str, dict[str, str]] = {}
     for algo, sums_name in SUMS_FILES.items():
         for name, digest in sums.read_sums(directory / sums_name, error=error).items():
             expected.setdefault(name, {})[algo] = digest
-    trusted = trusted_names(directory, expected, unchanged)
-    todo = [name for name in sorted(expected) if name not in trusted]
-    missing = [name for name in todo if not (directory / name).is_file()]
+    todo = [name for name in sorted(expected) if name not in skip]
+
+    def digest(name: str) -> dict[str, str] | None:
+        path = directory / name
+        return digest_file(path, expected[name].keys()) if path.is_file() else None
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(len(todo), 2))) as pool:
-        got = dict(zip(todo, pool.map(
-            lambda n: None if n in missing else digest_file(directory / n, expected[n].keys()), todo)))
-    return [name for name in todo if got[name] != expected[name]]
+        return [name for name, got in zip(todo, pool.map(digest, todo)) if got != expected[name]]
 
 
-def trusted_names(directory: Path, expected: Mapping[str, object],
-                  unchanged: Mapping[str, Sequence[int]] | None) -> set[str]:
-    """The names of ``expected`` :func:`verify_sums` need not read: their fingerprint, and both
-    sums files', are the ones in ``unchanged``."""
+def unchanged_names(directory: Path, names: Iterable[str],
+                    unchanged: Mapping[str, Sequence[int]] | None) -> list[str]:
+    """Those of ``names`` whose :func:`fingerprint` is still the one in ``unchanged`` (taken right
+    after they were summed), provided both sums files' are too (else none): need not be read again."""
     if not unchanged:
-        return set()
+        return []
 
     def same(name: str) -> bool:
         try:
-            return list(unchanged.get(name) or ()) == fingerprint(directory / name)
+            return list(unchanged.get(name) or ()) == fingerprint(Path(directory) / name)
         except OSError:
             return False
     if not all(same(n) for n in SUMS_FILES.values()):
-        return set()
-    return {name for name in expected if same(name)}
+        return []
+    return sorted(name for name in names if same(name))

@@ -391,11 +391,11 @@ class VerifyRequest:
     unchanged: Mapping[str, Sequence[int]] | None = None   # checksums.fingerprints after the build: not read again
 
 
-def refuse_bad_checksums(path: Path, unchanged: Mapping[str, Sequence[int]] | None = None) -> None:
+def refuse_bad_checksums(path: Path, skip: Sequence[str] = ()) -> None:
     for sums in checksums.SUMS_FILES.values():
         if not (path / sums).is_file():
             raise VerifyRefused(path=path, detail=f"no {sums}")
-    bad = checksums.verify_sums(path, error=VerifyRefused, unchanged=unchanged)
+    bad = checksums.verify_sums(path, error=VerifyRefused, skip=skip)
     if bad:
         raise VerifyRefused(path=path, detail=f"{', '.join(bad)} do(es) not match SHA256SUMS/SHA512SUMS",
                             hint="the build directory was changed after the build; rebuild it")
@@ -475,10 +475,10 @@ def plan(req: VerifyRequest) -> VerifyPlan:
     images = [build.variant(v) for v in names]
     tools = require_tools()
     firmware = ovmf() if "baremetal" in names else None
-    same = ", ".join(sorted(checksums.trusted_names(build.path, {i.path.name: None for i in images}, req.unchanged)))
+    same = checksums.unchanged_names(build.path, [i.path.name for i in images], req.unchanged)
     _say(req)(f"checking {build.path.name}: SHA256SUMS and SHA512SUMS"
-              + (f" ({same} unchanged since the build summed them: not read again)" if same else ""))
-    refuse_bad_checksums(build.path, req.unchanged)
+              + (f" ({', '.join(same)} unchanged since the build summed them: not read again)" if same else ""))
+    refuse_bad_checksums(build.path, same)
     manifest = build.manifest_data()
     accel, _, accel_note = accel_mod.planned(req.accel)
     repo = repository_controls(manifest, req.profile_path)
