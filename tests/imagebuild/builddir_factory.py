@@ -97,3 +97,10 @@ def make_build_dir(root: Path, *, k8s: str = "1.36.0", variants=("vm", "baremeta
             raise ValueError(f"verify={verify!r}: passed, failed or None")
         write_verify(d, verify)
     return d
+
+
+def change_last_byte(path: Path) -> None:
+    """Change a file after its SHA*SUMS were written: its last byte is flipped, never set to a value
+    it may already hold (random content ends in any byte)."""
+    data = path.read_bytes()
+    path.write_bytes(data[:-1] + bytes([data[-1] ^ 0xFF]))

@@ -17,7 +17,7 @@ from nodeforge.base import sums as base_sums
 from nodeforge.imageverify import builddir
 from nodeforge.publish import glance as g
 from nodeforge.publish.retention import RetentionPolicy
-from tests.imagebuild.builddir_factory import make_build_dir
+from tests.imagebuild.builddir_factory import change_last_byte, make_build_dir
 from tests.imagebuild.glance_fixtures import admin, member, policy, tracker  # noqa: F401 - fixtures
 from tests.imagebuild.verify_fixture import write_verify
 
@@ -164,7 +164,7 @@ def test_second_publish_uploads_nothing(tmp_path, admin, tracker, policy):
 def test_hash_mismatch_deletes_image_and_fails(tmp_path, admin, tracker, policy):
     d = tracker.build(make_build_dir(tmp_path, variants=("baremetal",)))
     image = d / "nodeforge-k8s-1.36.0-baremetal.raw"
-    image.write_bytes(image.read_bytes()[:-1] + b"\0")  # the file changed after SHA*SUMS were written
+    change_last_byte(image)
     with pytest.raises(g.PublishError, match="does not match SHA512SUMS"):
         g.Publisher(admin, policy).publish(builddir.load(d))
     left = [i for i in tracker.images(d.name) if i.get("nodeforge_role") == "image"]

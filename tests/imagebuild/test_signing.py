@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from nodeforge import cli
 from nodeforge.imageverify import builddir
 from nodeforge.publish import glance as g, signing
-from tests.imagebuild.builddir_factory import make_build_dir
+from tests.imagebuild.builddir_factory import change_last_byte, make_build_dir
 from tests.imagebuild.glance_fixtures import admin, member, policy, tracker  # noqa: F401 - fixtures
 from tests.prereq import require_module
 
@@ -72,7 +72,7 @@ def test_prehashed_signature_verifies_with_cursive(tmp_path, make_key, key_type,
     from cryptography.exceptions import InvalidSignature
 
     with pytest.raises(InvalidSignature):
-        _cursive_verify(props, key.public_key(), data[:-1] + b"x")
+        _cursive_verify(props, key.public_key(), data[:-1] + bytes([data[-1] ^ 0xFF]))
 
 
 def test_curves_glance_cannot_verify_are_refused(tmp_path):
@@ -220,7 +220,7 @@ def test_a_file_changed_since_the_build_is_named_and_nothing_is_left(tmp_path, a
     _, key_path, cert_id = signing_setup
     d = tracker.build(make_build_dir(tmp_path, variants=("baremetal",)))
     image = d / "nodeforge-k8s-1.36.0-baremetal.raw"
-    image.write_bytes(image.read_bytes()[:-1] + b"\0")
+    change_last_byte(image)
     signer = signing.load_signer(key_path, "env:NF_TEST_PASS")
     with pytest.raises(g.PublishError, match="does not match SHA(256|512)SUMS") as caught:
         g.Publisher(admin, policy, sign=g.SignOptions(signer, cert_id)).publish(builddir.load(d))
