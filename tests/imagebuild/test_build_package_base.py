@@ -71,8 +71,13 @@ def test_the_package_base_check_fails_on_a_missing_or_different_entry(tmp_path, 
 @pytest.mark.slow
 @pytest.mark.devcloud
 @pytest.mark.parametrize("variant", ["baremetal", "vm"])
-def test_cloud_init_never_generates_dsa_host_keys(built_image, variant, tmp_path):
+def test_first_boot_generates_ed25519_and_ecdsa_host_keys_only(built_image, variant, tmp_path):
+    """cloud-init (per instance) and the image's own unit (when cloud-init has not) make the same
+    two types: never DSA, and no RSA (an RSA-3072 key is seconds of a first boot's CPU)."""
     fs = _root_fs(built_image.image(variant), tmp_path)
     cfg = _cat(fs, f"/etc/cloud/cloud.cfg.d/90-nodeforge-{variant}.cfg")
-    assert "ssh_genkeytypes: [ed25519, ecdsa, rsa]" in cfg
+    assert "ssh_genkeytypes: [ed25519, ecdsa]\n" in cfg
     assert "ssh_deletekeys: true" in cfg
+    unit = _cat(fs, "/etc/systemd/system/nodeforge-ssh-host-keys.service")
+    types = sorted(line.split(" -t ")[1].split()[0] for line in unit.splitlines() if line.startswith("ExecStart="))
+    assert types == ["ecdsa", "ed25519"]
