@@ -218,7 +218,7 @@ def prepare_tree(tree: Path, *, cmdline: str, title: str, ids: DiskIds | None = 
 
 
 def assemble(tree: Path, disk_path: Path, *, root_uuid: str, esp_id: str, workdir: Path,
-             log=None, extra_root: int = 512 * MIB, ids: DiskIds | None = None, epoch: int | None = None) -> Disk:
+             log=None, extra_root: int = 256 * MIB, ids: DiskIds | None = None, epoch: int | None = None) -> Disk:
     """Write a raw GPT disk at ``disk_path`` holding ``tree`` as its root filesystem. With ``ids``
     (whose root_uuid/esp_id are the ones given) and ``epoch`` nothing random or clock-derived is
     written (the module's "Reproducible")."""
