@@ -20,12 +20,11 @@ import datetime
 import json
 import shutil
 import sqlite3
-from importlib import resources
 from pathlib import Path
 
 from nodeforge.base import fs
 from nodeforge.devcloud import inifile, rabbitmq
-from nodeforge.devcloud.openstack import HOST, REGION, Context, http_health, port, url
+from nodeforge.devcloud.openstack import HOST, REGION, Context, http_health, port, url, wsgi_entry
 from nodeforge.devcloud.paths import Paths
 from nodeforge.devcloud.process import ServiceSpec
 from nodeforge.errors import NodeforgeError
@@ -152,17 +151,11 @@ def _prepare(ctx: Context, conf: Path) -> None:
     ctx.once("magnum-db", schema, (DB,))
 
 
-def _launcher(name: str) -> Path:
-    """One of the local cloud's Magnum entries (``devcloud/wsgi/``): Magnum's own, with
-    oslo.db's writer transactions taking SQLite's write lock first (``sqlite_writers.py``)."""
-    return Path(str(resources.files("nodeforge.devcloud") / "wsgi" / name))
-
-
 def api(ctx: Context) -> ServiceSpec:
     ctx = _ctx(ctx)
     conf, api_conf, _ = _write_config(ctx)
     env = _env(ctx)
-    wsgi = _launcher("magnum_api.py")
+    wsgi = wsgi_entry("magnum_api.py")
     argv = ctx.uwsgi("magnum-api", wsgi, env)
     argv += ["--pythonpath", str(wsgi.parent), "--pyargv", f"--config-file {conf} --config-file {api_conf}"]
     return ServiceSpec(
@@ -213,7 +206,7 @@ def conductor(ctx: Context) -> ServiceSpec:
     pidfile = Supervisor(ctx.paths.run, ctx.paths.log).pidfile("magnum-conductor")
     return ServiceSpec(
         name="magnum-conductor", group="container-infra",
-        argv=[ctx.venv_bin("python"), str(_launcher("magnum_conductor.py")),
+        argv=[ctx.venv_bin("python"), str(wsgi_entry("magnum_conductor.py")),
               "--config-file", str(conf), "--config-file", str(cond_conf)],
         ports=[], env=_env(ctx), prepare=lambda: _prepare(ctx, conf), cwd=_home(ctx),
         depends=("keystone", "rabbitmq"), health=conductor_health(ctx.paths, pidfile),

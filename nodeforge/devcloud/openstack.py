@@ -239,6 +239,13 @@ class Context:
         ]
 
 
+def wsgi_entry(name: str) -> Path:
+    """One of the local cloud's own entries (``devcloud/wsgi/``), run in a service's virtualenv:
+    a service's own entry with oslo.db's writer transactions taking SQLite's write lock first
+    (``sqlite_writers.py``), or one that reads its configuration from where this cloud puts it."""
+    return Path(str(resources.files("nodeforge.devcloud") / "wsgi" / name))
+
+
 # --------------------------------------------------------------------------
 # Keystone
 
@@ -335,6 +342,7 @@ def glance(ctx: Context) -> ServiceSpec:
         "image_import_opts": {"image_import_plugins": "[]"},
     })
     env = {"OS_GLANCE_CONFIG_DIR": str(conf_dir)}
+    entry = wsgi_entry("glance_api.py")     # Glance's own, its writers taking SQLite's write lock first
 
     def prepare():
         for d in (store, staging, tasks):
@@ -344,7 +352,7 @@ def glance(ctx: Context) -> ServiceSpec:
 
     return ServiceSpec(
         name="glance", group="image",
-        argv=ctx.uwsgi("glance", ctx.site_packages() / "glance" / "wsgi" / "api.py", env),
+        argv=[*ctx.uwsgi("glance", entry, env), "--pythonpath", str(entry.parent)],
         ports=[port("glance")], env=env, prepare=prepare, depends=("keystone",),
         health=http_health(url("glance") + "/versions", ok=(200, 300)), url=url("glance"),
     )

@@ -74,9 +74,9 @@ print(json.dumps(out))
 """
 
 
-def _race(tmp_path: Path, mode: str) -> dict:
-    python = Paths.default().venv_bin("magnum", "python")
-    require(python.exists(), f"the local cloud's Magnum virtualenv ({python.parent.parent}) is not installed: "
+def _race(tmp_path: Path, mode: str, venv: str = "magnum") -> dict:
+    python = Paths.default().venv_bin(venv, "python")
+    require(python.exists(), f"the local cloud's {venv} virtualenv ({python.parent.parent}) is not installed: "
                              "run 'make setup'")
     proc = subprocess.run([str(python), "-c", RACE, str(tmp_path / f"{mode}.sqlite"), mode, str(WSGI)],
                           capture_output=True, text=True, timeout=120)
@@ -84,9 +84,10 @@ def _race(tmp_path: Path, mode: str) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.parametrize("venv", ["magnum", "openstack"])     # Magnum's oslo.db, and Glance's
 @pytest.mark.parametrize("mode", ["plain", "patched"])
-def test_writer_sessions_hold_the_write_lock_from_their_first_read(tmp_path, mode):
-    got = _race(tmp_path, mode)
+def test_writer_sessions_hold_the_write_lock_from_their_first_read(tmp_path, mode, venv):
+    got = _race(tmp_path, mode, venv)
     # Readers never hold the write lock (Magnum leaves some read transactions open).
     assert got["other_wrote_during_a_read"] is True, got
     if mode == "plain":
@@ -101,11 +102,23 @@ def test_writer_sessions_hold_the_write_lock_from_their_first_read(tmp_path, mod
         assert got["write"] == "ok" and got["status"] == "CREATE_FAILED", got
 
 
-def test_both_magnum_entries_install_it():
-    """The conductor's launcher and the API's WSGI file both install the patch before Magnum loads."""
-    from nodeforge.devcloud import magnum
+def test_the_magnum_and_glance_entries_install_it():
+    """Magnum's conductor launcher and API WSGI file, and Glance's API WSGI file, install the patch
+    before the service loads."""
+    from nodeforge.devcloud import openstack
 
-    for name in ("magnum_conductor.py", "magnum_api.py"):
-        path = magnum._launcher(name)
-        text = path.read_text()
-        assert text.index("sqlite_writers.install()") < text.index("from magnum"), name
+    for name, service in (("magnum_conductor.py", "magnum"), ("magnum_api.py", "magnum"),
+                          ("glance_api.py", "glance")):
+        text = openstack.wsgi_entry(name).read_text()
+        assert text.index("sqlite_writers.install()") < text.index(f"from {service}"), name
+
+
+@pytest.mark.devcloud
+def test_the_local_glance_runs_its_patched_entry(devcloud):
+    """The session's own Glance was started from that entry, with sqlite_writers on its path
+    (a delete racing the end of a web-download import got "database is locked", HTTP 500)."""
+    from nodeforge.devcloud import openstack
+
+    argv = json.loads((devcloud.paths.run / "glance.pid").read_text())["argv"]
+    assert argv[argv.index("--wsgi-file") + 1] == str(openstack.wsgi_entry("glance_api.py"))
+    assert argv[argv.index("--pythonpath") + 1] == str(WSGI)
