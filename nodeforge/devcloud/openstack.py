@@ -479,7 +479,7 @@ def barbican(ctx: Context) -> ServiceSpec:
         "oslo_messaging_notifications": {"driver": "noop"},
         "queue": {"enable": False},
     })
-    wsgi = Path(str(resources.files("nodeforge.devcloud") / "wsgi" / "barbican_api.py"))
+    wsgi = wsgi_entry("barbican_api.py")
     env = {"HOME": str(home), "NODEFORGE_BARBICAN_PASTE": str(conf_dir / "barbican-api-paste.ini")}
 
     def prepare():
@@ -594,7 +594,7 @@ def ironic(ctx: Context) -> ServiceSpec:
                  ("ironic",))
 
     env = _ironic_env(http_port)
-    launcher = Path(str(resources.files("nodeforge.devcloud") / "wsgi" / "ironic_launch.py"))
+    launcher = wsgi_entry("ironic_launch.py")
     return ServiceSpec(
         name="ironic", group="baremetal",
         argv=[ctx.venv_bin("python"), str(launcher)] + args,
