@@ -11,11 +11,15 @@ Against the in-memory Glance (``fake_glance.py``); the same paths against the lo
 from __future__ import annotations
 
 import hashlib
+import threading
+
+import pytest
 
 from nodeforge import plan as PL
 from nodeforge.imageverify import builddir
 from nodeforge.publish import diff as imgdiff, glance as g, provenance as pv
 from nodeforge.publish.retention import RetentionPolicy
+from tests.imagebuild import fake_glance
 from tests.imagebuild.fake_glance import FakeConn
 from tests.imagebuild.test_image_diff import _pair
 
@@ -110,3 +114,49 @@ def test_what_an_image_in_glance_lacks_is_planned_then_attached_by_the_one_write
         assert side["os_hidden"] is True and "nodeforge_uploader" not in side
     assert g.download_verify_report(conn, img) == b.verify_attestation
     assert pub.plan(b).entries[0].kind is PL.Kind.NOOP
+
+
+class _HeldUploads(FakeConn):
+    """Glance whose node-image uploads wait at a barrier of two: the uploads of one build only
+    pass when both are in flight at once (one after the other, the first waits out the timeout).
+    ``fail``: the variant whose node-image upload is then refused (HTTP 500)."""
+
+    def __init__(self, fail: str | None = None):
+        super().__init__()
+        self.barrier, self.fail, service = threading.Barrier(2, timeout=20), fail, self.image
+        put = service.put
+
+        def held_put(url, data=None, headers=None):
+            img = service.images.get(url.strip("/").split("/")[1]) or {}
+            if img.get("nodeforge_role") != "image":       # the side images pass at once
+                return put(url, data=data, headers=headers)
+            self.barrier.wait()
+            if img.get("nodeforge_variant") == self.fail:
+                service.calls.append(("PUT", url))
+                return fake_glance.Response(500, {"message": "stand-in refusal"})
+            return put(url, data=data, headers=headers)
+        service.put = held_put
+
+
+def test_the_variants_of_a_build_are_uploaded_side_by_side(tmp_path):
+    a, _ = _pair(tmp_path, verify="passed")
+    conn = _HeldUploads()
+    results = g.Publisher(conn, RetentionPolicy()).publish(builddir.load(a))
+    assert sorted((r.variant, r.action) for r in results) == [("baremetal", "uploaded"), ("vm", "uploaded")]
+    assert not conn.barrier.broken
+    assert {g.get_image(conn, r.image_id)["status"] for r in results} == {"active"}
+
+
+def test_a_refused_variant_fails_the_publish_after_the_other_finished_and_leaves_nothing(tmp_path):
+    a, _ = _pair(tmp_path, verify="passed")
+    b = builddir.load(a)
+    conn = _HeldUploads(fail="vm")
+    with pytest.raises(g.GlanceError) as err:
+        g.Publisher(conn, RetentionPolicy()).publish(b)
+    assert "vm" in str(err.value) and "baremetal" not in str(err.value)
+    images = {i["nodeforge_variant"]: i for i in conn.image.images.values() if i.get("nodeforge_role") == "image"}
+    assert list(images) == ["baremetal"] and images["baremetal"]["status"] == "active"   # the vm's was deleted
+    # The next run uploads what is missing and leaves the finished variant alone.
+    conn.fail, conn.barrier = None, threading.Barrier(1)
+    again = g.Publisher(conn, RetentionPolicy()).publish(b)
+    assert sorted((r.variant, r.action) for r in again) == [("baremetal", "exists"), ("vm", "uploaded")]
