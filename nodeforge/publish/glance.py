@@ -62,6 +62,7 @@ import hashlib
 import json
 import logging
 import math
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, wait as wait_futures
 from typing import Iterable
@@ -401,6 +402,7 @@ class Publisher:
         self.scope = check_scope(scope)
         self.owner = uploader_id()
         self._scopes: dict[tuple[str, str], str] = {}
+        self._stop = threading.Event()      # set when apply is interrupted: the uploads in flight stop
 
     def scope_for(self, build: BuildDir) -> str:
         """The scope ``build``'s images are published under (see the class)."""
@@ -544,7 +546,8 @@ class Publisher:
         shared between them): the two uploads of a build take the time of the larger one. Every
         variant runs to its end, then the first failure (in the plan's order) is raised; a
         variant that failed left nothing behind (its own clean-up), one that succeeded is
-        found as ``exists`` by the next run."""
+        found as ``exists`` by the next run. An interrupt (Ctrl-C) stops the uploads in flight at
+        their next chunk (each removes its image), then goes on."""
         def one(entry: VariantPlan) -> VariantResult:
             if entry.kind is PL.Kind.CREATE and any(i["id"] not in entry.cleanup
                                                     for i in self._mine(plan.build, entry.variant, "image")):
@@ -555,7 +558,12 @@ class Publisher:
             return [one(entry) for entry in plan.entries]
         with ThreadPoolExecutor(max_workers=len(plan.entries), thread_name_prefix="publish") as pool:
             futures = [pool.submit(one, entry) for entry in plan.entries]
-            wait_futures(futures)
+            try:
+                wait_futures(futures)
+            except BaseException:   # Ctrl-C: each upload stops at its next chunk and removes its image
+                self._stop.set()
+                wait_futures(futures)
+                raise
         for future in futures:
             if future.exception() is not None:
                 raise future.exception()
@@ -628,7 +636,7 @@ class Publisher:
                 "visibility": "private", "min_disk": max(1, math.ceil(virtual_size(image) / (1 << 30))),
                 "min_ram": 2048, "tags": tags_for(build, variant), **props}
         created = create_image(self.conn, body)
-        with HashingReader(image.path, hashers, self.progress) as reader:
+        with HashingReader(image.path, hashers, self.progress, stop=self._stop) as reader:
             try:
                 self._put(created["id"], reader, name)
             except SignatureRejected:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 from pathlib import Path
 
 from nodeforge.base import qemuimg, runner
@@ -19,22 +20,31 @@ CHUNK = 1 << 20
 
 
 
+class UploadStopped(Exception):
+    """Raised by :meth:`HashingReader.read` once its ``stop`` event is set (the publisher was
+    interrupted): the upload in flight ends at its next chunk and its image is removed."""
+
+
 class HashingReader:
     """A file-like request body: reads ``path`` in 1 MiB chunks, feeding every
     hash object in ``hashers`` as it goes. ``requests`` sends it with a
-    Content-Length (``__len__``) and calls ``read`` until it returns b""."""
+    Content-Length (``__len__``) and calls ``read`` until it returns b"".
+    ``stop``: an event that, once set, makes the next ``read`` raise :class:`UploadStopped`."""
 
-    def __init__(self, path: Path, hashers: dict[str, object], progress=None):
+    def __init__(self, path: Path, hashers: dict[str, object], progress=None, stop: threading.Event | None = None):
         self._f = open(path, "rb")  # noqa: SIM115 - closed by close()/__exit__
         self._size = os.fstat(self._f.fileno()).st_size
         self.hashers = hashers
         self.sent = 0
         self._progress = progress
+        self._stop = stop
 
     def __len__(self) -> int:
         return self._size
 
     def read(self, n: int = -1) -> bytes:
+        if self._stop is not None and self._stop.is_set():
+            raise UploadStopped("publish interrupted")
         # Ignore the caller's 16 KiB hint: bigger chunks mean far fewer
         # Python-level calls for multi-GiB images.
         chunk = self._f.read(CHUNK)

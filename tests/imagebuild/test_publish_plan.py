@@ -160,3 +160,42 @@ def test_a_refused_variant_fails_the_publish_after_the_other_finished_and_leaves
     conn.fail, conn.barrier = None, threading.Barrier(1)
     again = g.Publisher(conn, RetentionPolicy()).publish(b)
     assert sorted((r.variant, r.action) for r in again) == [("baremetal", "exists"), ("vm", "uploaded")]
+
+
+def test_an_interrupt_stops_both_uploads_in_flight_and_removes_their_images(tmp_path, monkeypatch):
+    """Ctrl-C while both node images are mid-upload: each upload stops at its next chunk (it does
+    not run to its end first), its image is deleted, and the interrupt goes on; the next run
+    publishes both."""
+    a, _ = _pair(tmp_path, verify="passed")
+    b = builddir.load(a)
+    conn, service = FakeConn(), None
+    service = conn.image
+    put, midway, release = service.put, threading.Barrier(3, timeout=20), threading.Event()
+
+    def slow_put(url, data=None, headers=None):
+        img = service.images.get(url.strip("/").split("/")[1]) or {}
+        if img.get("nodeforge_role") != "image":
+            return put(url, data=data, headers=headers)
+        data.read(1 << 20)             # the first chunk is on its way
+        midway.wait()
+        assert release.wait(20)
+        return put(url, data=data, headers=headers)    # reads on: stopped by now
+    service.put = slow_put
+    real_wait, calls = g.wait_futures, []
+
+    def interrupted_wait(futures):
+        calls.append(len(futures))
+        if len(calls) == 1:
+            midway.wait()               # both uploads mid-stream
+            raise KeyboardInterrupt
+        release.set()
+        return real_wait(futures)
+    monkeypatch.setattr(g, "wait_futures", interrupted_wait)
+    with pytest.raises(KeyboardInterrupt):
+        g.Publisher(conn, RetentionPolicy()).publish(b)
+    assert calls == [2, 2]
+    assert [i for i in conn.image.images.values() if i.get("nodeforge_role") == "image"] == []
+    monkeypatch.setattr(g, "wait_futures", real_wait)
+    service.put = put
+    again = g.Publisher(conn, RetentionPolicy()).publish(b)
+    assert sorted((r.variant, r.action) for r in again) == [("baremetal", "uploaded"), ("vm", "uploaded")]
