@@ -565,8 +565,8 @@ class Publisher:
                 wait_futures(futures)
                 raise
         for future in futures:
-            if future.exception() is not None:
-                raise future.exception()
+            if (exc := future.exception()) is not None:
+                raise exc
         return [future.result() for future in futures]
 
     def publish(self, build: BuildDir, variants: Iterable[str] | None = None) -> list[VariantResult]:

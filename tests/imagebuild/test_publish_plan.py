@@ -116,6 +116,19 @@ def test_what_an_image_in_glance_lacks_is_planned_then_attached_by_the_one_write
     assert pub.plan(b).entries[0].kind is PL.Kind.NOOP
 
 
+def _hold_node_uploads(service, hold) -> None:
+    """Route the node images' uploads (role ``image``) of the in-memory ``service`` through
+    ``hold(put, url, data, headers, image)``; the side images' pass at once."""
+    put = service.put
+
+    def held_put(url, data=None, headers=None):
+        img = service.images.get(url.strip("/").split("/")[1]) or {}
+        if img.get("nodeforge_role") != "image":
+            return put(url, data=data, headers=headers)
+        return hold(put, url, data, headers, img)
+    service.put = held_put
+
+
 class _HeldUploads(FakeConn):
     """Glance whose node-image uploads wait at a barrier of two: the uploads of one build only
     pass when both are in flight at once (one after the other, the first waits out the timeout).
@@ -123,19 +136,15 @@ class _HeldUploads(FakeConn):
 
     def __init__(self, fail: str | None = None):
         super().__init__()
-        self.barrier, self.fail, service = threading.Barrier(2, timeout=20), fail, self.image
-        put = service.put
+        self.barrier, self.fail = threading.Barrier(2, timeout=20), fail
 
-        def held_put(url, data=None, headers=None):
-            img = service.images.get(url.strip("/").split("/")[1]) or {}
-            if img.get("nodeforge_role") != "image":       # the side images pass at once
-                return put(url, data=data, headers=headers)
+        def hold(put, url, data, headers, img):
             self.barrier.wait()
             if img.get("nodeforge_variant") == self.fail:
-                service.calls.append(("PUT", url))
+                self.image.calls.append(("PUT", url))
                 return fake_glance.Response(500, {"message": "stand-in refusal"})
             return put(url, data=data, headers=headers)
-        service.put = held_put
+        _hold_node_uploads(self.image, hold)
 
 
 def test_the_variants_of_a_build_are_uploaded_side_by_side(tmp_path):
@@ -168,19 +177,15 @@ def test_an_interrupt_stops_both_uploads_in_flight_and_removes_their_images(tmp_
     publishes both."""
     a, _ = _pair(tmp_path, verify="passed")
     b = builddir.load(a)
-    conn, service = FakeConn(), None
-    service = conn.image
-    put, midway, release = service.put, threading.Barrier(3, timeout=20), threading.Event()
+    conn = FakeConn()
+    put, midway, release = conn.image.put, threading.Barrier(3, timeout=20), threading.Event()
 
-    def slow_put(url, data=None, headers=None):
-        img = service.images.get(url.strip("/").split("/")[1]) or {}
-        if img.get("nodeforge_role") != "image":
-            return put(url, data=data, headers=headers)
+    def hold(put, url, data, headers, img):
         data.read(1 << 20)             # the first chunk is on its way
         midway.wait()
         assert release.wait(20)
         return put(url, data=data, headers=headers)    # reads on: stopped by now
-    service.put = slow_put
+    _hold_node_uploads(conn.image, hold)
     real_wait, calls = g.wait_futures, []
 
     def interrupted_wait(futures):
@@ -196,6 +201,6 @@ def test_an_interrupt_stops_both_uploads_in_flight_and_removes_their_images(tmp_
     assert calls == [2, 2]
     assert [i for i in conn.image.images.values() if i.get("nodeforge_role") == "image"] == []
     monkeypatch.setattr(g, "wait_futures", real_wait)
-    service.put = put
+    conn.image.put = put
     again = g.Publisher(conn, RetentionPolicy()).publish(b)
     assert sorted((r.variant, r.action) for r in again) == [("baremetal", "uploaded"), ("vm", "uploaded")]
