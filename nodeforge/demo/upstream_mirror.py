@@ -124,7 +124,7 @@ class FixtureUpstream:
         text = ("# fixture lockfile\nschema_version: 1\n" + (f"scope: {scope}\n" if scope else "") +
                 f"architectures: [{', '.join(a.value for a in self.arches)}]\n"
                 "base_os:\n  distro: debian\n  release: \"12\"\n"
-                "hardening:\n  profile: cis-debian12-level1-server\n  version: \"1.1.0\"\n"
+                "hardening:\n  profile: cis-debian12-level1-server\n  version: \"1.2.0\"\n"
                 "kubernetes:  # supported minors\n")
         for minor, version in kubernetes.items():
             text += f'  "{minor}":\n    version: {version}  # keep me\n    pause_image: registry.k8s.io/pause:3.10.1\n'

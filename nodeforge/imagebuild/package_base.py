@@ -140,6 +140,24 @@ chmod 0600 "$NAMEFILE"
 """
 
 
+BASE_FILES = "nodeforge-base-files"
+# Files of the nodeforge elements that must be in place before the package base installs its
+# packages: dpkg's path filters (what it leaves out of every package, kernel drivers included) and
+# the initramfs hook (the kernel's postinst builds the initramfs). (element, its files directory,
+# path in the image, mode); the elements install them again in the main build, the same bytes.
+BASE_FILE_SOURCES = (
+    ("image-hygiene", "image-hygiene-files", "etc/dpkg/dpkg.cfg.d/90-nodeforge-minimal", 0o644),
+    ("k8s-hardening", "k8s-hardening-files", "etc/dpkg/dpkg.cfg.d/90-nodeforge-no-unused-drivers", 0o644),
+    ("image-hygiene", "image-hygiene-files", "etc/initramfs-tools/hooks/nodeforge-no-nic-drivers", 0o755),
+)
+BASE_FILES_ROOT_SCRIPT = """#!/bin/bash
+# nodeforge: dpkg's path filters and the initramfs hook of the nodeforge elements are in
+# place before the first package is installed (debian-minimal's root.d/75 step).
+set -eu
+set -o pipefail
+sudo cp -r "$TMP_HOOKS_PATH/""" + BASE_FILES + """/." "$TARGET_ROOT/"
+"""
+
 def write_element(dest: Path, packages: dict, source_elements: Elements, os_lock=None) -> Path:
     """Write the ``nodeforge-package-base`` element (:func:`element_entries`) under ``dest`` (an
     ELEMENTS_PATH dir); returns ``dest``."""
@@ -155,7 +173,8 @@ def element_entries(packages: dict, source_elements: Elements, os_lock=None) -> 
     also pins every package to its locked version and installs the apt hook
     that refuses any ``.deb`` not in the lock (:mod:`nodeforge.oslock.apt_pinning`). Always: the
     ``pre-install.d`` script that leaves open-iscsi's initiator name file at ``GenerateName=yes``
-    (:data:`ISCSI_NAME_TEXT`) before open-iscsi is installed."""
+    (:data:`ISCSI_NAME_TEXT`) before open-iscsi is installed, and the ``root.d`` script that puts the
+    elements' files of :data:`BASE_FILE_SOURCES` in place before any package is."""
     where, block_device = _element_file(source_elements, BLOCK_DEVICE.as_posix())
     if block_device is None:
         raise FileNotFoundError(f"{where}: no such file (the package base's block-device config)")
@@ -172,7 +191,13 @@ def element_entries(packages: dict, source_elements: Elements, os_lock=None) -> 
               + yaml.safe_dump(packages, sort_keys=True, default_flow_style=False)),
         entry("block-device-default.yaml", block_device),
         entry(f"pre-install.d/{ISCSI_PRE_INSTALL}", ISCSI_PRE_INSTALL_SCRIPT, 0o755),
+        entry("root.d/60-nodeforge-base-files", BASE_FILES_ROOT_SCRIPT, 0o755),
     ]
+    for element, files, rel, mode in BASE_FILE_SOURCES:
+        where, data = _element_file(source_elements, f"{element}/{files}/{rel}")
+        if data is None:
+            raise FileNotFoundError(f"{where}: no such file (the package base installs it first)")
+        out.append(entry(f"{BASE_FILES}/{rel}", data, mode))
     if os_lock is not None:
         from nodeforge.oslock import apt_pinning
 

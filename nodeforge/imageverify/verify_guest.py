@@ -139,6 +139,12 @@ def read(path, limit=4096):
         return {"error": exc.strerror or str(exc)}
 
 
+def matches(pattern):
+    """The paths ``pattern`` matches, sorted; ``**`` matches any number of directories
+    (``/usr/lib/modules/*/kernel/sound/**/*.ko*``: a module file at any depth)."""
+    return sorted(glob.glob(pattern, recursive=True))
+
+
 def text(path):
     """File content, or None if unreadable."""
     value = read(path)
@@ -250,7 +256,7 @@ def collect(probes, static=None):
     report["modules"] = {name: module_present(name, loaded) for name in probes.get("modules", [])}
     report["sshd"] = sshd_values(set(probes.get("sshd", []))) if probes.get("sshd") else None
     report["stat"] = {path: stat(path) for path in probes.get("stat", [])}
-    report["globs"] = {pattern: sorted(glob.glob(pattern)) for pattern in probes.get("globs", [])}
+    report["globs"] = {pattern: matches(pattern) for pattern in probes.get("globs", [])}
     swaps = text("/proc/swaps")
     report["swaps"] = [line for line in swaps.splitlines()[1:] if line.strip()] if swaps is not None else None
     report["machine_id"] = read("/etc/machine-id")

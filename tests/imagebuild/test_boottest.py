@@ -111,6 +111,8 @@ def test_check_ids_are_the_ids_evaluate_returns():
     (lambda g, i: i["files"].update({"/etc/machine-id": {"size": 33}}), "NF-HARD-011"),
     (lambda g, i: i["globs"].update({"/var/lib/cloud/instance*": ["/var/lib/cloud/instance"]}), "NF-HARD-012"),
     (lambda g, i: i["globs"].update({"/var/log/*.log": ["/var/log/dpkg.log"]}), "NF-HARD-013"),
+    (lambda g, i: g["globs"].update({"/usr/lib/modules/*/kernel/sound/**/*.ko*":
+                                     ["/usr/lib/modules/6.1.0-1-amd64/kernel/sound/core/snd.ko"]}), "NF-HARD-014"),
     (lambda g, i: g["rootfs"].update(partition_bytes=GIB + GIB // 2, fs_bytes=GIB), "rootfs-grown"),
     (lambda g, i: g["files"][vc.MANIFEST_IN_IMAGE].update(sha256="1" * 64), "manifest"),
     (lambda g, i: i["hardening"]["controls"].pop(), "hardening-profile"),

@@ -110,7 +110,7 @@ def test_profile_must_match_the_lockfile(tmp_path):
     import shutil
     shutil.copytree(render.ELEMENTS_SRC, src, symlinks=True)
     profile = src / render.PROFILE
-    profile.write_text(profile.read_text().replace('version: "1.1.0"', 'version: "9.9"'))
+    profile.write_text(profile.read_text().replace('version: "1.2.0"', 'version: "9.9"'))
     with pytest.raises(ConfigError, match="does not match the lockfile"):
         render.render(lockfile.load(), "1.36", tmp_path / "r", src=src)
 

@@ -27,7 +27,7 @@ from tests.imagebuild.builddir_factory import make_build_dir
 from tests.imagebuild.fake_glance import FakeConn
 from tests.imagebuild.verify_fixture import signed_envelope, write_signed
 
-REPO_PROFILE = {"profile": "cis-debian12-level1-server", "version": "1.1.0"}
+REPO_PROFILE = {"profile": "cis-debian12-level1-server", "version": "1.2.0"}
 
 
 def _doc(b: builddir.BuildDir) -> dict:

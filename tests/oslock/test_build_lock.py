@@ -78,7 +78,7 @@ def test_the_package_base_element_carries_pins_and_hook(package_lock, tmp_path):
     script = elem / "root.d" / "70-nodeforge-os-lock"
     assert script.stat().st_mode & 0o111 and pb.OS_LOCK_FILES in script.read_text()
     plain = pb.write_element(tmp_path / "plain", {"nf-app": None}, REPO / "elements")
-    assert not (plain / pb.ELEMENT / "root.d").exists()
+    assert not (plain / pb.ELEMENT / "root.d" / "70-nodeforge-os-lock").exists()
 
 
 def test_real_apt_honours_the_pins_over_a_newer_security_version(apt_repo, package_lock, tmp_path):
