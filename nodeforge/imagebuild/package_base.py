@@ -158,6 +158,7 @@ set -o pipefail
 sudo cp -r "$TMP_HOOKS_PATH/""" + BASE_FILES + """/." "$TARGET_ROOT/"
 """
 
+
 def write_element(dest: Path, packages: dict, source_elements: Elements, os_lock=None) -> Path:
     """Write the ``nodeforge-package-base`` element (:func:`element_entries`) under ``dest`` (an
     ELEMENTS_PATH dir); returns ``dest``."""

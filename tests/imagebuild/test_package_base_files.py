@@ -44,8 +44,9 @@ def test_the_base_element_installs_the_files_first(tmp_path):
     assert set(SOURCES) == {MINIMAL, DRIVERS, HOOK}
 
 
-def test_a_changed_file_changes_the_base_key(tmp_path):
-    # The files are part of the generated element, whose digest is an input of the base key.
+def test_a_changed_file_changes_the_element_digest(tmp_path):
+    # The files are part of the generated element, whose digest is an input of the base key
+    # (BaseSpec.element_digest): a changed filter makes a new package base.
     src = tmp_path / "src"
     shutil.copytree(render.ELEMENTS_SRC, src)
     before = render.entries_digest(pb.element_entries({"nf-app": None}, src))
