@@ -31,7 +31,7 @@ import threading
 import time
 from pathlib import Path
 
-from nodeforge.pins.lockfile import Arch, Component, KUBERNETES_BINARIES, Version
+from nodeforge.pins.lockfile import Arch, Component, KUBERNETES_BINARIES, Version, load as load_lockfile
 from nodeforge.pins.sources import SOURCE_OF, SourceName, checksum_relpath, relpath
 
 ARCHES = (Arch.AMD64, Arch.ARM64)
@@ -118,13 +118,15 @@ class FixtureUpstream:
         ``companions`` gives the CNI plugins, containerd and runc versions;
         ``scope`` the ownership scope (``scope:``; None: derived from the path)."""
 
+        hardening = load_lockfile().hardening   # the repository's, which the elements' profile matches
+
         def digests(comp, version, indent):
             return "".join(f"{' ' * indent}{a.value}: {self.digests[(comp, version, a)]}\n" for a in self.arches)
 
         text = ("# fixture lockfile\nschema_version: 1\n" + (f"scope: {scope}\n" if scope else "") +
                 f"architectures: [{', '.join(a.value for a in self.arches)}]\n"
                 "base_os:\n  distro: debian\n  release: \"12\"\n"
-                "hardening:\n  profile: cis-debian12-level1-server\n  version: \"1.2.0\"\n"
+                f"hardening:\n  profile: {hardening.profile}\n  version: \"{hardening.version}\"\n"
                 "kubernetes:  # supported minors\n")
         for minor, version in kubernetes.items():
             text += f'  "{minor}":\n    version: {version}  # keep me\n    pause_image: registry.k8s.io/pause:3.10.1\n'

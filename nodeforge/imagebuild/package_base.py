@@ -143,12 +143,13 @@ chmod 0600 "$NAMEFILE"
 BASE_FILES = "nodeforge-base-files"
 # Files of the nodeforge elements that must be in place before the package base installs its
 # packages: dpkg's path filters (what it leaves out of every package, kernel drivers included) and
-# the initramfs hook (the kernel's postinst builds the initramfs). (element, its files directory,
-# path in the image, mode); the elements install them again in the main build, the same bytes.
+# the initramfs hook (the kernel's postinst builds the initramfs). (element, path in the image under
+# the element's ``<element>-files`` directory, mode); the elements install them again in the main
+# build (``cp -r /tmp/in_target.d/<element>-files/. /``), the same bytes.
 BASE_FILE_SOURCES = (
-    ("image-hygiene", "image-hygiene-files", "etc/dpkg/dpkg.cfg.d/90-nodeforge-minimal", 0o644),
-    ("k8s-hardening", "k8s-hardening-files", "etc/dpkg/dpkg.cfg.d/90-nodeforge-no-unused-drivers", 0o644),
-    ("image-hygiene", "image-hygiene-files", "etc/initramfs-tools/hooks/nodeforge-no-nic-drivers", 0o755),
+    ("image-hygiene", "etc/dpkg/dpkg.cfg.d/90-nodeforge-minimal", 0o644),
+    ("k8s-hardening", "etc/dpkg/dpkg.cfg.d/90-nodeforge-no-unused-drivers", 0o644),
+    ("image-hygiene", "etc/initramfs-tools/hooks/nodeforge-no-nic-drivers", 0o755),
 )
 BASE_FILES_ROOT_SCRIPT = """#!/bin/bash
 # nodeforge: dpkg's path filters and the initramfs hook of the nodeforge elements are in
@@ -194,8 +195,8 @@ def element_entries(packages: dict, source_elements: Elements, os_lock=None) -> 
         entry(f"pre-install.d/{ISCSI_PRE_INSTALL}", ISCSI_PRE_INSTALL_SCRIPT, 0o755),
         entry("root.d/60-nodeforge-base-files", BASE_FILES_ROOT_SCRIPT, 0o755),
     ]
-    for element, files, rel, mode in BASE_FILE_SOURCES:
-        where, data = _element_file(source_elements, f"{element}/{files}/{rel}")
+    for element, rel, mode in BASE_FILE_SOURCES:
+        where, data = _element_file(source_elements, f"{element}/{element}-files/{rel}")
         if data is None:
             raise FileNotFoundError(f"{where}: no such file (the package base installs it first)")
         out.append(entry(f"{BASE_FILES}/{rel}", data, mode))

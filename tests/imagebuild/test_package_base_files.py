@@ -22,7 +22,7 @@ from nodeforge.imagebuild import package_base as pb, render
 from nodeforge.imageverify import verify_guest
 from tests.prereq import require_tools
 
-SOURCES = {rel: render.ELEMENTS_SRC / element / files / rel for element, files, rel, _ in pb.BASE_FILE_SOURCES}
+SOURCES = {rel: render.ELEMENTS_SRC / element / f"{element}-files" / rel for element, rel, _ in pb.BASE_FILE_SOURCES}
 MINIMAL = "etc/dpkg/dpkg.cfg.d/90-nodeforge-minimal"
 DRIVERS = "etc/dpkg/dpkg.cfg.d/90-nodeforge-no-unused-drivers"
 HOOK = "etc/initramfs-tools/hooks/nodeforge-no-nic-drivers"
@@ -34,13 +34,13 @@ def test_the_base_element_installs_the_files_first(tmp_path):
     assert stat.S_IMODE(script.stat().st_mode) == 0o755 and pb.BASE_FILES in script.read_text()
     # root.d runs before debian-minimal's 75 step and every package install (pre-install.d and later).
     assert sorted([script.name, "75-debian-minimal-baseinstall"])[0] == script.name
-    for element, files, rel, mode in pb.BASE_FILE_SOURCES:
+    for element, rel, mode in pb.BASE_FILE_SOURCES:
         copy = elem / pb.BASE_FILES / rel
         assert copy.read_bytes() == SOURCES[rel].read_bytes(), rel
         assert stat.S_IMODE(copy.stat().st_mode) == mode, rel
         # The element installs the same file again in the main build.
         install = (render.ELEMENTS_SRC / element / "install.d").glob("*")
-        assert any(f"cp -r /tmp/in_target.d/{files}/. /" in p.read_text() for p in install), element
+        assert any(f"cp -r /tmp/in_target.d/{element}-files/. /" in p.read_text() for p in install), element
     assert set(SOURCES) == {MINIMAL, DRIVERS, HOOK}
 
 

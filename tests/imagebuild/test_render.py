@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -110,7 +111,9 @@ def test_profile_must_match_the_lockfile(tmp_path):
     import shutil
     shutil.copytree(render.ELEMENTS_SRC, src, symlinks=True)
     profile = src / render.PROFILE
-    profile.write_text(profile.read_text().replace('version: "1.2.0"', 'version: "9.9"'))
+    text, n = re.subn(r'^version: .*$', 'version: "9.9"', profile.read_text(), count=1, flags=re.M)
+    assert n == 1
+    profile.write_text(text)
     with pytest.raises(ConfigError, match="does not match the lockfile"):
         render.render(lockfile.load(), "1.36", tmp_path / "r", src=src)
 

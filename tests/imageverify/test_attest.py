@@ -17,6 +17,7 @@ import shutil
 import stat
 
 import pytest
+import yaml
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
 from nodeforge.base import dsse, sums
@@ -27,7 +28,7 @@ from tests.imagebuild.builddir_factory import make_build_dir
 from tests.imagebuild.fake_glance import FakeConn
 from tests.imagebuild.verify_fixture import signed_envelope, write_signed
 
-REPO_PROFILE = {"profile": "cis-debian12-level1-server", "version": "1.2.0"}
+REPO_PROFILE = {k: yaml.safe_load(verifychecks.PROFILE.read_text())[k] for k in ("profile", "version")}
 
 
 def _doc(b: builddir.BuildDir) -> dict:
