@@ -101,6 +101,9 @@ def test_killed_midway_then_rerun_finishes_without_duplicates(devcloud, bmc_pool
         snapshot: list = []
         while time.monotonic() < deadline:
             assert first.poll() is None, f"enroll finished before it could be killed: {first.stderr.read()[-2000:]}"
+            # Frozen while Ironic is read: a slow listing (a loaded host) cannot
+            # let the batch run past the kill point between two looks at it.
+            first.send_signal(signal.SIGSTOP)
             nodes = _ours(conn, prefix)
             waiting = [n for n in nodes if n.provision_state == "manageable"
                        and (n.extra or {}).get(C.EXTRA_CHECKPOINT) == "inspected"]
@@ -108,8 +111,7 @@ def test_killed_midway_then_rerun_finishes_without_duplicates(devcloud, bmc_pool
             # One provide at a time (--concurrency 1): with two inspected nodes
             # waiting, at least one is still waiting when the kill lands.
             if len(nodes) == len(good) + 1 and len(waiting) >= 2 and len(available) < len(good) - 2:
-                # Frozen first (it sends nothing more), its connections to Ironic noted, then killed.
-                first.send_signal(signal.SIGSTOP)
+                # Still frozen (it sends nothing more): its connections to Ironic noted, then killed.
                 peers = _client_ports(first.pid, ironic_port)
                 first.send_signal(signal.SIGKILL)
                 first.wait(timeout=30)
@@ -118,7 +120,8 @@ def test_killed_midway_then_rerun_finishes_without_duplicates(devcloud, bmc_pool
                 _wait_until_server_closed(ironic_port, peers, deadline=time.monotonic() + 120)
                 snapshot = _ours(conn, prefix)
                 break
-            time.sleep(0.5)     # poll interval (the condition above is what is waited for)
+            first.send_signal(signal.SIGCONT)
+            time.sleep(0.2)     # runs this long between two looks (the condition above is what is waited for)
         assert snapshot, "the batch never reached the kill point"
         out, err = first.communicate()
         assert first.returncode == -signal.SIGKILL and not out   # killed before any report
