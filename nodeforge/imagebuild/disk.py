@@ -5,10 +5,7 @@ disk, using only tools that work on plain files (no loop partitions,
 device-mapper or FAT mounts):
 
 * GPT (``sgdisk``): ``1`` BIOS boot (1 MiB), ``2`` EFI system partition,
-  ``3`` root (Linux x86-64 root type, grows to the disk on first boot:
-  systemd-repart grows the partition, the nodeforge-rootfs element's
-  ``/usr/lib/repart.d`` file says which, and systemd-growfs the filesystem,
-  :data:`ROOT_MOUNT_OPTIONS`);
+  ``3`` root (Linux x86-64 root type, grows to the disk on first boot);
 * root: ``mkfs.ext4 -d TREE -E offset=...`` writes the populated filesystem
   straight into the disk file at the partition's offset;
 * ESP: ``mkfs.vfat`` on a separate file, the UEFI boot loader
@@ -53,8 +50,6 @@ ESP_SIZE = 128 * MIB
 ROOT_TYPE = "4F68BCE3-E8CD-4DB1-96E7-FBCAF984B709"  # Linux root (x86-64), discoverable partitions spec
 ROOT_LABEL = "nf-root"
 ESP_LABEL = "NF-ESP"
-# x-systemd.growfs: systemd-growfs grows the root filesystem once systemd-repart has grown its partition.
-ROOT_MOUNT_OPTIONS = "defaults,errors=remount-ro,x-systemd.growfs"
 
 # Modules embedded in the GRUB images: no module is ever loaded from disk.
 COMMON_MODULES = ["part_gpt", "part_msdos", "ext2", "fat", "search", "search_fs_uuid", "search_label",
@@ -213,7 +208,7 @@ def prepare_tree(tree: Path, *, cmdline: str, title: str, ids: DiskIds | None = 
     esp_fstab = f"{esp_id[:4]}-{esp_id[4:]}"
     replace_file(tree / "etc" / "fstab",
                  "# Written by nodeforge (image build)\n"
-                 f"UUID={root_uuid}\t/\text4\t{ROOT_MOUNT_OPTIONS}\t0\t1\n"
+                 f"UUID={root_uuid}\t/\text4\tdefaults,errors=remount-ro\t0\t1\n"
                  f"UUID={esp_fstab}\t/boot/efi\tvfat\tumask=0077,nofail\t0\t2\n")
     (tree / "boot" / "efi").mkdir(parents=True, exist_ok=True)
     kernel, initrd = kernel_paths(tree)

@@ -24,7 +24,7 @@ host looks too. Then the machine powers off.
 
 A canary deploy (``nodeforge image canary``) runs the same collector on a node Ironic deployed:
 its probes add ``report_url`` (the same frame is POSTed there, a channel a real cloud has too),
-``late_commands`` (run once the boot has finished: the grown root, the config drive and the network
+``late_commands`` (run once the boot has finished: growpart, the config drive and the network
 are done by then) and ``poweroff: false`` (the node stays deployed until it is undeployed).
 """
 

@@ -87,64 +87,13 @@ def test_assemble_gpt_esp_root(tmp_path):
         fout.write(fin.read(d.layout.root_size))
     def cat(path):
         return subprocess.run(["debugfs", "-R", f"cat {path}", str(part)], capture_output=True, text=True).stdout
-    assert f"UUID={root_uuid}\t/\text4\tdefaults,errors=remount-ro,x-systemd.growfs\t0\t1" in cat("/etc/fstab")
+    assert f"UUID={root_uuid}\t/\text4" in cat("/etc/fstab")
     assert f"UUID={d.esp_id}\t/boot/efi\tvfat" in cat("/etc/fstab")
     cfg = cat("/boot/grub/grub.cfg")
     assert f"linux /vmlinuz root=UUID={root_uuid} ro console=ttyS0,115200n8" in cfg
     # BIOS: boot.img in the MBR points at the BIOS boot partition.
     raw = d.path.read_bytes()[:512]
     assert struct.unpack_from("<Q", raw, 0x5C)[0] == 2048 and raw[510:] == b"\x55\xaa"
-
-
-REPART_D = Path(__file__).resolve().parents[2] / "elements/nodeforge-rootfs/nodeforge-rootfs-files/usr/lib/repart.d"
-
-
-def _partitions(path: Path) -> dict[int, tuple[int, int, str]]:
-    """{number: (first sector, last sector, type GUID)} as sfdisk reads the disk file."""
-    import json
-    doc = json.loads(subprocess.run(["sfdisk", "--json", str(path)], capture_output=True, text=True,
-                                    check=True).stdout)
-    return {int(re.search(r"(\d+)$", p["node"]).group(1)): (p["start"], p["start"] + p["size"] - 1, p["type"])
-            for p in doc["partitiontable"]["partitions"]}
-
-
-@needs_tools
-@pytest.mark.parametrize("after", [None, "config-drive"])
-def test_root_partition_grows_by_the_elements_repart_definition(tmp_path, after):
-    """The image's own systemd-repart definition, run by the real systemd-repart on a disk
-    nodeforge assembled and then made larger (as a node's disk is): the root partition grows into
-    the free space after it (up to a partition Ironic put after it, a config drive), and nothing
-    else moves."""
-    require_tools("systemd-repart", "sfdisk")
-    tree = _tree(tmp_path)
-    root_uuid, esp_id = disk.prepare_tree(tree, cmdline="console=ttyS0,115200n8", title="test")
-    work = tmp_path / "work"
-    work.mkdir()
-    d = disk.assemble(tree, tmp_path / "disk.raw", root_uuid=root_uuid, esp_id=esp_id, workdir=work,
-                      extra_root=16 << 20)
-    before = _partitions(d.path)
-    with open(d.path, "r+b") as fh:
-        fh.truncate(d.layout.disk_size + (96 << 20))
-    subprocess.run(["sgdisk", "-e", str(d.path)], capture_output=True, check=True)   # backup GPT to the new end
-    if after:
-        # A 16 MiB Linux data partition at the end, as Ironic's agent writes the config drive.
-        end = _partitions(d.path)[3][1]
-        subprocess.run(["sgdisk", f"-n4:{end + 1 + (64 << 11)}:+16M", "-t4:8300", str(d.path)],
-                       capture_output=True, check=True)
-    bounded = _partitions(d.path)
-    run = subprocess.run(["systemd-repart", f"--definitions={REPART_D}", "--dry-run=no", "--no-pager",
-                          str(d.path)], capture_output=True, text=True)
-    assert run.returncode == 0, run.stderr
-    grown = _partitions(d.path)
-    assert grown[1] == before[1] and grown[2] == before[2]                     # BIOS boot, ESP: untouched
-    assert grown[3][0] == before[3][0] and grown[3][2] == before[3][2].upper() == disk.ROOT_TYPE
-    if after:
-        assert grown[4] == bounded[4]                                          # the config drive stays
-        assert grown[3][1] == grown[4][0] - 1                                  # root grew up to it
-    else:
-        last_usable = (d.layout.disk_size + (96 << 20)) // disk.SECTOR - 34    # the backup GPT after it
-        assert last_usable - grown[3][1] < (4 << 20) // disk.SECTOR            # root grew to the end
-    assert grown[3][1] - before[3][1] >= (60 << 20) // disk.SECTOR
 
 
 def test_kernel_paths_without_symlinks(tmp_path):
