@@ -15,6 +15,14 @@ For each suite (e.g. ``bookworm``, ``bookworm-updates`` from the main mirror,
 3. each stanza's ``Package``, ``Version``, ``Architecture``, ``SHA256``,
    ``Filename`` and ``Size`` become a :class:`Record`.
 
+Each verified ``Packages`` file and its records are kept in a cache
+addressed by the sha256 the verified ``InRelease`` lists
+(``$XDG_CACHE_HOME/nodeforge/apt-indexes``, :class:`IndexCache`): a suite
+whose index has not changed since the last run is read from there (its bytes
+checked against that sha256 again) instead of downloaded, decompressed and
+parsed again (about 2.5 s for bookworm's 63 000 stanzas on 2 cores). The
+``InRelease`` itself is always downloaded and verified.
+
 The mirrors come from configuration (the environment, else the host's apt
 sources: :func:`host_mirrors`); nothing here names a host.
 """
@@ -40,7 +48,7 @@ from debian import deb822
 from debian.debian_support import Version
 
 from nodeforge import transport
-from nodeforge.base import runner
+from nodeforge.base import fs, runner
 from nodeforge.errors import ConfigError, NodeforgeError
 from nodeforge.redact import redact_url, url_has_credentials
 from nodeforge.schema import vocab
@@ -113,8 +121,99 @@ class SuiteIndex:
     inrelease: bytes                          # the file as served (signature included)
     release: dict                             # fields of the verified text
     packages: dict[str, bytes]                # path below dists/<suite>/ -> the compressed file as served
-    stanzas: list[str]                        # each record's stanza text, as in the index
     records: list[Record]
+
+    @functools.cached_property
+    def stanzas(self) -> list[str]:
+        """Each record's stanza text, as in the index (``stanzas[i]`` is ``records[i]``'s), read
+        from the verified files when first asked for (resolving a lock needs them; a check does not)."""
+        return [text for name, data in self.packages.items() for _, text in self._parsed(name, data)]
+
+    def _parsed(self, name: str, data: bytes):
+        """(record, stanza text) of each stanza of the index ``name`` that has a record."""
+        plain = _decompress(data, name, self.suite.url(f"dists/{self.suite.name}/{name}"))
+        for fields, text in parse_stanzas(plain.decode("utf-8", errors="replace")):
+            rec = _record(fields, self.suite, name)
+            if rec is not None:
+                yield rec, text
+
+
+class IndexCache:
+    """Verified ``Packages`` files and their records, addressed by the sha256 a verified
+    ``InRelease`` lists for them. The file is checked against that sha256 whenever it is read;
+    the records beside it were made from it (``<sha256>.records.json``, format :data:`FORMAT`).
+    Entries are written atomically; an unreadable or foreign entry is a miss. An entry not read
+    for :data:`KEEP_DAYS` days is removed when another is written (suites move on: the old
+    indexes are never asked for again)."""
+
+    FORMAT = 1
+    KEEP_DAYS = 14
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+
+    @classmethod
+    def default(cls) -> "IndexCache":
+        return cls(fs.cache_home() / "apt-indexes")
+
+    def _path(self, digest: str) -> Path:
+        return self.root / digest[:2] / digest
+
+    def get(self, digest: str, size: int) -> bytes | None:
+        path = self._path(digest)
+        try:
+            data = path.read_bytes()
+        except OSError:
+            return None
+        if len(data) != size or hashlib.sha256(data).hexdigest() != digest:
+            return None
+        for used in (path, path.with_suffix(".records.json")):
+            try:
+                os.utime(used)          # read now: kept another KEEP_DAYS
+            except OSError:
+                pass
+        return data
+
+    def put(self, digest: str, data: bytes) -> None:
+        self.prune()
+        self._write(self._path(digest), data)
+
+    def prune(self, now: float | None = None) -> None:
+        import time
+
+        cutoff = (now if now is not None else time.time()) - self.KEEP_DAYS * 86400
+        for path in self.root.glob("*/*"):
+            try:
+                if path.stat().st_mtime < cutoff:
+                    path.unlink()
+            except OSError:
+                pass
+
+    def records(self, digest: str, suite: Suite, index: str) -> list[Record] | None:
+        import json
+
+        try:
+            doc = json.loads(self._path(digest).with_suffix(".records.json").read_bytes())
+            if doc.get("format") != self.FORMAT or doc.get("sha256") != digest:
+                return None
+            return [Record(name=n, version=v, arch=a, sha256=h, filename=f, size=int(z), suite=suite.name,
+                           priority=p) for n, v, a, h, f, z, p in doc["records"]]
+        except (OSError, ValueError, TypeError, KeyError):
+            return None
+
+    def put_records(self, digest: str, records: list[Record]) -> None:
+        import json
+
+        doc = {"format": self.FORMAT, "sha256": digest,
+               "records": [[r.name, r.version, r.arch, r.sha256, r.filename, r.size, r.priority] for r in records]}
+        self._write(self._path(digest).with_suffix(".records.json"), json.dumps(doc, separators=(",", ":")))
+
+    def _write(self, path: Path, data: bytes | str) -> None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fs.atomic_write(path, data, mode=0o644)
+        except OSError:
+            pass     # a cache that cannot be written only costs the next run the download
 
 
 @dataclasses.dataclass
@@ -126,6 +225,8 @@ class ArchiveConfig:
     keyring: Path = DEFAULT_KEYRING
     # suite -> the InRelease Date a lock was made from: an older index is refused (rollback)
     not_before: dict[str, str] = dataclasses.field(default_factory=dict)
+    # Verified indexes kept between runs (None: always downloaded and parsed)
+    cache: IndexCache | None = dataclasses.field(default_factory=IndexCache.default)
 
     @classmethod
     def for_release(cls, release: str, mirrors: dict[str, str], *, arch: str = "amd64",
@@ -344,9 +445,8 @@ def fetch_suite(suite: Suite, config: ArchiveConfig) -> SuiteIndex:
     check_release(release, suite, url=url, not_before=config.not_before.get(suite.name))
     hashes = _sha256_entries(release)
     by_hash = release.get("Acquire-By-Hash", "").lower() == "yes"
-    stanzas: list[str] = []
-    records: list[Record] = []
-    files: dict[str, bytes] = {}
+    cache = config.cache
+    index = SuiteIndex(suite, raw, dict(release), {}, [])
     for comp in suite.components:
         base = f"{comp}/binary-{config.arch}/Packages"
         name = next((base + ext for ext in (".xz", ".gz", "") if base + ext in hashes), None)
@@ -354,15 +454,19 @@ def fetch_suite(suite: Suite, config: ArchiveConfig) -> SuiteIndex:
             raise ArchiveError(detail=f"{url} lists no {base}(.xz|.gz) index",
                                hint=f"is component {comp!r} / architecture {config.arch!r} served by this suite?")
         digest, size = hashes[name]
-        data = _fetch_index(suite, name, digest, size, by_hash)
-        files[name] = data
-        plain = _decompress(data, name, suite.url(f"dists/{suite.name}/{name}"))
-        for fields, text in parse_stanzas(plain.decode("utf-8", errors="replace")):
-            rec = _record(fields, suite, name)
-            if rec is not None:
-                stanzas.append(text)
-                records.append(rec)
-    return SuiteIndex(suite, raw, dict(release), files, stanzas, records)
+        data = cache.get(digest, size) if cache else None
+        if data is None:
+            data = _fetch_index(suite, name, digest, size, by_hash)
+            if cache:
+                cache.put(digest, data)
+        index.packages[name] = data
+        records = cache.records(digest, suite, name) if cache else None
+        if records is None:
+            records = [rec for rec, _ in index._parsed(name, data)]
+            if cache:
+                cache.put_records(digest, records)
+        index.records.extend(records)
+    return index
 
 
 def _fetch_index(suite: Suite, name: str, digest: str, size: int, by_hash: bool) -> bytes:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import hashlib
 import lzma
 
 import pytest
@@ -12,8 +13,11 @@ from nodeforge.oslock.archive import ArchiveConfig, ArchiveTrustError
 from tests.oslock.aptrepo import RELEASE
 
 
-def _config(repo, keyring=None) -> ArchiveConfig:
-    return ArchiveConfig.for_release(RELEASE, repo.mirrors(), keyring=keyring or repo.key.keyring)
+def _config(repo, keyring=None, cache=None) -> ArchiveConfig:
+    """Without a cache unless one is given: what is refused here is what the server sends."""
+    config = ArchiveConfig.for_release(RELEASE, repo.mirrors(), keyring=keyring or repo.key.keyring)
+    config.cache = cache
+    return config
 
 
 def test_verified_indexes_give_every_field(apt_repo):
@@ -133,3 +137,59 @@ def test_a_mirror_without_the_suite_says_which_setting_to_change(apt_repo):
         archive.fetch(config)
     assert "dists/nosuch/InRelease: HTTP 404" in str(exc.value)
     assert "NODEFORGE_DEBIAN_MIRROR" in exc.value.hint
+
+
+def _as_tuples(idx):
+    return [[(r.name, r.version, r.arch, r.sha256, r.filename, r.size, r.priority, r.suite) for r in s.records]
+            for s in idx.suites]
+
+
+def test_an_unchanged_index_is_read_from_the_cache_not_the_server(apt_repo, tmp_path):
+    apt_repo.add(RELEASE, "nf-multi", "3.0-1", depends="nf-lib")
+    apt_repo.publish()
+    cache = archive.IndexCache(tmp_path / "cache")
+    first = archive.fetch(_config(apt_repo, cache=cache))
+    digests = {hashlib.sha256(d).hexdigest() for s in first.suites for d in s.packages.values()}
+    assert {p.name.split(".")[0] for p in cache.root.glob("*/*.records.json")} == digests   # one per index
+    xz = apt_repo.packages_xz(RELEASE)
+    xz.unlink()                                                          # the server no longer has it
+    again = archive.fetch(_config(apt_repo, cache=cache))
+    assert _as_tuples(again) == _as_tuples(first)
+    assert again.suites[0].stanzas == first.suites[0].stanzas            # read from the cached bytes
+    assert "Depends: nf-lib" in again.suites[0].stanzas[-1]
+    assert again.suites[0].packages == first.suites[0].packages
+    with pytest.raises(archive.NotFound):
+        archive.fetch(_config(apt_repo))                                 # without the cache: downloaded
+
+
+def test_a_damaged_cache_entry_is_fetched_again_and_a_changed_index_is_not_taken_from_it(apt_repo, tmp_path):
+    cache = archive.IndexCache(tmp_path / "cache")
+    archive.fetch(_config(apt_repo, cache=cache))
+    blob = next(p for p in cache.root.glob("*/*") if not p.name.endswith(".json"))
+    blob.write_bytes(blob.read_bytes()[:-1] + b"x")                      # not the verified bytes any more
+    records = blob.with_suffix(".records.json")
+    records.write_text('{"format": 0}')                                  # another format: parsed again
+    idx = archive.fetch(_config(apt_repo, cache=cache))
+    assert _as_tuples(idx) == _as_tuples(archive.fetch(_config(apt_repo)))
+    assert watch.sha256_file(blob) == blob.name                          # replaced by the downloaded file
+    # A new index (a new package published): its own entry, with the new package.
+    apt_repo.add(RELEASE, "nf-new", "1.0-1")
+    apt_repo.publish()
+    assert archive.fetch(_config(apt_repo, cache=cache)).newest("nf-new", "amd64").version == "1.0-1"
+
+
+def test_cache_entries_not_read_for_two_weeks_are_pruned(tmp_path):
+    import os
+    import time
+
+    cache = archive.IndexCache(tmp_path / "cache")
+    old, new = (hashlib.sha256(b).hexdigest() for b in (b"old", b"new"))
+    cache.put(old, b"old")
+    cache.put_records(old, [])
+    cache.put(new, b"new")
+    week3 = time.time() - 21 * 86400
+    for p in cache.root.glob(f"{old[:2]}/*"):
+        os.utime(p, (week3, week3))
+    assert cache.get(new, 3) == b"new"
+    cache.prune()
+    assert sorted(p.name for p in cache.root.glob("*/*")) == [new]
