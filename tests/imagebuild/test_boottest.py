@@ -205,6 +205,31 @@ def _iso_volume_id(path: Path) -> str:
     return pvd[40:72].decode().strip()
 
 
+def test_unit_states_come_from_one_systemctl_call_and_fall_back_one_by_one(monkeypatch):
+    calls = []
+
+    def show(argv, **kw):
+        calls.append(argv)
+        names = argv[argv.index("--") + 1:]
+        blocks = {"a.service": "LoadState=loaded\nActiveState=active\nSubState=running\nUnitFileState=enabled",
+                  "b.service": "LoadState=not-found\nActiveState=inactive\nSubState=dead\nUnitFileState="}
+        if "short" in names and len(names) > 1:                 # a systemctl that answers fewer blocks
+            return {"rc": 0, "output": blocks["a.service"] + "\n"}
+        return {"rc": 0, "output": "\n\n".join(blocks.get(n, "LoadState=loaded") for n in names) + "\n"}
+
+    monkeypatch.setattr(verify_guest, "run", show)
+    got = verify_guest.units(["a.service", "b.service"])
+    assert got == {"a.service": {"LoadState": "loaded", "ActiveState": "active", "SubState": "running",
+                                 "UnitFileState": "enabled"},
+                   "b.service": {"LoadState": "not-found", "ActiveState": "inactive", "SubState": "dead",
+                                 "UnitFileState": ""}}
+    assert len(calls) == 1 and calls[0][:2] == ["systemctl", "show"]
+    calls.clear()
+    assert verify_guest.units(["a.service", "short"])["short"] == {"LoadState": "loaded"}
+    assert len(calls) == 3                                       # the batch, then one call per unit
+    assert verify_guest.units([]) == {}
+
+
 def test_user_data_writes_the_collector_and_probes():
     probes = {"id": "abc", "sysctls": ["net.ipv4.ip_forward"]}
     ud = boottest.user_data(probes)
