@@ -149,7 +149,7 @@ BASE_FILES = "nodeforge-base-files"
 BASE_FILE_SOURCES = (
     ("image-hygiene", "etc/dpkg/dpkg.cfg.d/90-nodeforge-minimal", 0o644),
     ("k8s-hardening", "etc/dpkg/dpkg.cfg.d/90-nodeforge-no-unused-drivers", 0o644),
-    ("image-hygiene", "etc/initramfs-tools/hooks/nodeforge-no-nic-drivers", 0o755),
+    ("image-hygiene", "etc/initramfs-tools/hooks/nodeforge-local-root-only", 0o755),
 )
 BASE_FILES_ROOT_SCRIPT = """#!/bin/bash
 # nodeforge: dpkg's path filters and the initramfs hook of the nodeforge elements are in

@@ -25,7 +25,7 @@ from tests.prereq import require_tools
 SOURCES = {rel: render.ELEMENTS_SRC / element / f"{element}-files" / rel for element, rel, _ in pb.BASE_FILE_SOURCES}
 MINIMAL = "etc/dpkg/dpkg.cfg.d/90-nodeforge-minimal"
 DRIVERS = "etc/dpkg/dpkg.cfg.d/90-nodeforge-no-unused-drivers"
-HOOK = "etc/initramfs-tools/hooks/nodeforge-no-nic-drivers"
+HOOK = "etc/initramfs-tools/hooks/nodeforge-local-root-only"
 
 
 def test_the_base_element_installs_the_files_first(tmp_path):
@@ -154,8 +154,8 @@ def test_the_booted_node_is_checked_for_module_files_at_any_depth(tmp_path):
 
 # --- the initramfs hook -----------------------------------------------------------------
 
-def test_the_initramfs_hook_drops_network_drivers_no_storage_driver_needs(tmp_path):
-    require_tools("sh", "awk", "comm", why="the hook is a shell script")
+def test_the_initramfs_hook_keeps_only_what_a_local_ext4_root_needs(tmp_path):
+    require_tools("sh", "awk", "comm", "grep", why="the hook is a shell script")
     version = "6.1.0-1-amd64"
     system = tmp_path / "system" / "lib" / "modules" / version   # the root file system's modules
     dest = tmp_path / "initramfs"
@@ -169,7 +169,17 @@ def test_the_initramfs_hook_drops_network_drivers_no_storage_driver_needs(tmp_pa
         "kernel/drivers/scsi/bnx2fc/bnx2fc.ko": ["kernel/drivers/net/ethernet/broadcom/cnic.ko",
                                                  "kernel/drivers/net/mdio.ko"],
         "kernel/drivers/scsi/sd_mod.ko": [],
-        "kernel/fs/ext4/ext4.ko": [],
+        "kernel/drivers/nvme/host/nvme-rdma.ko": ["kernel/fs/configfs/configfs.ko"],
+        "kernel/fs/configfs/configfs.ko": [],
+        "kernel/fs/ext4/ext4.ko": ["kernel/lib/crc16.ko", "kernel/fs/mbcache.ko", "kernel/fs/jbd2/jbd2.ko"],
+        "kernel/fs/jbd2/jbd2.ko": [],
+        "kernel/fs/mbcache.ko": [],
+        "kernel/lib/crc16.ko": [],
+        "kernel/fs/xfs/xfs.ko": ["kernel/lib/libcrc32c.ko"],
+        "kernel/lib/libcrc32c.ko": [],
+        "kernel/fs/nfs/nfs.ko": ["kernel/fs/lockd/lockd.ko", "kernel/net/sunrpc/sunrpc.ko"],
+        "kernel/fs/lockd/lockd.ko": [],
+        "kernel/net/sunrpc/sunrpc.ko": [],
     }
     system.mkdir(parents=True)
     (system / "modules.dep").write_text("".join(f"{m}: {' '.join(d)}\n" for m, d in modules.items()))
@@ -182,8 +192,12 @@ def test_the_initramfs_hook_drops_network_drivers_no_storage_driver_needs(tmp_pa
     left = {str(p.relative_to(initrd_mods)) for p in initrd_mods.rglob("*.ko")}
     assert left == {"kernel/drivers/net/ethernet/broadcom/cnic.ko", "kernel/drivers/net/mdio.ko",
                     "kernel/drivers/scsi/bnx2fc/bnx2fc.ko", "kernel/drivers/scsi/sd_mod.ko",
-                    "kernel/fs/ext4/ext4.ko"}
-    assert not (initrd_mods / "kernel/drivers/net/ethernet/intel").exists()   # emptied directories go
+                    "kernel/drivers/nvme/host/nvme-rdma.ko", "kernel/fs/configfs/configfs.ko",
+                    "kernel/fs/ext4/ext4.ko", "kernel/fs/jbd2/jbd2.ko", "kernel/fs/mbcache.ko",
+                    # outside the two directories: left alone, needed or not
+                    "kernel/lib/crc16.ko", "kernel/lib/libcrc32c.ko", "kernel/net/sunrpc/sunrpc.ko"}
+    for gone in ("kernel/drivers/net/ethernet/intel", "kernel/fs/xfs", "kernel/fs/nfs", "kernel/fs/lockd"):
+        assert not (initrd_mods / gone).exists(), gone                          # emptied directories go
     # mkinitramfs asks a hook for its prerequisites first.
     pre = subprocess.run(["sh", str(SOURCES[HOOK]), "prereqs"], env=env, capture_output=True, text=True)
     assert pre.returncode == 0 and pre.stdout.strip() == ""
