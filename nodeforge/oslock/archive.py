@@ -36,9 +36,11 @@ import functools
 import gzip
 import hashlib
 import http.client
+import json
 import lzma
 import os
 import tempfile
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -179,8 +181,6 @@ class IndexCache:
         self._write(self._path(digest), data)
 
     def prune(self, now: float | None = None) -> None:
-        import time
-
         cutoff = (now if now is not None else time.time()) - self.KEEP_DAYS * 86400
         for path in self.root.glob("*/*"):
             try:
@@ -189,9 +189,7 @@ class IndexCache:
             except OSError:
                 pass
 
-    def records(self, digest: str, suite: Suite, index: str) -> list[Record] | None:
-        import json
-
+    def records(self, digest: str, suite: Suite) -> list[Record] | None:
         try:
             doc = json.loads(self._path(digest).with_suffix(".records.json").read_bytes())
             if doc.get("format") != self.FORMAT or doc.get("sha256") != digest:
@@ -202,8 +200,6 @@ class IndexCache:
             return None
 
     def put_records(self, digest: str, records: list[Record]) -> None:
-        import json
-
         doc = {"format": self.FORMAT, "sha256": digest,
                "records": [[r.name, r.version, r.arch, r.sha256, r.filename, r.size, r.priority] for r in records]}
         self._write(self._path(digest).with_suffix(".records.json"), json.dumps(doc, separators=(",", ":")))
@@ -460,7 +456,7 @@ def fetch_suite(suite: Suite, config: ArchiveConfig) -> SuiteIndex:
             if cache:
                 cache.put(digest, data)
         index.packages[name] = data
-        records = cache.records(digest, suite, name) if cache else None
+        records = cache.records(digest, suite) if cache else None
         if records is None:
             records = [rec for rec, _ in index._parsed(name, data)]
             if cache:
