@@ -443,6 +443,7 @@ def fetch_suite(suite: Suite, config: ArchiveConfig) -> SuiteIndex:
     by_hash = release.get("Acquire-By-Hash", "").lower() == "yes"
     cache = config.cache
     index = SuiteIndex(suite, raw, dict(release), {}, [])
+    stanzas: list[str] | None = []        # kept while every index is parsed here, not read from the cache
     for comp in suite.components:
         base = f"{comp}/binary-{config.arch}/Packages"
         name = next((base + ext for ext in (".xz", ".gz", "") if base + ext in hashes), None)
@@ -458,10 +459,17 @@ def fetch_suite(suite: Suite, config: ArchiveConfig) -> SuiteIndex:
         index.packages[name] = data
         records = cache.records(digest, suite) if cache else None
         if records is None:
-            records = [rec for rec, _ in index._parsed(name, data)]
+            parsed = list(index._parsed(name, data))
+            records = [rec for rec, _ in parsed]
+            if stanzas is not None:
+                stanzas += [text for _, text in parsed]
             if cache:
                 cache.put_records(digest, records)
+        else:
+            stanzas = None
         index.records.extend(records)
+    if stanzas is not None:
+        index.__dict__["stanzas"] = stanzas   # the cached property's value: not parsed a second time
     return index
 
 
