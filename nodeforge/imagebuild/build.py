@@ -56,7 +56,7 @@ from nodeforge.base import fs, runner
 from nodeforge.errors import NodeforgeError
 from nodeforge.imagebuild.steps import BuildLog, Step, Together, run_steps
 from nodeforge.imagebuild import checksums, contents, disk, manifest as mf, package_base as pb, render as rd
-from nodeforge.imagebuild import pyc, reproducible
+from nodeforge.imagebuild import package_lock, pyc, reproducible
 from nodeforge.pins import lockfile as lf
 from nodeforge.pins.cache import Cache, ChecksumMismatch, DownloadError, Downloader
 from nodeforge.pins.lockfile import Arch, Lockfile
@@ -428,7 +428,7 @@ def build(req: BuildRequest, plan: Plan | None = None) -> BuildResult:
             runner.run(["rm", "-rf", "--one-file-system", str(work)], privileged=True, check=False)
 
 
-def _dib_env(plan: Plan, elements_path: Path, image_cache: Path, extra: dict[str, str]) -> dict[str, str]:
+def _dib_env(plan: Plan, elements_path: Path | str, image_cache: Path, extra: dict[str, str]) -> dict[str, str]:
     env = dict(os.environ)
     env.update(extra)
     env.update({
@@ -525,9 +525,8 @@ def _package_base(plan: Plan, rendered: rd.Rendered, work: Path, logf: BuildLog)
                         env=env, what="disk-image-create (package base)")
 
         def produce(dest: Path) -> None:
-            logf.step("package base: compress and store")
+            logf.step("package base: store")
             pb.tar_to_base(work / "package-base.tar", dest, log=logf)
-            (work / "package-base.tar").unlink()
 
         entry = cache.store(key, produce, inputs=spec.to_dict())
         return entry, False
@@ -615,7 +614,11 @@ def _step_rootfs(b: _Build) -> None:
     image_cache = pb.image_cache_for(b.base, b.work / "dib-image-cache", plan.dib_cache,
                                      distro_name=plan.lock.base_os.distro, release=rendered.distro.release,
                                      arch=req.arch.value)
-    env = _dib_env(plan, rendered.elements, image_cache, {
+    dib_elements = package_lock.dib_elements_dir()
+    if dib_elements is None:
+        raise BuildError(detail="diskimage-builder is not importable here; run 'make setup'")
+    overrides = pb.debootstrap_override(b.work / "dib-overrides", dib_elements / pb.DEBOOTSTRAP)
+    env = _dib_env(plan, os.pathsep.join([str(overrides), str(rendered.elements)]), image_cache, {
         **rd.rendered_env(rendered.env_file),
         "DIB_DEBOOTSTRAP_CACHE": "0",
         "DIB_NODEFORGE_ARTIFACT_CACHE": str(plan.cache.root.absolute()),

@@ -198,12 +198,12 @@ def test_guestfwd_rules_and_the_relay_reach_exactly_the_loopback_port(tmp_path):
 
 def _debian_kernel(dest: Path) -> tuple[Path, Path]:
     """The Debian kernel and initrd of the newest cached package base (a stand-in for the agent)."""
-    tarballs = sorted(glob.glob(os.path.expanduser("~/.cache/nodeforge/dib/package-base/*/base.tar.gz")),
+    tarballs = sorted(glob.glob(os.path.expanduser("~/.cache/nodeforge/dib/package-base/*/base.tar")),
                       key=os.path.getmtime, reverse=True)
     require(bool(tarballs), "a cached package base (~/.cache/nodeforge/dib/package-base): run an image build once")
     work = dest / "extract"
     work.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["tar", "-xzf", tarballs[0], "-C", str(work), "--wildcards", "./boot/vmlinuz-*",
+    subprocess.run(["tar", "-xf", tarballs[0], "-C", str(work), "--wildcards", "./boot/vmlinuz-*",
                     "./boot/initrd.img-*"], check=True, timeout=300)
     [kernel] = sorted((work / "boot").glob("vmlinuz-*"))
     [initrd] = sorted((work / "boot").glob("initrd.img-*"))

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-import gzip
 import hashlib
+import io
 import json
 import os
+import shutil
 import subprocess
 import tarfile
 from pathlib import Path
@@ -98,18 +99,17 @@ def test_spec_key_covers_every_field():
     keys = {spec.key()}
     for field, value in (("release", "trixie"), ("arch", "arm64"), ("components", "main contrib"),
                          ("packages", {"a": None, "b": None}), ("element_digest", "e" * 64),
-                         ("dib_version", "3.44.0"), ("recipe", "nodeforge-package-base/2"),
+                         ("dib_version", "3.44.0"), ("recipe", "nodeforge-package-base/3"),
                          ("distro_element", "debian")):
         keys.add(dataclasses.replace(spec, **{field: value}).key())
     assert len(keys) == 9
 
 
 def _produce_tarball(dest: Path) -> None:
-    with gzip.open(dest, "wb") as gz, tarfile.open(fileobj=gz, mode="w") as tar:
+    with tarfile.open(dest, mode="w") as tar:
         info = tarfile.TarInfo("./etc/hostname")
         data = b"base\n"
         info.size = len(data)
-        import io
         tar.addfile(info, io.BytesIO(data))
 
 
@@ -141,13 +141,13 @@ def test_failed_producer_leaves_no_entry(tmp_path):
 def test_damaged_tarball_is_never_stored(tmp_path):
     cache = pb.BaseCache(tmp_path / "bases")
     with pytest.raises(pb.PackageBaseError, match="damaged"):
-        cache.store("k" * 64, lambda dest: dest.write_bytes(b"not gzip at all"))
+        cache.store("k" * 64, lambda dest: dest.write_bytes(b"not a tar at all"))
     assert not (tmp_path / "bases" / ("k" * 64)).exists()
 
     def truncated(dest: Path) -> None:
         _produce_tarball(dest)
         data = dest.read_bytes()
-        dest.write_bytes(data[: len(data) - 12])
+        dest.write_bytes(data[:700])     # the first member's header and half its data block
 
     with pytest.raises(pb.PackageBaseError, match="damaged"):
         cache.store("k" * 64, truncated)
@@ -189,9 +189,10 @@ def test_tar_to_base_adds_mount_points(tmp_path):
     (tree / "etc" / "hostname").write_text("x\n")
     dib_tar = tmp_path / "rootfs.tar"
     subprocess.run(["tar", "-C", str(tree), "-cf", str(dib_tar), "."], check=True)
-    dest = tmp_path / "base.tar.gz"
+    dest = tmp_path / "base.tar"
     pb.tar_to_base(dib_tar, dest)
-    with tarfile.open(dest) as tar:
+    assert not dib_tar.exists()                       # moved, not copied
+    with tarfile.open(dest, "r:") as tar:             # uncompressed
         names = {m.name: m for m in tar.getmembers()}
     assert {"./etc/hostname", "./proc", "./sys", "./dev"} <= set(names)
     assert names["./proc"].isdir() and names["./proc"].mode == 0o555 and names["./proc"].uid == 0
@@ -203,6 +204,82 @@ def test_image_cache_links_base_and_shared_apt(tmp_path):
     entry = cache.store("k" * 64, _produce_tarball)
     shared = tmp_path / "dib"
     ic = pb.image_cache_for(entry, tmp_path / "ic", shared, distro_name="debian", release="bookworm", arch="amd64")
-    tarball = ic / "debootstrap-debian-bookworm-amd64.tar.gz"
+    tarball = ic / "debootstrap-debian-bookworm-amd64.tar"
     assert os.path.realpath(tarball) == str(entry.tarball)
     assert (ic / "apt").resolve() == (shared / "apt").resolve() and (shared / "apt").is_dir()
+
+
+# -- diskimage-builder's debootstrap element, overridden to unpack the uncompressed base ----------
+
+def _upstream_debootstrap() -> Path:
+    from nodeforge.imagebuild import package_lock
+    return package_lock.dib_elements_dir() / pb.DEBOOTSTRAP
+
+
+def test_debootstrap_override_is_upstream_but_its_root_script(tmp_path):
+    upstream = _upstream_debootstrap()
+    dest = pb.debootstrap_override(tmp_path / "overrides", upstream)
+    element = dest / "debootstrap"
+    ours = {p.relative_to(element).as_posix() for p in element.rglob("*") if p.is_file()}
+    theirs = {p.relative_to(upstream).as_posix() for p in upstream.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
+    assert ours >= theirs and pb.DEBOOTSTRAP_ROOT_SCRIPT in ours
+    changed = [rel for rel in theirs if (element / rel).read_bytes() != (upstream / rel).read_bytes()]
+    assert changed == [pb.DEBOOTSTRAP_ROOT_SCRIPT]
+    script = element / pb.DEBOOTSTRAP_ROOT_SCRIPT
+    assert os.access(script, os.X_OK) and "-xzf" not in script.read_text()
+    subprocess.run(["bash", "-n", str(script)], check=True)
+    # Written again into the same work directory (a step run twice): the same result.
+    pb.debootstrap_override(tmp_path / "overrides", upstream)
+    assert (element / pb.DEBOOTSTRAP_ROOT_SCRIPT).read_text() == script.read_text()
+
+
+def test_debootstrap_override_refuses_an_upstream_script_it_does_not_know(tmp_path):
+    upstream = tmp_path / "debootstrap"
+    shutil.copytree(_upstream_debootstrap(), upstream)
+    script = upstream / pb.DEBOOTSTRAP_ROOT_SCRIPT
+    script.write_text(script.read_text().replace("-xzf $DEBOOTSTRAP_TARBALL", "-xf $DEBOOTSTRAP_TARBALL"))
+    with pytest.raises(pb.PackageBaseError, match="no longer unpacks its cached tarball") as exc:
+        pb.debootstrap_override(tmp_path / "overrides", upstream)
+    assert "-xzf $DEBOOTSTRAP_TARBALL" in str(exc.value) and str(script) in str(exc.value)
+    assert not (tmp_path / "overrides").exists()
+
+
+def _run_override(tmp_path, cache: Path, target: Path) -> subprocess.CompletedProcess:
+    dest = pb.debootstrap_override(tmp_path / "overrides", _upstream_debootstrap())
+    env = {**os.environ, "DIB_IMAGE_CACHE": str(cache), "DISTRO_NAME": "debian", "DIB_RELEASE": "bookworm",
+           "ARCH": "amd64", "TARGET_ROOT": str(target), "DIB_DEBUG_TRACE": "0"}
+    return subprocess.run([str(dest / "debootstrap" / pb.DEBOOTSTRAP_ROOT_SCRIPT)], env=env, text=True,
+                          capture_output=True, timeout=60)
+
+
+def test_debootstrap_override_unpacks_the_uncompressed_base(tmp_path):
+    tree = tmp_path / "tree"
+    (tree / "etc").mkdir(parents=True)
+    (tree / "etc" / "hostname").write_text("base\n")
+    (tree / "usr" / "bin").mkdir(parents=True)
+    (tree / "usr" / "bin" / "tool").write_text("#!/bin/sh\n")
+    (tree / "usr" / "bin" / "tool").chmod(0o750)
+    (tree / ".extra_settings").write_text("X=1\n")
+    dib_tar = tmp_path / "rootfs.tar"
+    subprocess.run(["tar", "--numeric-owner", "-C", str(tree), "-cf", str(dib_tar), "."], check=True)
+    entry = pb.BaseCache(tmp_path / "bases").store("k" * 64, lambda d: pb.tar_to_base(dib_tar, d))
+    cache = pb.image_cache_for(entry, tmp_path / "ic", tmp_path / "dib", distro_name="debian",
+                               release="bookworm", arch="amd64")
+    target = tmp_path / "target"
+    target.mkdir()
+    done = _run_override(tmp_path, cache, target)
+    assert done.returncode == 0, done.stderr
+    assert (target / "etc" / "hostname").read_text() == "base\n"
+    assert (target / "usr" / "bin" / "tool").stat().st_mode & 0o777 == 0o750
+    assert (target / "proc").is_dir() and not (target / ".extra_settings").exists()
+
+
+def test_debootstrap_override_without_a_base_stops(tmp_path):
+    (tmp_path / "ic").mkdir()
+    target = tmp_path / "target"
+    target.mkdir()
+    done = _run_override(tmp_path, tmp_path / "ic", target)
+    assert done.returncode == 1
+    assert "no package base at " + str(tmp_path / "ic" / "debootstrap-debian-bookworm-amd64.tar") in done.stderr
+    assert list(target.iterdir()) == []
+
