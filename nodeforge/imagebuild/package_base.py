@@ -46,6 +46,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import Callable, Iterator, Mapping, Union
 
@@ -264,6 +265,13 @@ class Entry:
 
 
 class BaseCache:
+    """Package bases by key (see the module docstring). A lookup that finds an entry marks it used
+    (its ``meta.json``'s time); storing a new entry removes the entries not used for
+    :data:`KEEP_DAYS` days, and what a killed build left half-written as long: each base is about
+    0.75 GB, and a new OS package lock or diskimage-builder version makes a new one."""
+
+    KEEP_DAYS = 14
+
     def __init__(self, root: Path):
         self.root = Path(root)
 
@@ -277,6 +285,10 @@ class BaseCache:
             return None
         problem = self._check(key, path)
         if problem is None:
+            try:
+                os.utime(path / META)      # used now: kept another KEEP_DAYS
+            except OSError:
+                pass
             return Entry(key, path, loader.read_json(path / META))
         if evict:
             self._remove(path)
@@ -314,6 +326,7 @@ class BaseCache:
         """Make the entry for ``key``: ``produce(tarball_path)`` writes the tarball into a temporary
         directory; it is verified and the directory renamed into place (never a partial entry)."""
         self.root.mkdir(parents=True, exist_ok=True)
+        self.prune(keep=key)
         tmp = Path(tempfile.mkdtemp(prefix=f".{key[:16]}.partial.", dir=self.root))
         try:
             tar = tmp / TARBALL
@@ -340,6 +353,29 @@ class BaseCache:
         except BaseException:
             self._remove(tmp)
             raise
+
+    def prune(self, *, keep: str | None = None, now: float | None = None) -> list[str]:
+        """Remove the entries (other than ``keep``) whose ``meta.json`` is older than
+        :data:`KEEP_DAYS` days, and partial or discarded directories as old; returns their names."""
+        cutoff = (now if now is not None else time.time()) - self.KEEP_DAYS * 86400
+        removed = []
+        for path in sorted(self.root.iterdir()) if self.root.is_dir() else []:
+            if not path.is_dir() or path.name == keep:
+                continue
+            leftover = path.name.startswith(".") and (".partial." in path.name or ".trash." in path.name)
+            if not leftover and path.name.startswith("."):
+                continue
+            try:
+                used = (path if leftover else path / META).stat().st_mtime
+            except OSError:
+                try:
+                    used = path.stat().st_mtime   # no meta.json: as old as the directory
+                except OSError:
+                    continue
+            if used < cutoff:
+                self._remove(path)
+                removed.append(path.name)
+        return removed
 
     def _remove(self, path: Path) -> None:
         if not path.exists():

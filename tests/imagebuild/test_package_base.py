@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
@@ -283,3 +284,27 @@ def test_debootstrap_override_without_a_base_stops(tmp_path):
     assert "no package base at " + str(tmp_path / "ic" / "debootstrap-debian-bookworm-amd64.tar") in done.stderr
     assert list(target.iterdir()) == []
 
+
+def test_store_prunes_bases_unused_for_keep_days(tmp_path):
+    cache = pb.BaseCache(tmp_path / "bases")
+    old, used, fresh = ("a" * 64), ("b" * 64), ("c" * 64)
+    for key in (old, used, fresh):
+        cache.store(key, _produce_tarball)
+    long_ago = time.time() - (pb.BaseCache.KEEP_DAYS + 1) * 86400
+    for key in (old, used):
+        os.utime(cache.path(key) / pb.META, (long_ago, long_ago))
+    killed = cache.root / f".{'d' * 16}.partial.x1"           # what a killed build left
+    killed.mkdir()
+    os.utime(killed, (long_ago, long_ago))
+    recent = cache.root / f".{'e' * 16}.partial.x2"           # a build writing now
+    recent.mkdir()
+    (cache.root / f".{old}.lock").write_text("")
+    assert cache.lookup(used) is not None                      # a build used it: its time is now
+    cache.store("f" * 64, _produce_tarball)
+    names = {p.name for p in cache.root.iterdir()}
+    assert old not in names and killed.name not in names
+    assert {used, fresh, "f" * 64, recent.name, f".{old}.lock"} <= names
+    # The key being stored is never pruned, however old its previous entry.
+    os.utime(cache.path(fresh) / pb.META, (long_ago, long_ago))
+    cache.store(fresh, _produce_tarball)
+    assert cache.lookup(fresh) is not None
