@@ -31,9 +31,10 @@ element as its cached debootstrap tarball (``DIB_IMAGE_CACHE`` pointed at a
 per-build directory holding it), through an override of that one element
 (:func:`debootstrap_override`: diskimage-builder's own, with the root script
 that unpacks the cache replaced by one that reads an uncompressed tar), so it
-runs the same element graph as a build from scratch: ``apt-get dist-upgrade`` (a no-op unless the mirror published
-updates since the base was built, which it then installs), the package
-installs (already satisfied) and the Kubernetes-specific install steps.
+runs the same element graph as a build from scratch: ``apt-get dist-upgrade``
+(a no-op unless the mirror published updates since the base was built, which
+it then installs), the package installs (already satisfied) and the
+Kubernetes-specific install steps.
 """
 
 from __future__ import annotations
@@ -394,10 +395,10 @@ def tar_to_base(dib_tar: Path, dest: Path, *, log=None) -> None:
     dib leaves ``./proc`` and ``./sys`` out of its tarball; the root elements
     mount there, so they are appended (empty). Not compressed: every build
     unpacks it, and through GNU gzip that took 5-6 s of each build's root
-    filesystem step for about 5 s of compressing once (measured 2026-12-06:
-    the 0.74 GB tar unpacked into a tmpfs in 0.45 s, its ``gzip -1`` form in
-    5.5-5.7 s, a stored-deflate gzip in 4.3-4.4 s); the cost is 0.74 GB of
-    disk per cached base instead of 0.27 GB."""
+    filesystem step, for 15 s of ``gzip -1`` once per base (measured
+    2026-12-06: the 0.74 GB tar unpacked into a tmpfs in 0.45 s, its
+    ``gzip -1`` form in 5.5-5.7 s, a stored-deflate gzip in 4.3-4.4 s); the
+    cost is 0.74 GB of disk per cached base instead of 0.27 GB."""
     with tempfile.TemporaryDirectory(prefix="nf-base-dirs.", dir=Path(dest).parent) as d:
         for name, mode in (("proc", 0o555), ("sys", 0o555), ("dev", 0o755)):
             os.mkdir(os.path.join(d, name))
@@ -411,9 +412,11 @@ DEBOOTSTRAP = "debootstrap"
 DEBOOTSTRAP_ROOT_SCRIPT = "root.d/08-debootstrap"
 # What the upstream script does with a cached tarball (checked before it is replaced: a
 # diskimage-builder whose element changed must be looked at again, not overridden blindly).
-DEBOOTSTRAP_CACHE_LINES = ('DEBOOTSTRAP_TARBALL=$DIB_IMAGE_CACHE/debootstrap-${DISTRO_NAME}-${DIB_RELEASE}-${ARCH}.tar.gz',
-                           'sudo tar -C $TARGET_ROOT --numeric-owner -xzf $DEBOOTSTRAP_TARBALL',
-                           'sudo rm -f ${TARGET_ROOT}/.extra_settings')
+DEBOOTSTRAP_CACHE_LINES = (
+    'DEBOOTSTRAP_TARBALL=$DIB_IMAGE_CACHE/debootstrap-${DISTRO_NAME}-${DIB_RELEASE}-${ARCH}.tar.gz',
+    'sudo tar -C $TARGET_ROOT --numeric-owner -xzf $DEBOOTSTRAP_TARBALL',
+    'sudo rm -f ${TARGET_ROOT}/.extra_settings',
+)
 DEBOOTSTRAP_OVERRIDE_SCRIPT = """#!/bin/bash
 # nodeforge: diskimage-builder's debootstrap element, with this one script replaced (written for
 # each build by nodeforge/imagebuild/package_base.py, debootstrap_override). The root filesystem
