@@ -198,7 +198,10 @@ def test_guestfwd_rules_and_the_relay_reach_exactly_the_loopback_port(tmp_path):
 
 def _debian_kernel(dest: Path) -> tuple[Path, Path]:
     """The Debian kernel and initrd of the newest cached package base (a stand-in for the agent)."""
-    tarballs = sorted(glob.glob(os.path.expanduser("~/.cache/nodeforge/dib/package-base/*/base.tar")),
+    # base.tar since the recipe's /2; a cache may still hold /1 entries (base.tar.gz) until they are pruned.
+    # GNU tar tells the two apart when it reads the file.
+    bases = os.path.expanduser("~/.cache/nodeforge/dib/package-base/*/")
+    tarballs = sorted(glob.glob(bases + "base.tar") + glob.glob(bases + "base.tar.gz"),
                       key=os.path.getmtime, reverse=True)
     require(bool(tarballs), "a cached package base (~/.cache/nodeforge/dib/package-base): run an image build once")
     work = dest / "extract"
