@@ -19,6 +19,7 @@ import fcntl
 import hashlib
 import os
 import tempfile
+import time
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
@@ -34,6 +35,26 @@ def config_home() -> Path:
 def cache_home() -> Path:
     """nodeforge's per-user cache directory: ``$XDG_CACHE_HOME/nodeforge`` (default ``~/.cache/nodeforge``)."""
     return Path(os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")) / "nodeforge"
+
+
+def mark_used(*paths: Path) -> None:
+    """Set each path's modification time to now: a cache entry read now counts as used now
+    (:func:`unused_for`). A path that cannot be touched is left as it is."""
+    for path in paths:
+        try:
+            os.utime(path)
+        except OSError:
+            pass
+
+
+def unused_for(path: Path, days: float, *, now: float | None = None) -> bool:
+    """Whether the cache entry ``path`` was last used (:func:`mark_used`, or written) more than
+    ``days`` days before ``now``; False when it cannot be read (gone, or another's)."""
+    try:
+        mtime = path.stat().st_mtime
+    except OSError:
+        return False
+    return mtime < (now if now is not None else time.time()) - days * 86400
 
 
 def atomic_write(path: Path, data: bytes | str, mode: int | None = None) -> Path:

@@ -47,7 +47,6 @@ import json
 import os
 import shutil
 import tempfile
-import time
 from pathlib import Path
 from typing import Callable, Iterator, Mapping, Union
 
@@ -286,10 +285,7 @@ class BaseCache:
             return None
         problem = self._check(key, path)
         if problem is None:
-            try:
-                os.utime(path / META)      # used now: kept another KEEP_DAYS
-            except OSError:
-                pass
+            fs.mark_used(path / META)      # used now: kept another KEEP_DAYS
             return Entry(key, path, loader.read_json(path / META))
         if evict:
             self._remove(path)
@@ -358,22 +354,15 @@ class BaseCache:
     def prune(self, *, keep: str | None = None, now: float | None = None) -> list[str]:
         """Remove the entries (other than ``keep``) whose ``meta.json`` is older than
         :data:`KEEP_DAYS` days, and partial or discarded directories as old; returns their names."""
-        cutoff = (now if now is not None else time.time()) - self.KEEP_DAYS * 86400
         removed = []
         for path in sorted(self.root.iterdir()) if self.root.is_dir() else []:
             if not path.is_dir() or path.name == keep:
                 continue
-            leftover = path.name.startswith(".") and (".partial." in path.name or ".trash." in path.name)
-            if not leftover and path.name.startswith("."):
-                continue
-            try:
-                used = (path if leftover else path / META).stat().st_mtime
-            except OSError:
-                try:
-                    used = path.stat().st_mtime   # no meta.json: as old as the directory
-                except OSError:
-                    continue
-            if used < cutoff:
+            if path.name.startswith("."):       # a build's partial or discarded directory, or nothing of ours
+                marker = path if ".partial." in path.name or ".trash." in path.name else None
+            else:                               # an entry; one without meta.json is as old as its directory
+                marker = path / META if (path / META).exists() else path
+            if marker is not None and fs.unused_for(marker, self.KEEP_DAYS, now=now):
                 self._remove(path)
                 removed.append(path.name)
         return removed

@@ -40,7 +40,6 @@ import json
 import lzma
 import os
 import tempfile
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -169,11 +168,7 @@ class IndexCache:
             return None
         if len(data) != size or hashlib.sha256(data).hexdigest() != digest:
             return None
-        for used in (path, path.with_suffix(".records.json")):
-            try:
-                os.utime(used)          # read now: kept another KEEP_DAYS
-            except OSError:
-                pass
+        fs.mark_used(path, path.with_suffix(".records.json"))      # read now: kept another KEEP_DAYS
         return data
 
     def put(self, digest: str, data: bytes) -> None:
@@ -181,13 +176,12 @@ class IndexCache:
         self._write(self._path(digest), data)
 
     def prune(self, now: float | None = None) -> None:
-        cutoff = (now if now is not None else time.time()) - self.KEEP_DAYS * 86400
         for path in self.root.glob("*/*"):
-            try:
-                if path.stat().st_mtime < cutoff:
+            if fs.unused_for(path, self.KEEP_DAYS, now=now):
+                try:
                     path.unlink()
-            except OSError:
-                pass
+                except OSError:
+                    pass
 
     def records(self, digest: str, suite: Suite) -> list[Record] | None:
         try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 
 from nodeforge.base import fs
 
@@ -89,3 +90,15 @@ def test_the_build_waits_for_diskimage_builders_cache_and_logs_it(tmp_path):
     t.join(10)
     assert order == ["other build done", "this build"] and len(lines) == 1 and "waiting for another build using diskimage-builder's cache" in lines[0]
     assert str(cache) in (tmp_path / "build.log").read_text()
+
+
+def test_unused_for_counts_from_the_last_mark_used(tmp_path):
+    entry = tmp_path / "entry"
+    entry.write_text("x")
+    now = time.time()
+    long_ago = now - 15 * 86400
+    os.utime(entry, (long_ago, long_ago))
+    assert fs.unused_for(entry, 14, now=now) and not fs.unused_for(entry, 16, now=now)
+    fs.mark_used(entry, tmp_path / "gone")            # a missing path is left alone, no error
+    assert not fs.unused_for(entry, 14)
+    assert not fs.unused_for(tmp_path / "gone", 0)    # what cannot be read is never called unused
